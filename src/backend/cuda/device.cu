@@ -1,0 +1,55 @@
+#include <utility>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+
+namespace s4kv::backend::cuda {
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+std::string device_description() {
+  if (device_count() == 0) return {};
+  cudaDeviceProp prop{};
+  S4KV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  return std::string(prop.name) + " (sm_" + std::to_string(prop.major * 10 + prop.minor) + ", " +
+         std::to_string(prop.totalGlobalMem >> 30) + " GiB)";
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) S4KV_CUDA_CHECK(cudaMalloc(&data_, bytes));
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) cudaFree(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_ != nullptr) cudaFree(data_);
+}
+
+void DeviceBuffer::copy_from_host(const void* src, size_t bytes) {
+  S4KV_CHECK(bytes <= bytes_, "copy_from_host: ", bytes, " > ", bytes_);
+  S4KV_CUDA_CHECK(cudaMemcpy(data_, src, bytes, cudaMemcpyHostToDevice));
+}
+
+void DeviceBuffer::copy_to_host(void* dst, size_t bytes) const {
+  S4KV_CHECK(bytes <= bytes_, "copy_to_host: ", bytes, " > ", bytes_);
+  S4KV_CUDA_CHECK(cudaMemcpy(dst, data_, bytes, cudaMemcpyDeviceToHost));
+}
+
+}  // namespace s4kv::backend::cuda

@@ -1,0 +1,36 @@
+// s4kv: the command-line entry point. Each subcommand lives in its own file and registers
+// itself here; this file only parses arguments and maps usage errors to exit code 2.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <string>
+
+#include "cli/check_model.h"
+#include "cli/command.h"
+
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"S4 KV: an OpenAI-compatible LLM server with an int4 (KIVI) KV cache", "s4kv"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", kVersion);
+  s4kv::cli::add_check_model_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line on stderr, exit code 2, as for every other refusal.
+    std::fprintf(stderr, "error: %s (see s4kv --help)\n", e.what());
+    return 2;
+  }
+  return s4kv::cli::exit_code();
+}

@@ -1,0 +1,50 @@
+// KV cache formats: which formats exist, the block sizes and value group sizes they allow,
+// and how many bytes one token costs in each (steady state, per DESIGN.md). The byte layout
+// inside an int4_kivi block is documented in docs/kv-format.md, not here. Depends only on
+// common.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace s4kv::kv {
+
+enum class KvCacheDtype {
+  k16Bit,     // the model's 16-bit dtype (bf16 or fp16): K and V as computed
+  kInt4Kivi,  // int4, keys per channel (per block, before RoPE), values per token per group
+  kFp8E4M3,   // vLLM's default fp8 cache (per-tensor scale 1.0), kept for comparison
+};
+
+// Tokens per KV block (--block-size) and channels per value quantization group (Gv).
+inline constexpr int kDefaultBlockSize = 64;
+inline constexpr int kDefaultValueGroupSize = 128;
+inline constexpr std::array<int, 3> kAllowedBlockSizes = {32, 64, 128};
+inline constexpr std::array<int, 3> kAllowedValueGroupSizes = {32, 64, 128};
+
+// Short name used in reports and JSON: "16bit", "int4_kivi", "fp8_e4m3".
+std::string_view kv_cache_dtype_name(KvCacheDtype dtype);
+
+// Refuses a block size or value group size outside the allowed sets, naming the value:
+// "unsupported block_size=48 (supported: 32, 64, 128)".
+Status validate_block_size(int block_size);
+Status validate_value_group_size(int value_group_size);
+// Both, block size first.
+Status validate_kv_layout(int block_size, int value_group_size);
+
+// Bytes one token occupies in the cache once its block is full (the 16-bit residual of a
+// partly filled block is not counted), summed over all layers and KV heads:
+//   16-bit:    2 * 2 * D            (K and V, 2 bytes each)
+//   int4_kivi: D/2 + 4D/B + D/2 + 4D/Gv
+//              (K codes, K fp16 scale+zero per channel over B tokens, V codes,
+//               V fp16 scale+zero per token per Gv channels)
+//   fp8_e4m3:  2 * D
+// per layer per KV head. A double because 4D/B need not be whole for every D. The arguments
+// must be positive and block_size / value_group_size valid (S4KV_CHECK: callers validate).
+double kv_bytes_per_token(KvCacheDtype dtype, int64_t num_layers, int64_t num_kv_heads,
+                          int64_t head_dim, int block_size = kDefaultBlockSize,
+                          int value_group_size = kDefaultValueGroupSize);
+
+}  // namespace s4kv::kv

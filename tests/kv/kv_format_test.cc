@@ -1,0 +1,105 @@
+// KV format arithmetic: bytes per token of the five promised models (16-bit and int4_kivi)
+// and the block size / value group size validation.
+#include "kv/kv_format.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/json.h"
+
+namespace s4kv::kv {
+namespace {
+
+struct ModelCase {
+  const char* config;  // tests/fixtures/configs/<config>.json
+  double bytes_16bit;  // 2 * 2 * 128 * layers * kv heads
+};
+
+class FixtureBytes : public ::testing::TestWithParam<ModelCase> {};
+
+// Layer and head counts come from the fixture files so the table below is checked against them.
+TEST_P(FixtureBytes, SixteenBitAndInt4Kivi) {
+  const ModelCase& c = GetParam();
+  auto doc = read_json_file(std::string("tests/fixtures/configs/") + c.config + ".json");
+  ASSERT_TRUE(doc.is_ok()) << doc.status().message();
+  const int64_t layers = (*doc)["num_hidden_layers"].get<int64_t>();
+  const int64_t kv_heads = (*doc)["num_key_value_heads"].get<int64_t>();
+  EXPECT_EQ(kv_bytes_per_token(KvCacheDtype::k16Bit, layers, kv_heads, 128), c.bytes_16bit);
+  const double int4 = kv_bytes_per_token(KvCacheDtype::kInt4Kivi, layers, kv_heads, 128, 64, 128);
+  EXPECT_EQ(int4, 140.0 * static_cast<double>(layers * kv_heads));
+  EXPECT_NEAR(c.bytes_16bit / int4, 3.657, 0.001);
+  EXPECT_EQ(kv_bytes_per_token(KvCacheDtype::kFp8E4M3, layers, kv_heads, 128),
+            c.bytes_16bit / 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(FiveModels, FixtureBytes,
+                         ::testing::Values(ModelCase{"qwen2.5-1.5b-instruct", 28672},
+                                           ModelCase{"qwen2.5-3b-instruct", 36864},
+                                           ModelCase{"qwen2.5-7b-instruct", 57344},
+                                           ModelCase{"llama-3.2-3b-instruct", 114688},
+                                           ModelCase{"llama-3.1-8b-instruct", 131072}));
+
+TEST(KvBytesPerToken, PerLayerPerHead) {
+  EXPECT_EQ(kv_bytes_per_token(KvCacheDtype::k16Bit, 1, 1, 128), 512.0);
+  // D/2 + 4D/B + D/2 + 4D/Gv with D = 128.
+  EXPECT_EQ(kv_bytes_per_token(KvCacheDtype::kInt4Kivi, 1, 1, 128, 64, 128), 140.0);
+  EXPECT_EQ(kv_bytes_per_token(KvCacheDtype::kInt4Kivi, 1, 1, 128, 32, 128), 148.0);
+  EXPECT_EQ(kv_bytes_per_token(KvCacheDtype::kInt4Kivi, 1, 1, 128, 128, 128), 136.0);
+  EXPECT_EQ(kv_bytes_per_token(KvCacheDtype::kInt4Kivi, 1, 1, 128, 64, 32), 152.0);
+  EXPECT_EQ(kv_bytes_per_token(KvCacheDtype::kFp8E4M3, 1, 1, 128), 256.0);
+  // Defaults are B = 64, Gv = 128.
+  EXPECT_EQ(kv_bytes_per_token(KvCacheDtype::kInt4Kivi, 2, 3, 128), 140.0 * 6);
+}
+
+// Worst layout B=32, Gv=32 costs 160 bytes (3.2x); the 4-bit limit is 4x.
+TEST(KvBytesPerToken, Int4RatioWithinPhysicalBoundsForEveryLayout) {
+  for (int b : kAllowedBlockSizes) {
+    for (int gv : kAllowedValueGroupSizes) {
+      const double ratio = kv_bytes_per_token(KvCacheDtype::k16Bit, 1, 1, 128) /
+                           kv_bytes_per_token(KvCacheDtype::kInt4Kivi, 1, 1, 128, b, gv);
+      EXPECT_GE(ratio, 3.2) << "B=" << b << " Gv=" << gv;
+      EXPECT_LT(ratio, 4.0) << "B=" << b << " Gv=" << gv;
+    }
+  }
+}
+
+TEST(KvLayout, AllowedValues) {
+  EXPECT_EQ(kDefaultBlockSize, 64);
+  EXPECT_EQ(kDefaultValueGroupSize, 128);
+  for (int v : {32, 64, 128}) {
+    EXPECT_TRUE(validate_block_size(v).is_ok()) << v;
+    EXPECT_TRUE(validate_value_group_size(v).is_ok()) << v;
+  }
+  EXPECT_TRUE(validate_kv_layout(64, 128).is_ok());
+}
+
+TEST(KvLayout, RefusedValuesNameTheValue) {
+  for (int v : {0, -64, 16, 48, 96, 256, 1 << 30}) {
+    Status s = validate_block_size(v);
+    EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+    EXPECT_EQ(s.message(),
+              "unsupported block_size=" + std::to_string(v) + " (supported: 32, 64, 128)");
+  }
+  EXPECT_EQ(validate_value_group_size(16).message(),
+            "unsupported value_group_size=16 (supported: 32, 64, 128)");
+  EXPECT_EQ(validate_kv_layout(48, 16).message(),
+            "unsupported block_size=48 (supported: 32, 64, 128)");
+  EXPECT_EQ(validate_kv_layout(64, 16).message(),
+            "unsupported value_group_size=16 (supported: 32, 64, 128)");
+}
+
+TEST(KvCacheDtype, Names) {
+  EXPECT_EQ(kv_cache_dtype_name(KvCacheDtype::k16Bit), "16bit");
+  EXPECT_EQ(kv_cache_dtype_name(KvCacheDtype::kInt4Kivi), "int4_kivi");
+  EXPECT_EQ(kv_cache_dtype_name(KvCacheDtype::kFp8E4M3), "fp8_e4m3");
+}
+
+TEST(KvBytesPerTokenDeathTest, InvalidLayoutIsABug) {
+  EXPECT_DEATH((void)kv_bytes_per_token(KvCacheDtype::kInt4Kivi, 1, 1, 128, 48, 128),
+               "block_size=48");
+  EXPECT_DEATH((void)kv_bytes_per_token(KvCacheDtype::k16Bit, 0, 1, 128), "num_layers=0");
+}
+
+}  // namespace
+}  // namespace s4kv::kv
