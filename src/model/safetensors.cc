@@ -30,7 +30,8 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 // A JSON integer >= 0 (nlohmann keeps big literals unsigned and negative ones signed).
 std::optional<uint64_t> as_u64(const Json& v) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
+  if (v.is_number_integer() && v.get<int64_t>() >= 0)
+    return static_cast<uint64_t>(v.get<int64_t>());
   return std::nullopt;
 }
 
@@ -100,16 +101,16 @@ Status parse_offsets(const EntryContext& ctx, const Json& entry, uint64_t data_b
   const std::string offsets = "data_offsets " + json_brief(*it);
   if (*begin > *end) return ctx.error(offsets + ": begin is after end");
   if (*end > data_bytes) {
-    return ctx.error(offsets + ": end is beyond the data section of " +
-                     std::to_string(data_bytes) + " bytes");
+    return ctx.error(offsets + ": end is beyond the data section of " + std::to_string(data_bytes) +
+                     " bytes");
   }
   out->begin = *begin;
   out->end = *end;
   return Status::ok();
 }
 
-Result<ParsedEntry> parse_entry(const std::string& file, const std::string& name,
-                                const Json& entry, uint64_t data_bytes) {
+Result<ParsedEntry> parse_entry(const std::string& file, const std::string& name, const Json& entry,
+                                uint64_t data_bytes) {
   const EntryContext ctx{file, name};
   if (!entry.is_object()) {
     return ctx.error("expected an object with dtype, shape and data_offsets, found " +
@@ -125,17 +126,15 @@ Result<ParsedEntry> parse_entry(const std::string& file, const std::string& name
   const uint64_t held = out.end - out.begin;
   const bool overflow = __builtin_mul_overflow(numel, dtype_size(out.dtype), &needed);
   if (overflow || needed != held) {
-    return ctx.error("data_offsets [" + std::to_string(out.begin) + ", " +
-                     std::to_string(out.end) + "] hold " + std::to_string(held) +
-                     " bytes but shape " + shape_text(out.shape) + " of " +
-                     std::string(dtype_name(out.dtype)) + " needs " +
-                     (overflow ? "more than 2^64" : std::to_string(needed)));
+    return ctx.error("data_offsets [" + std::to_string(out.begin) + ", " + std::to_string(out.end) +
+                     "] hold " + std::to_string(held) + " bytes but shape " +
+                     shape_text(out.shape) + " of " + std::string(dtype_name(out.dtype)) +
+                     " needs " + (overflow ? "more than 2^64" : std::to_string(needed)));
   }
   return out;
 }
 
-Result<std::map<std::string, std::string>> parse_metadata(const std::string& file,
-                                                          const Json& v) {
+Result<std::map<std::string, std::string>> parse_metadata(const std::string& file, const Json& v) {
   const std::string prefix = file + ": \"__metadata__\" must be an object of strings";
   if (!v.is_object()) return invalid_argument(prefix + ", found " + json_brief(v));
   std::map<std::string, std::string> out;
@@ -162,8 +161,7 @@ Status check_overlaps(const std::string& file, std::vector<ParsedEntry>& entries
       return invalid_argument(file + ": tensor " + quoted(cur.name) + ": data_offsets [" +
                               std::to_string(cur.begin) + ", " + std::to_string(cur.end) +
                               "] overlap tensor " + quoted(prev.name) + " at [" +
-                              std::to_string(prev.begin) + ", " + std::to_string(prev.end) +
-                              "]");
+                              std::to_string(prev.begin) + ", " + std::to_string(prev.end) + "]");
     }
   }
   return Status::ok();
@@ -217,8 +215,7 @@ Result<std::map<std::string, std::string>> parse_weight_map(const std::string& i
                             std::string(json_type_name(doc)));
   }
   if (auto meta = doc.find("metadata"); meta != doc.end() && !meta->is_object()) {
-    return invalid_argument(index + ": \"metadata\" must be an object, found " +
-                            json_brief(*meta));
+    return invalid_argument(index + ": \"metadata\" must be an object, found " + json_brief(*meta));
   }
   auto it = doc.find("weight_map");
   if (it == doc.end() || !it->is_object()) {
@@ -227,8 +224,7 @@ Result<std::map<std::string, std::string>> parse_weight_map(const std::string& i
   std::map<std::string, std::string> out;
   for (const auto& [tensor, file] : it->items()) {
     if (!file.is_string() || !is_plain_file_name(file.get<std::string>())) {
-      return invalid_argument(index + ": tensor " + quoted(tensor) + ": shard " +
-                              json_brief(file) +
+      return invalid_argument(index + ": tensor " + quoted(tensor) + ": shard " + json_brief(file) +
                               " must be a plain file name in the model directory");
     }
     out.emplace(tensor, file.get<std::string>());
@@ -318,8 +314,7 @@ Result<SafetensorsCheckpoint> SafetensorsCheckpoint::open_index(const std::strin
       auto [it, inserted] = ckpt.tensors_.emplace(tensor, i);
       if (!inserted) {
         return invalid_argument(index_path + ": tensor " + quoted(tensor) + " is in two shards, " +
-                                ckpt.files_[it->second].name() + " and " +
-                                ckpt.files_[i].name());
+                                ckpt.files_[it->second].name() + " and " + ckpt.files_[i].name());
       }
       if (!weight_map.count(tensor)) {
         return invalid_argument(index_path + ": tensor " + quoted(tensor) + " is in " +
@@ -335,7 +330,8 @@ Result<SafetensorsCheckpoint> SafetensorsCheckpoint::open_index(const std::strin
       return invalid_argument(
           index_path + ": tensor " + quoted(tensor) + " is listed in shard " + quoted(shard) +
           " but " + ckpt.files_[want].name() + " does not hold it" +
-          (found == ckpt.tensors_.end() ? "" : " (it is in " + ckpt.files_[found->second].name() + ")"));
+          (found == ckpt.tensors_.end() ? ""
+                                        : " (it is in " + ckpt.files_[found->second].name() + ")"));
     }
   }
   return ckpt;

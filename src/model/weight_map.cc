@@ -32,10 +32,13 @@ void add_layer(const ModelConfig& c, int64_t layer, std::vector<ExpectedTensor>*
 std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
   std::vector<ExpectedTensor> out;
   out.reserve(static_cast<size_t>(3 + 14 * std::max<int64_t>(c.num_hidden_layers, 0)));
-  out.push_back({"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, TensorRole::kEmbedding});
+  out.push_back(
+      {"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, TensorRole::kEmbedding});
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) add_layer(c, i, &out);
   out.push_back({"model.norm.weight", {c.hidden_size}, TensorRole::kNorm});
-  out.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}, TensorRole::kEmbedding,
+  out.push_back({"lm_head.weight",
+                 {c.vocab_size, c.hidden_size},
+                 TensorRole::kEmbedding,
                  /*optional=*/c.tie_word_embeddings});
   return out;
 }

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstring>
 #include <new>
+#include <set>
 #include <system_error>
 #include <thread>
 
@@ -88,8 +89,8 @@ std::string check_tensor(const SafetensorsCheckpoint& ckpt, const ExpectedTensor
   const std::string where =
       ckpt.files().size() > 1 ? " (in " + base_name(ckpt.file_of(want.name)) + ")" : "";
   if (view->shape != want.shape) {
-    return "tensor " + quoted(want.name) + " has shape " + shape_text(view->shape) +
-           ", expected " + shape_text(want.shape) + where;
+    return "tensor " + quoted(want.name) + " has shape " + shape_text(view->shape) + ", expected " +
+           shape_text(want.shape) + where;
   }
   if (!is_float(view->dtype)) {
     return "tensor " + quoted(want.name) + " has wrong dtype " +
@@ -102,16 +103,15 @@ std::string check_tensor(const SafetensorsCheckpoint& ckpt, const ExpectedTensor
 std::vector<std::string> find_problems(const SafetensorsCheckpoint& ckpt,
                                        const std::vector<ExpectedTensor>& expected) {
   std::vector<std::string> problems;
-  std::map<std::string, bool> known;
+  std::set<std::string> known;
   for (const ExpectedTensor& want : expected) {
-    known.emplace(want.name, true);
+    known.insert(want.name);
     if (std::string p = check_tensor(ckpt, want); !p.empty()) problems.push_back(std::move(p));
   }
   for (const auto& [name, file_index] : ckpt.tensors()) {
     if (known.count(name) || is_ignorable_tensor(name)) continue;
-    std::string where = ckpt.files().size() > 1
-                            ? " (in " + base_name(ckpt.files()[file_index].name()) + ")"
-                            : "";
+    std::string where =
+        ckpt.files().size() > 1 ? " (in " + base_name(ckpt.files()[file_index].name()) + ")" : "";
     problems.push_back("unexpected tensor " + quoted(name) + where);
   }
   return problems;
@@ -140,7 +140,9 @@ Result<ModelWeights> load_safetensors(const std::string& dir, const ModelConfig&
     if (want.optional) continue;
     WeightsBuilder::add(&weights, want.name, *ckpt.find(want.name));
   }
-  for (const SafetensorsFile& file : ckpt.files()) WeightsBuilder::keep(&weights, file.mapping());
+  for (const SafetensorsFile& file : ckpt.files()) {
+    if (file.mapping()) WeightsBuilder::keep(&weights, file.mapping());
+  }
   return weights;
 }
 
@@ -176,15 +178,23 @@ void fill(std::byte* out, int64_t numel, uint64_t state, float bound, Convert co
     dst[i] = convert(uniform_from_bits(static_cast<uint32_t>(r), bound));
     dst[i + 1] = convert(uniform_from_bits(static_cast<uint32_t>(r >> 32), bound));
   }
-  if (i < numel) dst[i] = convert(uniform_from_bits(static_cast<uint32_t>(splitmix64(&state)), bound));
+  if (i < numel)
+    dst[i] = convert(uniform_from_bits(static_cast<uint32_t>(splitmix64(&state)), bound));
 }
 
 void fill_uniform(std::byte* out, DType dtype, int64_t numel, uint64_t state, float bound) {
   switch (dtype) {
-    case DType::kF32: fill<float>(out, numel, state, bound, [](float v) { return v; }); break;
-    case DType::kBF16: fill<uint16_t>(out, numel, state, bound, [](float v) { return float_to_bf16(v); }); break;
-    case DType::kF16: fill<uint16_t>(out, numel, state, bound, [](float v) { return float_to_fp16(v); }); break;
-    default: S4KV_CHECK(false, "dummy weights in non-float dtype ", dtype_name(dtype));
+    case DType::kF32:
+      fill<float>(out, numel, state, bound, [](float v) { return v; });
+      break;
+    case DType::kBF16:
+      fill<uint16_t>(out, numel, state, bound, [](float v) { return float_to_bf16(v); });
+      break;
+    case DType::kF16:
+      fill<uint16_t>(out, numel, state, bound, [](float v) { return float_to_fp16(v); });
+      break;
+    default:
+      S4KV_CHECK(false, "dummy weights in non-float dtype ", dtype_name(dtype));
   }
 }
 
@@ -192,7 +202,7 @@ void fill_ones(std::byte* out, DType dtype, int64_t numel) {
   const float f32 = 1.0f;
   const uint16_t bf16 = float_to_bf16(1.0f);
   const uint16_t f16 = float_to_fp16(1.0f);
-  const void* one = dtype == DType::kF32 ? static_cast<const void*>(&f32)
+  const void* one = dtype == DType::kF32    ? static_cast<const void*>(&f32)
                     : dtype == DType::kBF16 ? static_cast<const void*>(&bf16)
                                             : static_cast<const void*>(&f16);
   const size_t size = dtype_size(dtype);
@@ -256,9 +266,9 @@ Result<ModelWeights> make_dummy(const ModelConfig& config, uint64_t seed) {
     const size_t bytes = static_cast<size_t>(numel) * dtype_size(config.dtype);
     std::shared_ptr<std::byte[]> buffer(new (std::nothrow) std::byte[bytes]);
     if (!buffer) {
-      return Status(StatusCode::kResourceExhausted,
-                    "dummy weights: cannot allocate " + std::to_string(bytes) +
-                        " bytes for tensor " + quoted(want.name));
+      return Status(StatusCode::kResourceExhausted, "dummy weights: cannot allocate " +
+                                                        std::to_string(bytes) +
+                                                        " bytes for tensor " + quoted(want.name));
     }
     // The stream depends only on (seed, name): values never shift when tensors are added.
     uint64_t seed_state = seed;

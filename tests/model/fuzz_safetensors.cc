@@ -3,7 +3,7 @@
 // the default build; build by hand or through an optional CMake target, e.g.
 //   clang++-14 -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -Isrc \
 //     tests/model/fuzz_safetensors.cc src/model/{safetensors,weights,weight_map}.cc \
-//     src/common/{check,dtype,file,json}.cc -o fuzz_safetensors
+//     src/common/{check,dtype,file,json}.cc -pthread -o fuzz_safetensors
 //   ./fuzz_safetensors -dict=tests/model/data/safetensors.dict -max_total_time=60 corpus/
 // Seed the corpus with tests/model/data/reference.safetensors.
 #include <cstddef>
@@ -24,10 +24,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::byte* lo = bytes.data();
   const std::byte* hi = bytes.data() + bytes.size();
   for (const auto& [name, view] : file->tensors()) {
-    S4KV_CHECK(view.data.empty() || (view.data.data() >= lo && view.data.data() + view.data.size() <= hi),
-               "tensor ", name, " outside the input");
-    S4KV_CHECK(static_cast<uint64_t>(view.numel()) * s4kv::dtype_size(view.dtype) == view.data.size(),
-               "tensor ", name, " byte length mismatch");
+    S4KV_CHECK(
+        view.data.empty() || (view.data.data() >= lo && view.data.data() + view.data.size() <= hi),
+        "tensor ", name, " outside the input");
+    S4KV_CHECK(
+        static_cast<uint64_t>(view.numel()) * s4kv::dtype_size(view.dtype) == view.data.size(),
+        "tensor ", name, " byte length mismatch");
     // Touch both ends so ASan sees any out-of-bounds view.
     if (!view.data.empty()) {
       volatile std::byte first = view.data.front();

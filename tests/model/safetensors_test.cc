@@ -102,7 +102,8 @@ TEST(SafetensorsTest, ParsesFromMemory) {
   auto r = SafetensorsFile::parse(std::as_bytes(std::span(bytes)), "mem");
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_EQ(r->name(), "mem");
-  EXPECT_EQ(r->find("x")->data.data(), reinterpret_cast<const std::byte*>(bytes.data()) + bytes.size() - 3);
+  EXPECT_EQ(r->find("x")->data.data(),
+            reinterpret_cast<const std::byte*>(bytes.data()) + bytes.size() - 3);
 }
 
 TEST(SafetensorsCorruptTest, EmptyFile) {
@@ -144,8 +145,9 @@ TEST(SafetensorsCorruptTest, HeaderJsonArray) {
 
 TEST(SafetensorsCorruptTest, DeepNesting) {
   TempDir dir;
-  expect_error(open_bytes(dir, raw_safetensors(one_entry(std::string(50, '[') + std::string(50, ']')))),
-               {"t.safetensors", "nesting deeper"});
+  expect_error(
+      open_bytes(dir, raw_safetensors(one_entry(std::string(50, '[') + std::string(50, ']')))),
+      {"t.safetensors", "nesting deeper"});
 }
 
 TEST(SafetensorsCorruptTest, DuplicateTensorNames) {
@@ -163,27 +165,35 @@ TEST(SafetensorsCorruptTest, EntryNotObject) {
 
 TEST(SafetensorsCorruptTest, MissingFields) {
   TempDir dir;
-  expect_error(open_bytes(dir, raw_safetensors(one_entry("{\"shape\":[1],\"data_offsets\":[0,1]}"), "x")),
-               {"tensor \"w\": missing \"dtype\""});
-  expect_error(open_bytes(dir, raw_safetensors(one_entry("{\"dtype\":\"U8\",\"data_offsets\":[0,1]}"), "x")),
-               {"tensor \"w\": missing \"shape\""});
+  expect_error(
+      open_bytes(dir, raw_safetensors(one_entry("{\"shape\":[1],\"data_offsets\":[0,1]}"), "x")),
+      {"tensor \"w\": missing \"dtype\""});
+  expect_error(
+      open_bytes(dir, raw_safetensors(one_entry("{\"dtype\":\"U8\",\"data_offsets\":[0,1]}"), "x")),
+      {"tensor \"w\": missing \"shape\""});
   expect_error(open_bytes(dir, raw_safetensors(one_entry("{\"dtype\":\"U8\",\"shape\":[1]}"), "x")),
                {"tensor \"w\": missing \"data_offsets\""});
 }
 
 TEST(SafetensorsCorruptTest, UnknownDtype) {
   TempDir dir;
-  expect_error(open_bytes(dir, raw_safetensors(one_entry("{\"dtype\":\"F7\",\"shape\":[1],\"data_offsets\":[0,1]}"), "x")),
-               {"t.safetensors: tensor \"w\": unknown dtype \"F7\""});
-  expect_error(open_bytes(dir, raw_safetensors(one_entry("{\"dtype\":3,\"shape\":[1],\"data_offsets\":[0,1]}"), "x")),
-               {"tensor \"w\": dtype must be a string"});
+  expect_error(
+      open_bytes(
+          dir, raw_safetensors(one_entry("{\"dtype\":\"F7\",\"shape\":[1],\"data_offsets\":[0,1]}"),
+                               "x")),
+      {"t.safetensors: tensor \"w\": unknown dtype \"F7\""});
+  expect_error(
+      open_bytes(dir, raw_safetensors(
+                          one_entry("{\"dtype\":3,\"shape\":[1],\"data_offsets\":[0,1]}"), "x")),
+      {"tensor \"w\": dtype must be a string"});
 }
 
 TEST(SafetensorsCorruptTest, BadShapeEntries) {
   TempDir dir;
-  for (const char* shape : {"[-1]", "[2.5]", "[\"4\"]", "4", "[null]", "[1e3]", "[18446744073709551616]"}) {
-    const std::string h = one_entry(std::string("{\"dtype\":\"U8\",\"shape\":") + shape +
-                                    ",\"data_offsets\":[0,1]}");
+  for (const char* shape :
+       {"[-1]", "[2.5]", "[\"4\"]", "4", "[null]", "[1e3]", "[18446744073709551616]"}) {
+    const std::string h =
+        one_entry(std::string("{\"dtype\":\"U8\",\"shape\":") + shape + ",\"data_offsets\":[0,1]}");
     expect_error(open_bytes(dir, raw_safetensors(h, "x")),
                  {"t.safetensors: tensor \"w\": shape must be an array of non-negative integers"});
   }
@@ -191,17 +201,19 @@ TEST(SafetensorsCorruptTest, BadShapeEntries) {
 
 TEST(SafetensorsCorruptTest, ShapeProductOverflow) {
   TempDir dir;
-  const std::string h = one_entry(
-      "{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,0],\"data_offsets\":[0,0]}");
+  const std::string h =
+      one_entry("{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,0],\"data_offsets\":[0,0]}");
   expect_error(open_bytes(dir, raw_safetensors(h)), {"tensor \"w\"", "more elements than fit"});
-  const std::string big = one_entry(
-      "{\"dtype\":\"F64\",\"shape\":[9223372036854775807],\"data_offsets\":[0,8]}");
-  expect_error(open_bytes(dir, raw_safetensors(big, "12345678")), {"tensor \"w\"", "more than 2^64"});
+  const std::string big =
+      one_entry("{\"dtype\":\"F64\",\"shape\":[9223372036854775807],\"data_offsets\":[0,8]}");
+  expect_error(open_bytes(dir, raw_safetensors(big, "12345678")),
+               {"tensor \"w\"", "more than 2^64"});
 }
 
 TEST(SafetensorsCorruptTest, ByteLengthMismatch) {
   TempDir dir;
-  const std::string h = "{\"model.norm.weight\":{\"dtype\":\"BF16\",\"shape\":[64],\"data_offsets\":[0,100]}}";
+  const std::string h =
+      "{\"model.norm.weight\":{\"dtype\":\"BF16\",\"shape\":[64],\"data_offsets\":[0,100]}}";
   expect_error(open_bytes(dir, raw_safetensors(h, bytes_of(100))),
                {"t.safetensors: tensor \"model.norm.weight\": data_offsets [0, 100] hold 100 "
                 "bytes but shape [64] of BF16 needs 128"});
@@ -237,7 +249,8 @@ TEST(SafetensorsCorruptTest, OutOfBoundsOffsets) {
                {"t.safetensors: tensor \"w\": data_offsets [1000,1008]: end is beyond the data "
                 "section of 8 bytes"});
   const std::string huge = one_entry(
-      "{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[18446744073709551615,18446744073709551615]}");
+      "{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[18446744073709551615,18446744073709551615]"
+      "}");
   expect_error(open_bytes(dir, raw_safetensors(huge, bytes_of(8))), {"tensor \"w\"", "beyond"});
 }
 
@@ -251,7 +264,8 @@ TEST(SafetensorsCorruptTest, DataSectionTruncated) {
 TEST(SafetensorsCorruptTest, BadOffsets) {
   TempDir dir;
   for (const char* off : {"[0]", "[0,1,2]", "[-1,0]", "[0.0,1]", "\"0-1\""}) {
-    const std::string h = one_entry(std::string("{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":") + off + "}");
+    const std::string h =
+        one_entry(std::string("{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":") + off + "}");
     expect_error(open_bytes(dir, raw_safetensors(h, "x")),
                  {"tensor \"w\": data_offsets must be [begin, end] non-negative integers"});
   }
@@ -285,12 +299,13 @@ class ShardedTest : public ::testing::Test {
  protected:
   // Two shards: a.safetensors holds x and y, b.safetensors holds z.
   void SetUp() override {
-    dir_.write("a.safetensors", safetensors_bytes({{"x", "F32", {1}, bytes_of(4)},
-                                                   {"y", "F32", {2}, bytes_of(8)}}));
+    dir_.write("a.safetensors",
+               safetensors_bytes({{"x", "F32", {1}, bytes_of(4)}, {"y", "F32", {2}, bytes_of(8)}}));
     dir_.write("b.safetensors", safetensors_bytes({{"z", "BF16", {3}, bytes_of(6)}}));
   }
   Result<SafetensorsCheckpoint> open_with(const std::string& weight_map) {
-    const std::string index = "{\"metadata\":{\"total_size\":18},\"weight_map\":" + weight_map + "}";
+    const std::string index =
+        "{\"metadata\":{\"total_size\":18},\"weight_map\":" + weight_map + "}";
     return SafetensorsCheckpoint::open_index(dir_.write("model.safetensors.index.json", index));
   }
   TempDir dir_;
@@ -315,7 +330,8 @@ TEST_F(ShardedTest, MissingShardFile) {
 
 TEST_F(ShardedTest, PathTraversal) {
   for (const char* name : {"../a.safetensors", "/etc/passwd", "sub/a.safetensors", "..", ".", ""}) {
-    auto r = open_with(std::string(R"({"x":")") + name + R"(","y":"a.safetensors","z":"b.safetensors"})");
+    auto r = open_with(std::string(R"({"x":")") + name +
+                       R"(","y":"a.safetensors","z":"b.safetensors"})");
     expect_error(r, {"model.safetensors.index.json: tensor \"x\"", "must be a plain file name"});
   }
   expect_error(open_with(R"({"x":3})"), {"tensor \"x\": shard 3 must be a plain file name"});
@@ -326,8 +342,8 @@ TEST_F(ShardedTest, TensorInWrongShard) {
   // b.safetensors is never opened, so z is simply not where the index says.
   expect_error(r, {"tensor \"z\" is listed in shard \"a.safetensors\"", "does not hold it"});
   auto r2 = open_with(R"({"x":"b.safetensors","y":"a.safetensors","z":"b.safetensors"})");
-  expect_error(r2, {"tensor \"x\" is listed in shard \"b.safetensors\"", "(it is in",
-                    "a.safetensors"});
+  expect_error(r2,
+               {"tensor \"x\" is listed in shard \"b.safetensors\"", "(it is in", "a.safetensors"});
 }
 
 TEST_F(ShardedTest, TensorNotInWeightMap) {
@@ -336,14 +352,16 @@ TEST_F(ShardedTest, TensorNotInWeightMap) {
 }
 
 TEST_F(ShardedTest, TensorInTwoShards) {
-  dir_.write("b.safetensors", safetensors_bytes({{"z", "BF16", {3}, bytes_of(6)},
-                                                 {"x", "F32", {1}, bytes_of(4)}}));
+  dir_.write("b.safetensors",
+             safetensors_bytes({{"z", "BF16", {3}, bytes_of(6)}, {"x", "F32", {1}, bytes_of(4)}}));
   auto r = open_with(R"({"x":"a.safetensors","y":"a.safetensors","z":"b.safetensors"})");
   expect_error(r, {"tensor \"x\" is in two shards", "a.safetensors", "b.safetensors"});
 }
 
 TEST_F(ShardedTest, CorruptShardNamesShardAndTensor) {
-  dir_.write("b.safetensors", raw_safetensors(one_entry("{\"dtype\":\"F7\",\"shape\":[1],\"data_offsets\":[0,1]}"), "x"));
+  dir_.write(
+      "b.safetensors",
+      raw_safetensors(one_entry("{\"dtype\":\"F7\",\"shape\":[1],\"data_offsets\":[0,1]}"), "x"));
   auto r = open_with(R"({"x":"a.safetensors","y":"a.safetensors","z":"b.safetensors"})");
   expect_error(r, {"b.safetensors: tensor \"w\": unknown dtype"});
 }
@@ -353,7 +371,8 @@ TEST_F(ShardedTest, BadIndexDocuments) {
                {"i.json: expected a JSON object"});
   expect_error(SafetensorsCheckpoint::open_index(dir_.write("i.json", "{\"weight_map\": []}")),
                {"i.json: \"weight_map\" must be an object"});
-  expect_error(SafetensorsCheckpoint::open_index(dir_.write("i.json", "{\"metadata\": 1, \"weight_map\": {}}")),
+  expect_error(SafetensorsCheckpoint::open_index(
+                   dir_.write("i.json", "{\"metadata\": 1, \"weight_map\": {}}")),
                {"i.json: \"metadata\" must be an object"});
   expect_error(SafetensorsCheckpoint::open_index(dir_.write("i.json", "{\"weight_map\": {")),
                {"i.json", "not valid JSON"});

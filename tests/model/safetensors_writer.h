@@ -28,7 +28,8 @@ struct TestTensor {
 inline std::string raw_safetensors(uint64_t header_len, const std::string& header,
                                    const std::string& data = "") {
   std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>(header_len >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>(header_len >> (8 * i));
   return out + header + data;
 }
 

@@ -53,13 +53,15 @@ std::vector<TestTensor> checkpoint_tensors(const ModelConfig& c) {
   std::vector<TestTensor> out;
   for (const ExpectedTensor& e : expected_tensors(c)) {
     if (e.optional) continue;
-    out.push_back({e.name, "BF16", e.shape,
-                   std::string(static_cast<size_t>(numel(e.shape)) * 2, static_cast<char>(out.size()))});
+    out.push_back(
+        {e.name, "BF16", e.shape,
+         std::string(static_cast<size_t>(numel(e.shape)) * 2, static_cast<char>(out.size()))});
   }
   return out;
 }
 
-std::vector<TestTensor>::iterator find_tensor(std::vector<TestTensor>& ts, const std::string& name) {
+std::vector<TestTensor>::iterator find_tensor(std::vector<TestTensor>& ts,
+                                              const std::string& name) {
   return std::find_if(ts.begin(), ts.end(), [&](const TestTensor& t) { return t.name == name; });
 }
 
@@ -120,13 +122,15 @@ TEST_F(WeightsTest, TiedCheckpointWithLmHeadIsCheckedNotUsed) {
   EXPECT_EQ(r->num_parameters(), kTiedParams);
 
   tensors.back() = {"lm_head.weight", "BF16", {65, 256}, std::string(65 * 256 * 2, 'h')};
-  expect_error(load(tensors, c), {"tensor \"lm_head.weight\" has shape [65, 256], expected [64, 256]"});
+  expect_error(load(tensors, c),
+               {"tensor \"lm_head.weight\" has shape [65, 256], expected [64, 256]"});
 }
 
 TEST_F(WeightsTest, RotaryInvFreqIsIgnored) {
   const ModelConfig c = tiny_config(false);
   auto tensors = checkpoint_tensors(c);
-  tensors.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", {64}, std::string(256, 0)});
+  tensors.push_back(
+      {"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", {64}, std::string(256, 0)});
   auto r = load(tensors, c);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_FALSE(r->contains("model.layers.0.self_attn.rotary_emb.inv_freq"));
@@ -136,7 +140,8 @@ TEST_F(WeightsTest, MissingTensor) {
   const ModelConfig c = tiny_config(false);
   auto tensors = checkpoint_tensors(c);
   tensors.erase(find_tensor(tensors, "model.layers.1.mlp.up_proj.weight"));
-  expect_error(load(tensors, c), {"model.safetensors: missing tensor \"model.layers.1.mlp.up_proj.weight\""});
+  expect_error(load(tensors, c),
+               {"model.safetensors: missing tensor \"model.layers.1.mlp.up_proj.weight\""});
 }
 
 TEST_F(WeightsTest, UntiedMissingLmHead) {
@@ -165,8 +170,8 @@ TEST_F(WeightsTest, UnexpectedTensor) {
   ModelConfig llama = c;
   llama.qkv_bias = false;
   tensors.pop_back();
-  expect_error(load(tensors, llama), {"unexpected tensor \"model.layers.0.self_attn.k_proj.bias\"",
-                                      "(and 3 more)"});
+  expect_error(load(tensors, llama),
+               {"unexpected tensor \"model.layers.0.self_attn.k_proj.bias\"", "(and 3 more)"});
 }
 
 TEST_F(WeightsTest, WrongShape) {
@@ -210,7 +215,8 @@ TEST_F(WeightsTest, ShardedCheckpointLoads) {
   Json map = Json::object();
   for (const auto& t : a) map[t.name] = "model-00001-of-00002.safetensors";
   for (const auto& t : b) map[t.name] = "model-00002-of-00002.safetensors";
-  dir_.write("model.safetensors.index.json", Json{{"metadata", Json::object()}, {"weight_map", map}}.dump());
+  dir_.write("model.safetensors.index.json",
+             Json{{"metadata", Json::object()}, {"weight_map", map}}.dump());
   EXPECT_TRUE(has_weight_files(dir_.path()));
   auto r = load_weights(dir_.path(), c, LoadFormat::kAuto);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
@@ -310,8 +316,9 @@ TEST(DummyWeightsTest, OtherFloatDtypes) {
     const TensorView& norm = r->get("model.norm.weight");
     EXPECT_EQ(norm.dtype, t);
     EXPECT_EQ(norm.data.size(), 256 * dtype_size(t));
-    const float one = t == DType::kF32 ? *reinterpret_cast<const float*>(norm.data.data())
-                                       : fp16_to_float(*reinterpret_cast<const uint16_t*>(norm.data.data()));
+    const float one = t == DType::kF32
+                          ? *reinterpret_cast<const float*>(norm.data.data())
+                          : fp16_to_float(*reinterpret_cast<const uint16_t*>(norm.data.data()));
     EXPECT_EQ(one, 1.0f);
   }
 }
