@@ -106,10 +106,9 @@ OrderedJson to_json(const CheckModelOptions& o, const Report& r) {
                                               c->num_key_value_heads, c->head_dim);
     OrderedJson kv = {{"16bit", static_cast<int64_t>(b16)}, {"int4_kivi", nullptr}};
     if (block_ok) {
-      const double b4 =
-          kv::kv_bytes_per_token(kv::KvCacheDtype::kInt4Kivi, c->num_hidden_layers,
-                                 c->num_key_value_heads, c->head_dim, o.block_size,
-                                 kv::kDefaultValueGroupSize);
+      const double b4 = kv::kv_bytes_per_token(kv::KvCacheDtype::kInt4Kivi, c->num_hidden_layers,
+                                               c->num_key_value_heads, c->head_dim, o.block_size,
+                                               kv::kDefaultValueGroupSize);
       // Whole for head_dim 128 and every allowed layout; printed as an integer when whole.
       kv["int4_kivi"] =
           b4 == std::floor(b4) ? OrderedJson(static_cast<int64_t>(b4)) : OrderedJson(b4);

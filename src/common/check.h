@@ -8,7 +8,8 @@
 
 namespace s4kv::detail {
 
-[[noreturn]] void check_failed(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void check_failed(const char* file, int line, const char* cond,
+                               const std::string& msg);
 
 template <typename... Args>
 std::string check_message(const Args&... args) {
@@ -19,10 +20,10 @@ std::string check_message(const Args&... args) {
 
 }  // namespace s4kv::detail
 
-#define S4KV_CHECK(cond, ...)                                                           \
-  do {                                                                                  \
-    if (!(cond)) [[unlikely]] {                                                         \
-      ::s4kv::detail::check_failed(__FILE__, __LINE__, #cond,                           \
+#define S4KV_CHECK(cond, ...)                                                                     \
+  do {                                                                                            \
+    if (!(cond)) [[unlikely]] {                                                                   \
+      ::s4kv::detail::check_failed(__FILE__, __LINE__, #cond,                                     \
                                    ::s4kv::detail::check_message("" __VA_OPT__(, ) __VA_ARGS__)); \
-    }                                                                                   \
+    }                                                                                             \
   } while (0)

@@ -13,10 +13,18 @@ struct DTypeInfo {
 };
 
 constexpr std::array<DTypeInfo, 12> kDTypes{{
-    {DType::kF32, "F32", 4},     {DType::kF16, "F16", 2},        {DType::kBF16, "BF16", 2},
-    {DType::kF64, "F64", 8},     {DType::kI64, "I64", 8},        {DType::kI32, "I32", 4},
-    {DType::kI16, "I16", 2},     {DType::kI8, "I8", 1},          {DType::kU8, "U8", 1},
-    {DType::kBool, "BOOL", 1},   {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1},
+    {DType::kF32, "F32", 4},
+    {DType::kF16, "F16", 2},
+    {DType::kBF16, "BF16", 2},
+    {DType::kF64, "F64", 8},
+    {DType::kI64, "I64", 8},
+    {DType::kI32, "I32", 4},
+    {DType::kI16, "I16", 2},
+    {DType::kI8, "I8", 1},
+    {DType::kU8, "U8", 1},
+    {DType::kBool, "BOOL", 1},
+    {DType::kF8E4M3, "F8_E4M3", 1},
+    {DType::kF8E5M2, "F8_E5M2", 1},
 }};
 
 const DTypeInfo& info(DType t) {
@@ -48,10 +56,14 @@ std::optional<DType> dtype_from_torch_name(std::string_view name) {
 
 std::string_view dtype_torch_name(DType t) {
   switch (t) {
-    case DType::kBF16: return "bfloat16";
-    case DType::kF16: return "float16";
-    case DType::kF32: return "float32";
-    default: return dtype_name(t);
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF16:
+      return "float16";
+    case DType::kF32:
+      return "float32";
+    default:
+      return dtype_name(t);
   }
 }
 

@@ -14,7 +14,7 @@ namespace s4kv {
 using Json = nlohmann::json;
 
 struct JsonLimits {
-  int max_depth = 64;            // nesting of arrays and objects
+  int max_depth = 64;  // nesting of arrays and objects
   bool allow_duplicate_keys = false;
 };
 

@@ -39,7 +39,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status invalid_argument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
 inline Status not_found(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status io_error(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
@@ -48,7 +50,7 @@ inline Status io_error(std::string m) { return {StatusCode::kIoError, std::move(
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     S4KV_CHECK(!std::get<Status>(v_).is_ok(), "Result constructed from an ok Status");
   }
@@ -82,10 +84,10 @@ class [[nodiscard]] Result {
 }  // namespace s4kv
 
 // Returns early from a function returning Status or Result<U> when expr is not ok.
-#define S4KV_RETURN_IF_ERROR(expr)                                   \
-  do {                                                               \
-    const auto& s4kv_result_ = (expr);                               \
-    if (!s4kv_result_.is_ok()) return s4kv_result_.status();         \
+#define S4KV_RETURN_IF_ERROR(expr)                           \
+  do {                                                       \
+    const auto& s4kv_result_ = (expr);                       \
+    if (!s4kv_result_.is_ok()) return s4kv_result_.status(); \
   } while (0)
 
 #define S4KV_CONCAT_INNER_(a, b) a##b

@@ -21,9 +21,12 @@ std::string list(const std::array<int, N>& set) {
 // Bytes per token for one layer and one KV head.
 double bytes_per_head(KvCacheDtype dtype, double d, double b, double gv) {
   switch (dtype) {
-    case KvCacheDtype::k16Bit: return 2.0 * 2.0 * d;
-    case KvCacheDtype::kInt4Kivi: return d / 2 + 4 * d / b + d / 2 + 4 * d / gv;
-    case KvCacheDtype::kFp8E4M3: return 2.0 * d;
+    case KvCacheDtype::k16Bit:
+      return 2.0 * 2.0 * d;
+    case KvCacheDtype::kInt4Kivi:
+      return d / 2 + 4 * d / b + d / 2 + 4 * d / gv;
+    case KvCacheDtype::kFp8E4M3:
+      return 2.0 * d;
   }
   S4KV_CHECK(false, "unknown KvCacheDtype ", static_cast<int>(dtype));
   return 0;
@@ -33,9 +36,12 @@ double bytes_per_head(KvCacheDtype dtype, double d, double b, double gv) {
 
 std::string_view kv_cache_dtype_name(KvCacheDtype dtype) {
   switch (dtype) {
-    case KvCacheDtype::k16Bit: return "16bit";
-    case KvCacheDtype::kInt4Kivi: return "int4_kivi";
-    case KvCacheDtype::kFp8E4M3: return "fp8_e4m3";
+    case KvCacheDtype::k16Bit:
+      return "16bit";
+    case KvCacheDtype::kInt4Kivi:
+      return "int4_kivi";
+    case KvCacheDtype::kFp8E4M3:
+      return "fp8_e4m3";
   }
   return "unknown";
 }
@@ -63,8 +69,8 @@ double kv_bytes_per_token(KvCacheDtype dtype, int64_t num_layers, int64_t num_kv
              " num_kv_heads=", num_kv_heads, " head_dim=", head_dim);
   S4KV_CHECK(validate_kv_layout(block_size, value_group_size).is_ok(), "block_size=", block_size,
              " value_group_size=", value_group_size);
-  const double per_head = bytes_per_head(dtype, static_cast<double>(head_dim), block_size,
-                                         value_group_size);
+  const double per_head =
+      bytes_per_head(dtype, static_cast<double>(head_dim), block_size, value_group_size);
   return per_head * static_cast<double>(num_layers) * static_cast<double>(num_kv_heads);
 }
 

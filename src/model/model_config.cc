@@ -193,8 +193,8 @@ void check_dtype_and_quantization(Checker& c, const Json& doc, ModelConfig& cfg)
     }
   }
   // Newer transformers write "dtype", older "torch_dtype".
-  const std::string key = doc.contains("dtype") && !doc.contains("torch_dtype") ? "dtype"
-                                                                                : "torch_dtype";
+  const std::string key =
+      doc.contains("dtype") && !doc.contains("torch_dtype") ? "dtype" : "torch_dtype";
   auto name = c.string(doc, key, key, /*required=*/true);
   if (!name) return;
   auto dtype = dtype_from_torch_name(*name);
@@ -213,8 +213,8 @@ void check_dimensions(Checker& c, const Json& doc, ModelConfig& cfg) {
   auto kv_heads = c.integer(doc, "num_key_value_heads", "num_key_value_heads", 1, 1024, false);
   auto head_dim = c.integer(doc, "head_dim", "head_dim", 1, 65536, false);
   auto vocab = c.integer(doc, "vocab_size", "vocab_size", 1, 4194304, true);
-  auto max_pos = c.integer(doc, "max_position_embeddings", "max_position_embeddings", 1,
-                           kMaxPositions, false);
+  auto max_pos =
+      c.integer(doc, "max_position_embeddings", "max_position_embeddings", 1, kMaxPositions, false);
   cfg.hidden_size = hidden.value_or(0);
   cfg.intermediate_size = inter.value_or(0);
   cfg.num_hidden_layers = layers.value_or(0);
@@ -314,8 +314,10 @@ void check_rope(Checker& c, const Json& doc, ModelConfig& cfg) {
     c.invalid("rope_scaling and rope_parameters disagree");
   }
   cfg.rope_theta = theta.value_or(10000.0);
-  if (params) cfg.rope_scaling = *params;
-  else if (legacy) cfg.rope_scaling = *legacy;
+  if (params)
+    cfg.rope_scaling = *params;
+  else if (legacy)
+    cfg.rope_scaling = *legacy;
   if (auto prf = c.number(doc, "partial_rotary_factor", "partial_rotary_factor", 0.0, false, false);
       prf && *prf != 1.0) {
     c.unsupported("partial_rotary_factor", json_brief(Json(*prf)), "1.0");
@@ -422,7 +424,7 @@ int64_t count_parameters(const ModelConfig& cfg) {
   const int64_t h = cfg.hidden_size;
   const int64_t q = cfg.num_attention_heads * cfg.head_dim;
   const int64_t kv = cfg.num_key_value_heads * cfg.head_dim;
-  int64_t layer = h * q + 2 * h * kv + q * h  // q, k, v, o projections
+  int64_t layer = h * q + 2 * h * kv + q * h       // q, k, v, o projections
                   + 3 * h * cfg.intermediate_size  // gate, up, down
                   + 2 * h;                         // input and post-attention RMSNorm
   if (cfg.qkv_bias) layer += q + 2 * kv;

@@ -41,8 +41,8 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
-  DType dtype = DType::kBF16;        // torch_dtype / dtype
-  bool qkv_bias = false;             // qwen2: always; llama: never (attention_bias must be false)
+  DType dtype = DType::kBF16;  // torch_dtype / dtype
+  bool qkv_bias = false;       // qwen2: always; llama: never (attention_bias must be false)
   bool tie_word_embeddings = false;
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;  // eos_token_id: integer or list

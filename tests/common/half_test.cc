@@ -29,7 +29,7 @@ TEST(Half, Fp16KnownValues) {
   EXPECT_EQ(float_to_fp16(1.0f), 0x3c00);
   EXPECT_EQ(float_to_fp16(-2.0f), 0xc000);
   EXPECT_EQ(float_to_fp16(65504.0f), 0x7bff);
-  EXPECT_EQ(float_to_fp16(65520.0f), 0x7c00);  // rounds to inf
+  EXPECT_EQ(float_to_fp16(65520.0f), 0x7c00);        // rounds to inf
   EXPECT_EQ(float_to_fp16(5.9604645e-08f), 0x0001);  // smallest subnormal
   EXPECT_EQ(float_to_fp16(2.9802322e-08f), 0x0000);  // exactly half: ties to even (0)
   EXPECT_EQ(float_to_fp16(8.940697e-08f), 0x0002);   // 1.5 ulp: ties to even (2)

@@ -29,8 +29,7 @@ TEST_P(FixtureBytes, SixteenBitAndInt4Kivi) {
   const double int4 = kv_bytes_per_token(KvCacheDtype::kInt4Kivi, layers, kv_heads, 128, 64, 128);
   EXPECT_EQ(int4, 140.0 * static_cast<double>(layers * kv_heads));
   EXPECT_NEAR(c.bytes_16bit / int4, 3.657, 0.001);
-  EXPECT_EQ(kv_bytes_per_token(KvCacheDtype::kFp8E4M3, layers, kv_heads, 128),
-            c.bytes_16bit / 2);
+  EXPECT_EQ(kv_bytes_per_token(KvCacheDtype::kFp8E4M3, layers, kv_heads, 128), c.bytes_16bit / 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(FiveModels, FixtureBytes,

@@ -1,6 +1,6 @@
 // libFuzzer target for the safetensors header parser: any bytes must yield either a Status
 // or tensors whose views lie inside the input with exactly numel * dtype_size bytes. Not in
-// the default build; build by hand or through an optional CMake target, e.g.
+// the default build: `bash scripts/fuzz.sh [SECONDS]` builds and runs it; by hand:
 //   clang++-14 -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -Isrc \
 //     tests/model/fuzz_safetensors.cc src/model/{safetensors,weights,weight_map}.cc \
 //     src/common/{check,dtype,file,json}.cc -pthread -o fuzz_safetensors

@@ -160,9 +160,9 @@ TEST(ModelConfig, RopeParametersDefaultAndDisagreement) {
 
 TEST(ModelConfig, Defaults) {
   Json doc = fixture_json("qwen2.5-7b-instruct");
-  for (const char* key : {"num_key_value_heads", "rope_theta", "tie_word_embeddings",
-                          "bos_token_id", "eos_token_id", "rms_norm_eps", "architectures",
-                          "use_sliding_window", "hidden_act"}) {
+  for (const char* key :
+       {"num_key_value_heads", "rope_theta", "tie_word_embeddings", "bos_token_id", "eos_token_id",
+        "rms_norm_eps", "architectures", "use_sliding_window", "hidden_act"}) {
     doc.erase(key);
   }
   doc["rope_scaling"] = nullptr;

@@ -32,8 +32,10 @@ class ModelPathTest : public ::testing::Test {
   }
   void TearDown() override {
     for (const auto& [name, v] : saved_) {
-      if (v) ::setenv(name.c_str(), v->c_str(), 1);
-      else ::unsetenv(name.c_str());
+      if (v)
+        ::setenv(name.c_str(), v->c_str(), 1);
+      else
+        ::unsetenv(name.c_str());
     }
   }
 
@@ -94,8 +96,8 @@ TEST_F(ModelPathTest, DefaultCacheUnderHome) {
 }
 
 TEST_F(ModelPathTest, OnlySnapshotWithoutRefs) {
-  const std::string repo = make_repo(root_ / "hf" / "hub", "models--meta-llama--Llama-3.1-8B",
-                                     {"0123abcd"}, nullptr);
+  const std::string repo =
+      make_repo(root_ / "hf" / "hub", "models--meta-llama--Llama-3.1-8B", {"0123abcd"}, nullptr);
   EXPECT_EQ(*resolve_model_path("meta-llama/Llama-3.1-8B"), repo + "/snapshots/0123abcd");
 }
 
@@ -104,8 +106,8 @@ TEST_F(ModelPathTest, SeveralSnapshotsWithoutRefsAreListed) {
   auto p = resolve_model_path("org/m");
   EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(p.status().message(), "model org/m: " + repo +
-                                       "/snapshots holds several snapshots (r1, r2) and no "
-                                       "refs/main says which; pass the snapshot directory");
+                                      "/snapshots holds several snapshots (r1, r2) and no "
+                                      "refs/main says which; pass the snapshot directory");
 }
 
 TEST_F(ModelPathTest, RefsMainToMissingSnapshot) {
@@ -113,7 +115,7 @@ TEST_F(ModelPathTest, RefsMainToMissingSnapshot) {
   auto p = resolve_model_path("org/m");
   EXPECT_EQ(p.status().code(), StatusCode::kNotFound);
   EXPECT_EQ(p.status().message(), "model org/m: " + repo + "/refs/main names revision r9, but " +
-                                       repo + "/snapshots/r9 does not exist");
+                                      repo + "/snapshots/r9 does not exist");
 }
 
 TEST_F(ModelPathTest, NotInCacheNamesWhatWasLookedFor) {

@@ -5,9 +5,9 @@
 
 #include "common/check.h"
 
-#define S4KV_CUDA_CHECK(expr)                                                        \
-  do {                                                                               \
-    cudaError_t s4kv_err_ = (expr);                                                  \
-    S4KV_CHECK(s4kv_err_ == cudaSuccess, #expr, ": ", cudaGetErrorName(s4kv_err_), \
-               " (", cudaGetErrorString(s4kv_err_), ")");                            \
+#define S4KV_CUDA_CHECK(expr)                                                            \
+  do {                                                                                   \
+    cudaError_t s4kv_err_ = (expr);                                                      \
+    S4KV_CHECK(s4kv_err_ == cudaSuccess, #expr, ": ", cudaGetErrorName(s4kv_err_), " (", \
+               cudaGetErrorString(s4kv_err_), ")");                                      \
   } while (0)

@@ -27,9 +27,8 @@ __device__ float block_sum(float v) {
 // Each thread handles bf16 pairs (hidden_size is even), reading x twice from L1/L2
 // instead of keeping a per-thread array, so any hidden size up to 64k works.
 __global__ void rmsnorm_kernel(const __nv_bfloat162* __restrict__ x,
-                               const __nv_bfloat162* __restrict__ weight,
-                               __nv_bfloat162* out, int64_t num_pairs, float inv_hidden,
-                               float eps) {
+                               const __nv_bfloat162* __restrict__ weight, __nv_bfloat162* out,
+                               int64_t num_pairs, float inv_hidden, float eps) {
   const int64_t row = blockIdx.x;
   const __nv_bfloat162* xr = x + row * num_pairs;
   float sum_sq = 0.0f;
