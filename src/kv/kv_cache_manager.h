@@ -1,0 +1,97 @@
+// KvCacheManager: per-request block tables over a BlockPool, with prefix caching of full blocks.
+// Engine-agnostic: request ids and token ids in, block ids out; it never sees KV bytes.
+//
+// One request's life, as the scheduler drives it (vLLM v1's KVCacheManager protocol):
+//   1. computed = get_computed_blocks(tokens)          longest cached prefix of full blocks
+//   2. allocate_slots(id, num_new_tokens, computed)    all or nothing; later steps pass no
+//                                                      computed blocks, just more tokens
+//   3. after the step that wrote the KV: cache_blocks(id, tokens, num_computed_tokens)
+//   4. free(id) on finish, abort or preemption
+// Blocks returned by get_computed_blocks stay valid only until the pool next changes, so step 2
+// must follow step 1 with no other allocation in between.
+//
+// Thread ownership: engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/block_hash.h"
+#include "kv/block_pool.h"
+
+namespace s4kv::kv {
+
+// The engine's internal sequence number for a request (not the OpenAI "id" string).
+using RequestId = uint64_t;
+
+// A prefix-cache match for a request that has no blocks yet.
+struct ComputedBlocks {
+  std::vector<BlockId> blocks;      // cached blocks of the prefix, in order
+  std::vector<BlockHash> hashes;    // their chained hashes (reused, not recomputed)
+  int64_t num_computed_tokens = 0;  // blocks.size() * block_size
+  int64_t num_queried_tokens = 0;   // the prompt length looked up (for the hit-rate counters)
+};
+
+class KvCacheManager {
+ public:
+  // block_size > 0; the pool has num_blocks blocks. `salt` roots the hash chain: the process salt
+  // in production, a fixed value in tests that compare hashes.
+  KvCacheManager(int num_blocks, int block_size, bool enable_prefix_caching,
+                 uint64_t salt = process_hash_salt());
+
+  // Longest prefix of `token_ids` made of cached full blocks, stopping one token short of the
+  // whole prompt: the last token must be computed to produce logits. Empty without prefix
+  // caching. Takes no references: allocate_slots does.
+  ComputedBlocks get_computed_blocks(std::span<const int32_t> token_ids) const;
+
+  // Grows the request's block table to hold num_new_tokens more tokens. For a request without a
+  // table, `computed` (from get_computed_blocks) becomes the table's prefix and counts as already
+  // computed; for a running request it must be empty. Returns false, changing nothing, when the
+  // pool cannot supply every block needed.
+  [[nodiscard]] bool allocate_slots(RequestId id, int64_t num_new_tokens,
+                                    const ComputedBlocks& computed = {});
+
+  // Caches the request's blocks that are full within its first num_computed_tokens tokens and not
+  // cached yet. Call after the step that wrote their KV, so that a block is never found by
+  // another request before its contents exist. `token_ids` holds at least that many tokens
+  // (prompt then output).
+  void cache_blocks(RequestId id, std::span<const int32_t> token_ids, int64_t num_computed_tokens);
+
+  // Releases the request's blocks, last block first so that its tail is evicted before its
+  // (more shareable) prefix. A request without a table (never admitted, or already freed) is a
+  // no-op, so finish and abort paths need not know whether it was scheduled.
+  void free(RequestId id);
+
+  bool has_request(RequestId id) const { return requests_.contains(id); }
+  // The request's block ids, in token order. The request must have a table (S4KV_CHECK).
+  std::span<const BlockId> block_table(RequestId id) const;
+  // Tokens the table has slots for (computed prefix plus every num_new_tokens allocated).
+  int64_t num_tokens(RequestId id) const;
+
+  int block_size() const { return block_size_; }
+  int num_requests() const { return static_cast<int>(requests_.size()); }
+  const BlockPool& pool() const { return pool_; }
+  // Pool invariants plus: every table's blocks are in use, and each block's ref count equals the
+  // number of tables holding it.
+  void check_invariants() const;
+
+ private:
+  struct RequestBlocks {
+    std::vector<BlockId> blocks;
+    std::vector<BlockHash> hashes;  // chained hashes of the first num_cached_blocks blocks
+    int64_t num_tokens = 0;
+    size_t num_cached_blocks = 0;  // blocks passed to cache_full_block (or found cached)
+  };
+
+  int64_t num_blocks_for_tokens(int64_t num_tokens) const;
+  int num_evictable(std::span<const BlockId> blocks) const;
+
+  BlockPool pool_;
+  int block_size_;
+  uint64_t salt_;
+  std::unordered_map<RequestId, RequestBlocks> requests_;
+};
+
+}  // namespace s4kv::kv

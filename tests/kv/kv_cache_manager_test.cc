@@ -1,0 +1,279 @@
+// KvCacheManager: block tables, prefix-cache hits across requests, release on finish and abort,
+// a randomized scheduler-like stress test, and the KV memory budget -> blocks arithmetic.
+#include "kv/kv_cache_manager.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "kv/kv_capacity.h"
+
+namespace s4kv::kv {
+namespace {
+
+constexpr int kBlock = 4;
+constexpr uint64_t kSalt = 0x5eed;
+
+std::vector<int32_t> iota_tokens(int n, int32_t start = 0) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), start);
+  return t;
+}
+
+// Admits a request the way the scheduler does: prefix lookup, allocation of the rest of the
+// prompt, then (after the "step") caching of the prompt's full blocks.
+ComputedBlocks admit(KvCacheManager& m, RequestId id, const std::vector<int32_t>& prompt) {
+  ComputedBlocks computed = m.get_computed_blocks(prompt);
+  const int64_t num_new = static_cast<int64_t>(prompt.size()) - computed.num_computed_tokens;
+  EXPECT_TRUE(m.allocate_slots(id, num_new, computed));
+  m.check_invariants();
+  m.cache_blocks(id, prompt, static_cast<int64_t>(prompt.size()));
+  m.check_invariants();
+  return computed;
+}
+
+TEST(KvCacheManager, AllocatesBlocksAsTokensGrow) {
+  KvCacheManager m(8, kBlock, true, kSalt);
+  ASSERT_TRUE(m.allocate_slots(1, 5));
+  m.check_invariants();
+  EXPECT_EQ(m.block_table(1).size(), 2u);
+  EXPECT_EQ(m.num_tokens(1), 5);
+  ASSERT_TRUE(m.allocate_slots(1, 3));  // 8 tokens: still two blocks
+  EXPECT_EQ(m.block_table(1).size(), 2u);
+  ASSERT_TRUE(m.allocate_slots(1, 1));  // the 9th token opens a third
+  m.check_invariants();
+  EXPECT_EQ(m.block_table(1).size(), 3u);
+  EXPECT_EQ(m.pool().num_free_blocks(), 5);
+}
+
+TEST(KvCacheManager, AllocateSlotsIsAllOrNothing) {
+  KvCacheManager m(3, kBlock, true, kSalt);
+  ASSERT_TRUE(m.allocate_slots(1, 8));
+  EXPECT_FALSE(m.allocate_slots(2, 8));
+  EXPECT_FALSE(m.has_request(2));
+  EXPECT_FALSE(m.allocate_slots(1, 5));
+  EXPECT_EQ(m.num_tokens(1), 8);  // unchanged by the failure
+  m.check_invariants();
+  EXPECT_EQ(m.pool().num_free_blocks(), 1);
+}
+
+TEST(KvCacheManager, CacheHitAfterRequestFinishes) {
+  KvCacheManager m(16, kBlock, true, kSalt);
+  const std::vector<int32_t> prompt = iota_tokens(10);  // two full blocks + 2 tokens
+  admit(m, 1, prompt);
+  const std::vector<BlockId> first(m.block_table(1).begin(), m.block_table(1).end());
+  m.free(1);
+  m.check_invariants();
+  EXPECT_EQ(m.pool().num_free_blocks(), 16);
+
+  const ComputedBlocks hit = admit(m, 2, prompt);
+  EXPECT_EQ(hit.num_computed_tokens, 8);
+  EXPECT_EQ(hit.blocks, (std::vector<BlockId>{first[0], first[1]}));
+  EXPECT_EQ(m.block_table(2)[0], first[0]);
+  EXPECT_EQ(m.pool().prefix_cache_queries(), 20);
+  EXPECT_EQ(m.pool().prefix_cache_hits(), 8);
+}
+
+TEST(KvCacheManager, NeverCachesTheWholePrompt) {
+  KvCacheManager m(16, kBlock, true, kSalt);
+  const std::vector<int32_t> prompt = iota_tokens(8);  // exactly two blocks
+  admit(m, 1, prompt);
+  // Both blocks are cached, but the last token must be recomputed: only one block is a hit.
+  EXPECT_EQ(m.get_computed_blocks(prompt).num_computed_tokens, 4);
+  EXPECT_EQ(m.get_computed_blocks(iota_tokens(9)).num_computed_tokens, 8);
+  EXPECT_EQ(m.get_computed_blocks({}).num_computed_tokens, 0);
+}
+
+TEST(KvCacheManager, SharedPrefixRefCounts) {
+  KvCacheManager m(16, kBlock, true, kSalt);
+  std::vector<int32_t> a = iota_tokens(10);
+  std::vector<int32_t> b = iota_tokens(10);
+  b[9] = 500;  // same first two blocks, different tail
+  admit(m, 1, a);
+  const ComputedBlocks hit = admit(m, 2, b);
+  ASSERT_EQ(hit.blocks.size(), 2u);
+  EXPECT_EQ(m.pool().ref_count(hit.blocks[0]), 2);
+  EXPECT_NE(m.block_table(1)[2], m.block_table(2)[2]);
+  m.free(1);  // the other request keeps the shared prefix
+  m.check_invariants();
+  EXPECT_EQ(m.pool().ref_count(hit.blocks[0]), 1);
+  EXPECT_EQ(m.pool().num_free_blocks(), 13);
+  m.free(2);
+  m.check_invariants();
+  EXPECT_EQ(m.pool().num_free_blocks(), 16);
+}
+
+TEST(KvCacheManager, DecodeFillsAndCachesNewBlocks) {
+  KvCacheManager m(16, kBlock, true, kSalt);
+  std::vector<int32_t> tokens = iota_tokens(6);
+  admit(m, 1, tokens);
+  for (int32_t t = 100; t < 106; ++t) {  // decode one token per step
+    tokens.push_back(t);
+    ASSERT_TRUE(m.allocate_slots(1, 1));
+    m.cache_blocks(1, tokens, static_cast<int64_t>(tokens.size()));
+    m.check_invariants();
+  }
+  // 12 tokens: three full blocks, all cached; a continuation finds them.
+  std::vector<int32_t> follow_up = tokens;
+  follow_up.push_back(7);
+  EXPECT_EQ(m.get_computed_blocks(follow_up).num_computed_tokens, 12);
+}
+
+TEST(KvCacheManager, UncomputedTokensAreNotCached) {
+  KvCacheManager m(16, kBlock, true, kSalt);
+  const std::vector<int32_t> prompt = iota_tokens(13);
+  ASSERT_TRUE(m.allocate_slots(1, 13));
+  m.cache_blocks(1, prompt, 6);  // a chunked prefill computed 6 tokens so far
+  EXPECT_EQ(m.get_computed_blocks(prompt).num_computed_tokens, 4);
+  m.cache_blocks(1, prompt, 13);
+  EXPECT_EQ(m.get_computed_blocks(prompt).num_computed_tokens, 12);
+  m.check_invariants();
+}
+
+TEST(KvCacheManager, EvictedBlocksMissAfterReallocation) {
+  KvCacheManager m(4, kBlock, true, kSalt);
+  const std::vector<int32_t> prompt = iota_tokens(9);
+  admit(m, 1, prompt);  // 3 blocks, 2 cached
+  m.free(1);
+  ASSERT_TRUE(m.allocate_slots(2, 16));  // needs all 4 blocks: evicts every cached one
+  m.check_invariants();
+  m.free(2);
+  EXPECT_EQ(m.get_computed_blocks(prompt).num_computed_tokens, 0);
+}
+
+TEST(KvCacheManager, HitOnFreeBlocksCountsThemAgainstFreeSpace) {
+  KvCacheManager m(3, kBlock, true, kSalt);
+  const std::vector<int32_t> prompt = iota_tokens(9);
+  admit(m, 1, prompt);
+  m.free(1);
+  // Cached blocks 0-1 sit in the free list. A hit on both plus two new blocks needs 4 > 3.
+  ComputedBlocks hit = m.get_computed_blocks(prompt);
+  ASSERT_EQ(hit.blocks.size(), 2u);
+  EXPECT_FALSE(m.allocate_slots(2, 1 + 4, hit));
+  m.check_invariants();
+  EXPECT_TRUE(m.allocate_slots(2, 1, hit));
+  m.check_invariants();
+  EXPECT_EQ(m.pool().num_free_blocks(), 0);
+}
+
+TEST(KvCacheManager, AbortMidPrefillFreesEverything) {
+  KvCacheManager m(8, kBlock, true, kSalt);
+  const std::vector<int32_t> prompt = iota_tokens(20);
+  ASSERT_TRUE(m.allocate_slots(1, 8));  // first chunk of a chunked prefill
+  m.cache_blocks(1, prompt, 8);
+  ASSERT_TRUE(m.allocate_slots(1, 8));
+  m.free(1);  // abort
+  m.check_invariants();
+  EXPECT_FALSE(m.has_request(1));
+  EXPECT_EQ(m.pool().num_free_blocks(), 8);
+  m.free(1);  // a second abort, or one for a request never scheduled, is harmless
+  m.free(99);
+  m.check_invariants();
+}
+
+TEST(KvCacheManager, FreeReleasesTailFirst) {
+  KvCacheManager m(8, kBlock, true, kSalt);
+  ASSERT_TRUE(m.allocate_slots(1, 12));
+  const std::vector<BlockId> table(m.block_table(1).begin(), m.block_table(1).end());
+  m.free(1);
+  const std::vector<BlockId> free_list = m.pool().free_list();
+  const std::vector<BlockId> tail(free_list.end() - 3, free_list.end());
+  EXPECT_EQ(tail, (std::vector<BlockId>{table[2], table[1], table[0]}));
+}
+
+TEST(KvCacheManager, PrefixCachingOff) {
+  KvCacheManager m(8, kBlock, false, kSalt);
+  const std::vector<int32_t> prompt = iota_tokens(9);
+  admit(m, 1, prompt);
+  m.free(1);
+  EXPECT_EQ(m.get_computed_blocks(prompt).num_computed_tokens, 0);
+  EXPECT_EQ(m.pool().prefix_cache_queries(), 0);
+}
+
+// Requests drawn from a few shared prefixes are admitted, decoded, finished or aborted at
+// random; invariants (including ref count == number of tables holding a block) after each step.
+TEST(KvCacheManager, RandomizedSchedulerStress) {
+  KvCacheManager m(24, kBlock, true, kSalt);
+  std::mt19937 rng(7);
+  std::vector<std::vector<int32_t>> prefixes;
+  for (int p = 0; p < 4; ++p) prefixes.push_back(iota_tokens(12, 1000 * p));
+  std::map<RequestId, std::vector<int32_t>> running;
+  RequestId next_id = 1;
+  for (int step = 0; step < 5000; ++step) {
+    const int op = static_cast<int>(rng() % 4);
+    if (op == 0) {
+      std::vector<int32_t> prompt = prefixes[rng() % prefixes.size()];
+      prompt.resize(1 + rng() % prompt.size());
+      for (unsigned i = rng() % 9; i > 0; --i) prompt.push_back(static_cast<int32_t>(rng() % 50));
+      ComputedBlocks c = m.get_computed_blocks(prompt);
+      const int64_t num_new = static_cast<int64_t>(prompt.size()) - c.num_computed_tokens;
+      ASSERT_GE(num_new, 1);
+      if (m.allocate_slots(next_id, num_new, c)) {
+        m.cache_blocks(next_id, prompt, static_cast<int64_t>(prompt.size()));
+        running[next_id] = prompt;
+      }
+      ++next_id;
+    } else if (op <= 2 && !running.empty()) {  // decode a token, or preempt when full
+      auto it = std::next(running.begin(), static_cast<long>(rng() % running.size()));
+      if (m.allocate_slots(it->first, 1)) {
+        it->second.push_back(static_cast<int32_t>(rng() % 50));
+        m.cache_blocks(it->first, it->second, static_cast<int64_t>(it->second.size()));
+      } else {
+        m.free(it->first);
+        running.erase(it);
+      }
+    } else if (op == 3 && !running.empty()) {  // finish or abort
+      auto it = std::next(running.begin(), static_cast<long>(rng() % running.size()));
+      m.free(it->first);
+      running.erase(it);
+    }
+    m.check_invariants();
+  }
+  EXPECT_GT(m.pool().prefix_cache_hits(), 0);
+  for (const auto& [id, tokens] : running) m.free(id);
+  m.check_invariants();
+  EXPECT_EQ(m.num_requests(), 0);
+  EXPECT_EQ(m.pool().num_free_blocks(), 24);
+}
+
+TEST(KvCapacity, BlocksForBudget) {
+  EXPECT_EQ(num_blocks_for_budget(100, 10), 10);
+  EXPECT_EQ(num_blocks_for_budget(109, 10), 10);
+  EXPECT_EQ(num_blocks_for_budget(9, 10), 0);
+}
+
+TEST(KvCapacity, Qwen05BShapeAtDefaults) {
+  // 24 layers, 2 KV heads, head_dim 128, B=64, Gv=128: 140 bytes/token/layer/head.
+  Result<KvCapacity> c =
+      plan_kv_capacity(kDefaultKvCacheMemoryBytes, KvCacheDtype::kInt4Kivi, 24, 2, 128);
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c->bytes_per_block, 140 * 64 * 48);
+  EXPECT_EQ(c->num_blocks, (int64_t{1} << 30) / (140 * 64 * 48));
+  EXPECT_EQ(c->num_tokens, c->num_blocks * 64);
+  EXPECT_EQ(c->num_tokens_16bit, (int64_t{1} << 30) / (512 * 64 * 48) * 64);
+  EXPECT_NEAR(c->density, 512.0 / 140.0, 1e-12);
+  EXPECT_EQ(format_kv_capacity(*c),
+            "KV cache: 1.00 GiB int4_kivi, 2496 blocks of 64 tokens (430080 bytes each) = "
+            "159744 tokens (16-bit: 43648 tokens), density 3.66x 16-bit");
+}
+
+TEST(KvCapacity, SixteenBitDensityIsOne) {
+  Result<KvCapacity> c = plan_kv_capacity(1 << 24, KvCacheDtype::k16Bit, 2, 2, 128, 32);
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c->num_tokens, c->num_tokens_16bit);
+  EXPECT_DOUBLE_EQ(c->density, 1.0);
+}
+
+TEST(KvCapacity, RefusesBudgetBelowOneBlock) {
+  Result<KvCapacity> c = plan_kv_capacity(1000, KvCacheDtype::kInt4Kivi, 24, 2, 128);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("--kv-cache-memory=1000"), std::string::npos);
+  EXPECT_FALSE(plan_kv_capacity(0, KvCacheDtype::kInt4Kivi, 24, 2, 128).is_ok());
+  EXPECT_FALSE(plan_kv_capacity(-5, KvCacheDtype::kInt4Kivi, 24, 2, 128).is_ok());
+}
+
+}  // namespace
+}  // namespace s4kv::kv
