@@ -1,0 +1,213 @@
+// cpu_forward_bench: the CPU backend's forward pass on a model (default s4kv-tiny) through
+// the paged 16-bit KV cache: prefill tokens/s of one sequence at 512 and 2,048 tokens
+// (logits for the last token only, as an engine asks), and decode tokens/s at batch 1 and 8
+// (each sequence with a 512-token context). Correctness first: the golden prompt p0's last
+// logits row must be within relative L2 1e-3 of transformers' before anything is timed.
+// Also times the bf16 -> fp32 conversion of all weights, the cost a per-GEMM conversion
+// would add to every step (why cpu_weights.h converts once). Prints a table; --json writes
+// the figures (then bench/stamp.py adds provenance).
+//
+//   build/bench/cpu_forward_bench [--model models/s4kv-tiny] [--json OUT]
+#include <cblas.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_weights.h"
+#include "common/json.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
+#include "model/weights.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using s4kv::backend::Backend;
+using s4kv::backend::ForwardBatch;
+
+constexpr int64_t kBlockSize = 64;
+constexpr int64_t kMaxBlocks = 48;  // per sequence: 3,072 tokens
+constexpr int64_t kDecodeContext = 512;
+constexpr int kDecodeSteps = 32;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// One step over several sequences, each with `cached` tokens in the cache and new tokens
+// appended; sequence s owns blocks [s * kMaxBlocks, (s + 1) * kMaxBlocks). Logits for each
+// sequence's last new token.
+struct Step {
+  std::vector<int32_t> token_ids, positions, query_start_loc{0}, seq_lens, block_tables,
+      logits_indices;
+  std::vector<int64_t> slot_mapping;
+
+  void add(int64_t seq, int64_t cached, const std::vector<int32_t>& new_tokens) {
+    for (size_t j = 0; j < new_tokens.size(); ++j) {
+      const int64_t pos = cached + static_cast<int64_t>(j);
+      token_ids.push_back(new_tokens[j]);
+      positions.push_back(static_cast<int32_t>(pos));
+      slot_mapping.push_back(seq * kMaxBlocks * kBlockSize + pos);
+    }
+    query_start_loc.push_back(static_cast<int32_t>(token_ids.size()));
+    seq_lens.push_back(static_cast<int32_t>(cached + static_cast<int64_t>(new_tokens.size())));
+    for (int64_t b = 0; b < kMaxBlocks; ++b) {
+      block_tables.push_back(static_cast<int32_t>(seq * kMaxBlocks + b));
+    }
+    logits_indices.push_back(static_cast<int32_t>(token_ids.size()) - 1);
+  }
+  ForwardBatch batch() const {
+    return {token_ids,    positions,  query_start_loc, seq_lens,
+            block_tables, kMaxBlocks, slot_mapping,    logits_indices};
+  }
+};
+
+std::vector<int32_t> tokens(int64_t n, int64_t vocab, uint32_t seed) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>((seed = seed * 1664525u + 1013904223u) % vocab);
+  return t;
+}
+
+double time_s(Backend& backend, const Step& step) {
+  const auto t0 = Clock::now();
+  const auto logits = backend.forward(step.batch());
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!std::isfinite(logits[0])) throw std::runtime_error("non-finite logits");
+  return s;
+}
+
+// Relative L2 of our last logits row of golden prompt p0 against transformers'.
+double golden_check(Backend& backend, int64_t vocab) {
+  auto file = s4kv::model::SafetensorsFile::open("tests/golden/s4kv-tiny/logits.safetensors");
+  if (!file.is_ok()) throw std::runtime_error(file.status().message());
+  const auto* ids_t = file->find("p0.ids");
+  const auto* logits_t = file->find("p0.logits");
+  std::vector<int32_t> ids(static_cast<size_t>(ids_t->numel()));
+  std::memcpy(ids.data(), ids_t->data.data(), ids.size() * 4);
+  std::vector<float> ref(static_cast<size_t>(vocab));
+  std::memcpy(ref.data(), logits_t->data.data() + (logits_t->shape[0] - 1) * vocab * 4,
+              ref.size() * 4);
+  Step step;
+  step.add(0, 0, ids);
+  const auto ours = backend.forward(step.batch());
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    diff += (double{ours[i]} - ref[i]) * (double{ours[i]} - ref[i]);
+    norm += double{ref[i]} * ref[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"CPU backend forward pass: prefill and decode tokens/s"};
+  std::string model = "models/s4kv-tiny";
+  std::string json_out;
+  int repeats = 5;
+  app.add_option("--model", model, "model directory");
+  app.add_option("--repeats", repeats, "timed repetitions per prefill figure (median)");
+  app.add_option("--json", json_out, "write the figures as JSON here");
+  CLI11_PARSE(app, argc, argv);
+
+  auto config = s4kv::model::load_model_config(model);
+  if (!config.is_ok()) {
+    std::fprintf(stderr, "%s\n", config.status().message().c_str());
+    return 2;
+  }
+  auto weights = s4kv::model::load_weights(model, *config, s4kv::model::LoadFormat::kAuto);
+  if (!weights.is_ok()) {
+    std::fprintf(stderr, "%s\n", weights.status().message().c_str());
+    return 2;
+  }
+  std::vector<double> convert;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = Clock::now();
+    const auto w = s4kv::backend::cpu::convert_weights(*config, *weights);
+    convert.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  const int64_t vocab = config->vocab_size;
+  auto made = s4kv::backend::cpu::make_cpu_backend(*config, *weights, {8 * kMaxBlocks, kBlockSize});
+  if (!made.is_ok()) {
+    std::fprintf(stderr, "%s\n", made.status().message().c_str());
+    return 2;
+  }
+  Backend& backend = **made;
+  const double golden_rel_l2 = golden_check(backend, vocab);
+  if (!(golden_rel_l2 <= 1e-3)) {
+    std::fprintf(stderr, "correctness check failed: rel L2 %.3e vs golden\n", golden_rel_l2);
+    return 1;
+  }
+
+  s4kv::Json rows = s4kv::Json::array();
+  std::printf("%-10s %6s %8s %12s %12s\n", "phase", "batch", "tokens", "ms/step", "tokens/s");
+  for (int64_t n : {512, 2048}) {
+    Step step;
+    step.add(0, 0, tokens(n, vocab, static_cast<uint32_t>(n)));
+    (void)time_s(backend, step);  // warm-up: buffers grow, pages fault in
+    std::vector<double> t;
+    for (int r = 0; r < repeats; ++r) t.push_back(time_s(backend, step));
+    const double s = median(t);
+    std::printf("%-10s %6d %8lld %12.2f %12.0f\n", "prefill", 1, static_cast<long long>(n), s * 1e3,
+                static_cast<double>(n) / s);
+    rows.push_back({{"phase", "prefill"},
+                    {"batch", 1},
+                    {"tokens", n},
+                    {"median_ms", s * 1e3},
+                    {"tokens_per_s", static_cast<double>(n) / s}});
+  }
+  for (int64_t batch : {1, 8}) {
+    Step prefill;
+    for (int64_t s = 0; s < batch; ++s) {
+      prefill.add(s, 0, tokens(kDecodeContext, vocab, static_cast<uint32_t>(s + 1)));
+    }
+    (void)time_s(backend, prefill);
+    std::vector<double> t;
+    for (int i = 0; i < kDecodeSteps; ++i) {
+      Step step;
+      for (int64_t s = 0; s < batch; ++s) {
+        step.add(s, kDecodeContext + i, tokens(1, vocab, static_cast<uint32_t>(i * 8 + s)));
+      }
+      t.push_back(time_s(backend, step));
+    }
+    const double s = median(t);
+    std::printf("%-10s %6lld %8lld %12.2f %12.0f\n", "decode", static_cast<long long>(batch),
+                static_cast<long long>(batch), s * 1e3, static_cast<double>(batch) / s);
+    rows.push_back({{"phase", "decode"},
+                    {"batch", batch},
+                    {"context", kDecodeContext},
+                    {"median_ms", s * 1e3},
+                    {"tokens_per_s", static_cast<double>(batch) / s}});
+  }
+  const double convert_ms = median(convert) * 1e3;
+  std::printf("bf16 -> fp32 conversion of all weights: %.2f ms (per step if converted per GEMM)\n",
+              convert_ms);
+  std::printf("golden p0 last row rel L2 %.2e; threads: %u hardware, OpenBLAS %d\n", golden_rel_l2,
+              std::thread::hardware_concurrency(), openblas_get_num_threads());
+
+  if (!json_out.empty()) {
+    s4kv::Json out = {
+        {"benchmark", "cpu_forward_bench"},
+        {"model", model},
+        {"kv_cache", "16bit (bf16)"},
+        {"block_size", kBlockSize},
+        {"golden_p0_rel_l2", golden_rel_l2},
+        {"weights_fp32_bytes", s4kv::backend::cpu::convert_weights(*config, *weights).num_bytes()},
+        {"convert_bf16_to_fp32_ms", convert_ms},
+        {"hardware_threads", std::thread::hardware_concurrency()},
+        {"openblas_threads", openblas_get_num_threads()},
+        {"results", rows}};
+    std::ofstream(json_out) << out.dump(1) << "\n";
+  }
+  return 0;
+}

@@ -1,0 +1,50 @@
+#include "backend/backend.h"
+
+#include "common/check.h"
+
+namespace s4kv::backend {
+
+void check_forward_batch(const ForwardBatch& b, const KvCacheConfig& kv, int64_t vocab_size) {
+  const int64_t num_tokens = b.num_tokens();
+  const int64_t num_seqs = b.num_seqs();
+  S4KV_CHECK(num_tokens > 0 && num_seqs > 0, "forward: empty batch");
+  S4KV_CHECK(static_cast<int64_t>(b.positions.size()) == num_tokens &&
+                 static_cast<int64_t>(b.slot_mapping.size()) == num_tokens,
+             "forward: positions/slot_mapping must have num_tokens entries");
+  S4KV_CHECK(static_cast<int64_t>(b.query_start_loc.size()) == num_seqs + 1,
+             "forward: query_start_loc must have num_seqs + 1 entries");
+  S4KV_CHECK(b.max_num_blocks_per_seq > 0 &&
+                 static_cast<int64_t>(b.block_tables.size()) == num_seqs * b.max_num_blocks_per_seq,
+             "forward: block_tables must be [num_seqs, max_num_blocks_per_seq]");
+  S4KV_CHECK(b.query_start_loc[0] == 0 && b.query_start_loc[num_seqs] == num_tokens,
+             "forward: query_start_loc must run from 0 to num_tokens");
+  for (int32_t id : b.token_ids) S4KV_CHECK(id >= 0 && id < vocab_size, "forward: token id ", id);
+  for (int32_t row : b.logits_indices) {
+    S4KV_CHECK(row >= 0 && row < num_tokens, "forward: logits index ", row);
+  }
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const int64_t q_begin = b.query_start_loc[s];
+    const int64_t q_len = b.query_start_loc[s + 1] - q_begin;
+    const int64_t seq_len = b.seq_lens[s];
+    S4KV_CHECK(q_len > 0 && seq_len >= q_len, "forward: seq ", s, " q_len ", q_len, " seq_len ",
+               seq_len);
+    S4KV_CHECK(seq_len <= b.max_num_blocks_per_seq * kv.block_size, "forward: seq ", s,
+               " longer than its block table");
+    const int32_t* table = b.block_tables.data() + s * b.max_num_blocks_per_seq;
+    for (int64_t i = 0; i < (seq_len + kv.block_size - 1) / kv.block_size; ++i) {
+      S4KV_CHECK(table[i] >= 0 && table[i] < kv.num_blocks, "forward: seq ", s, " block id ",
+                 table[i]);
+    }
+    for (int64_t j = 0; j < q_len; ++j) {
+      const int64_t t = q_begin + j;
+      const int64_t pos = seq_len - q_len + j;
+      S4KV_CHECK(b.positions[t] == pos, "forward: token ", t, " position ", b.positions[t],
+                 " expected ", pos);
+      const int64_t slot = table[pos / kv.block_size] * kv.block_size + pos % kv.block_size;
+      S4KV_CHECK(b.slot_mapping[t] == slot, "forward: token ", t, " slot ", b.slot_mapping[t],
+                 " disagrees with its block table (", slot, ")");
+    }
+  }
+}
+
+}  // namespace s4kv::backend

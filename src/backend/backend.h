@@ -1,0 +1,69 @@
+// The Backend interface: what the engine (model runner) sees of a forward pass. One flat batch
+// per step mixes prefill chunks and decode tokens (vLLM v1's vocabulary); the backend embeds
+// the tokens, writes their K/V into its paged cache at slot_mapping, attends over each
+// sequence's blocks and returns logits for the rows asked for. It owns the weights (in its
+// own compute format) and the KV cache memory; the engine owns block ids and decides every
+// slot. No CUDA types here: the engine includes only this header. Not thread-safe: engine
+// thread only. Malformed batches are engine bugs (S4KV_CHECK), not request errors.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "kv/kv_format.h"
+
+namespace s4kv::backend {
+
+// The paged KV cache a backend allocates at start-up.
+struct KvCacheConfig {
+  int64_t num_blocks = 0;  // blocks per layer (block ids 0..num_blocks-1)
+  int64_t block_size = 0;  // tokens per block
+  // Only k16Bit for now: K (after RoPE) and V in the model's 16-bit dtype (fp16 for fp16
+  // models, bf16 otherwise).
+  kv::KvCacheDtype dtype = kv::KvCacheDtype::k16Bit;
+};
+
+// One step's work. Every span is host memory owned by the caller and read only during
+// forward(). Sequence s owns query rows [query_start_loc[s], query_start_loc[s+1]); its
+// q_len new tokens sit at the end of its context, so token j of it has position
+// seq_lens[s] - q_len + j and attends (causally) to cache positions 0..that position, its own
+// K/V included. A decode token is a sequence with q_len 1.
+struct ForwardBatch {
+  std::span<const int32_t> token_ids;        // [num_tokens] in 0..vocab_size-1
+  std::span<const int32_t> positions;        // [num_tokens] position of each token in its sequence
+  std::span<const int32_t> query_start_loc;  // [num_seqs + 1] prefix sums of q_len; [0] == 0
+  std::span<const int32_t> seq_lens;         // [num_seqs] context length including the new tokens
+  // [num_seqs, max_num_blocks_per_seq] row-major block ids; row s covers positions
+  // 0..seq_lens[s]-1 with block i holding positions [i*block_size, (i+1)*block_size).
+  std::span<const int32_t> block_tables;
+  int64_t max_num_blocks_per_seq = 0;
+  // [num_tokens] where each new token's K/V go: block_id * block_size + offset; must agree
+  // with block_tables at the token's position (checked).
+  std::span<const int64_t> slot_mapping;
+  std::span<const int32_t> logits_indices;  // [num_logits] token rows that need logits
+
+  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  int64_t num_seqs() const { return static_cast<int64_t>(seq_lens.size()); }
+  int64_t num_logits() const { return static_cast<int64_t>(logits_indices.size()); }
+};
+
+// S4KV_CHECKs every invariant above against a cache of `kv` shape and a vocabulary size.
+// Backends call it at the top of forward(); costs O(num_tokens + num_seqs).
+void check_forward_batch(const ForwardBatch& batch, const KvCacheConfig& kv, int64_t vocab_size);
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu" | "cuda".
+  virtual std::string_view name() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual const KvCacheConfig& kv_cache_config() const = 0;
+
+  // Runs the model over the batch. Returns logits [num_logits, vocab_size] fp32, host memory
+  // owned by the backend, row i for token row logits_indices[i]; valid until the next call.
+  virtual std::span<const float> forward(const ForwardBatch& batch) = 0;
+};
+
+}  // namespace s4kv::backend

@@ -1,0 +1,180 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/cpu_weights.h"
+#include "backend/cpu/embed.h"
+#include "backend/cpu/kv_write.h"
+#include "backend/cpu/linear.h"
+#include "backend/cpu/mlp.h"
+#include "backend/cpu/paged_kv_cache.h"
+#include "backend/cpu/rmsnorm.h"
+#include "backend/cpu/rope.h"
+#include "backend/cpu/thread_pool.h"
+
+namespace s4kv::backend::cpu {
+namespace {
+
+// Per-step activations, grown to the largest batch seen (no allocation once warm).
+struct Activations {
+  std::vector<float> x;        // [num_tokens, hidden] residual stream
+  std::vector<float> h;        // [num_tokens, hidden] normed input of a sublayer
+  std::vector<float> qkv;      // [num_tokens, (num_heads + 2 * num_kv_heads) * head_dim]
+  std::vector<float> attn;     // [num_tokens, num_heads * head_dim]
+  std::vector<float> gate_up;  // [num_tokens, 2 * intermediate]
+  std::vector<float> act;      // [num_tokens, intermediate]
+  std::vector<float> rows;     // [num_logits, hidden] final-normed rows that need logits
+  std::vector<float> logits;   // [num_logits, vocab]
+};
+
+std::span<float> sized(std::vector<float>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return std::span<float>(v).first(static_cast<size_t>(n));
+}
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const model::ModelConfig& config, const model::ModelWeights& weights,
+             const KvCacheConfig& kv_config, const CpuBackendOptions& options)
+      : config_(config),
+        kv_config_(kv_config),
+        weights_(convert_weights(config, weights)),
+        inv_freq_(rope_inv_freq(config)),
+        cache_(KvCacheShape{config.num_hidden_layers, kv_config.num_blocks, kv_config.block_size,
+                            config.num_key_value_heads, config.head_dim,
+                            config.dtype == DType::kF16 ? DType::kF16 : DType::kBF16}),
+        pool_(options.num_threads) {}
+
+  std::string_view name() const override { return "cpu"; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  const KvCacheConfig& kv_cache_config() const override { return kv_config_; }
+  std::span<const float> forward(const ForwardBatch& batch) override;
+
+ private:
+  void attention_block(const ForwardBatch& batch, int64_t layer);
+  void mlp_block(int64_t num_tokens, int64_t layer);
+
+  model::ModelConfig config_;
+  KvCacheConfig kv_config_;
+  CpuWeights weights_;
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+  PagedKvCache cache_;
+  ThreadPool pool_;
+  Activations a_;
+};
+
+// rmsnorm -> qkv (+bias) -> rope -> kv_write -> attention -> o_proj (+ residual).
+void CpuBackend::attention_block(const ForwardBatch& batch, int64_t layer) {
+  const CpuLayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  const int64_t n = batch.num_tokens();
+  const int64_t hidden = config_.hidden_size;
+  const int64_t d = config_.head_dim;
+  const int64_t q_dim = config_.num_attention_heads * d;
+  const int64_t kv_dim = config_.num_key_value_heads * d;
+  const int64_t qkv_dim = q_dim + 2 * kv_dim;
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+
+  auto x = sized(a_.x, n * hidden);
+  auto h = sized(a_.h, n * hidden);
+  rmsnorm_ref(x, w.input_layernorm, eps, n, hidden, h);
+
+  auto qkv = sized(a_.qkv, n * qkv_dim);
+  linear(h, w.qkv_proj, w.qkv_bias, hidden, qkv_dim, qkv);
+
+  rope_ref(qkv, qkv_dim, config_.num_attention_heads, d, batch.positions, inv_freq_);
+  rope_ref(qkv.subspan(static_cast<size_t>(q_dim)), qkv_dim, config_.num_key_value_heads, d,
+           batch.positions, inv_freq_);
+
+  kv_write_ref(qkv.subspan(static_cast<size_t>(q_dim)),
+               qkv.subspan(static_cast<size_t>(q_dim + kv_dim)), qkv_dim, kv_dim,
+               batch.slot_mapping, cache_.k(layer), cache_.v(layer), cache_.shape().dtype);
+
+  auto attn = sized(a_.attn, n * q_dim);
+  PagedAttentionArgs args;
+  args.q = qkv;
+  args.q_stride = qkv_dim;
+  args.k_cache = cache_.k(layer);
+  args.v_cache = cache_.v(layer);
+  args.cache_dtype = cache_.shape().dtype;
+  args.block_size = kv_config_.block_size;
+  args.num_heads = config_.num_attention_heads;
+  args.num_kv_heads = config_.num_key_value_heads;
+  args.head_dim = d;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  args.query_start_loc = batch.query_start_loc;
+  args.seq_lens = batch.seq_lens;
+  args.block_tables = batch.block_tables;
+  args.max_num_blocks_per_seq = batch.max_num_blocks_per_seq;
+  args.out = attn;
+  paged_attention_ref(args, &pool_);
+
+  linear(attn, w.o_proj, {}, q_dim, hidden, x, /*accumulate=*/true);
+}
+
+// rmsnorm -> gate_up -> silu_mul -> down (+ residual).
+void CpuBackend::mlp_block(int64_t n, int64_t layer) {
+  const CpuLayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  const int64_t hidden = config_.hidden_size;
+  const int64_t inter = config_.intermediate_size;
+  auto x = sized(a_.x, n * hidden);
+  auto h = sized(a_.h, n * hidden);
+  rmsnorm_ref(x, w.post_attention_layernorm, static_cast<float>(config_.rms_norm_eps), n, hidden,
+              h);
+  auto gate_up = sized(a_.gate_up, n * 2 * inter);
+  linear(h, w.gate_up_proj, {}, hidden, 2 * inter, gate_up);
+  auto act = sized(a_.act, n * inter);
+  silu_mul_ref(gate_up, inter, act);
+  linear(act, w.down_proj, {}, inter, hidden, x, /*accumulate=*/true);
+}
+
+std::span<const float> CpuBackend::forward(const ForwardBatch& batch) {
+  check_forward_batch(batch, kv_config_, config_.vocab_size);
+  const int64_t n = batch.num_tokens();
+  const int64_t hidden = config_.hidden_size;
+  const int64_t vocab = config_.vocab_size;
+
+  embed_ref(weights_.embed_tokens, hidden, batch.token_ids, sized(a_.x, n * hidden));
+  for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
+    attention_block(batch, layer);
+    mlp_block(n, layer);
+  }
+
+  // final_norm and lm_head only on the rows that need logits (RMSNorm is per row).
+  const int64_t num_logits = batch.num_logits();
+  auto rows = sized(a_.rows, num_logits * hidden);
+  for (int64_t i = 0; i < num_logits; ++i) {
+    const float* src = a_.x.data() + static_cast<int64_t>(batch.logits_indices[i]) * hidden;
+    std::copy_n(src, hidden, rows.data() + i * hidden);
+  }
+  rmsnorm_ref(rows, weights_.norm, static_cast<float>(config_.rms_norm_eps), num_logits, hidden,
+              rows);
+  auto logits = sized(a_.logits, num_logits * vocab);
+  linear(rows, weights_.lm_head_matrix(), {}, hidden, vocab, logits);
+  return logits;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_cpu_backend(const model::ModelConfig& config,
+                                                  const model::ModelWeights& weights,
+                                                  const KvCacheConfig& kv_config,
+                                                  CpuBackendOptions options) {
+  if (kv_config.dtype != kv::KvCacheDtype::k16Bit) {
+    return unsupported(
+        "unsupported kv_cache_dtype=" + std::string(kv::kv_cache_dtype_name(kv_config.dtype)) +
+        " on the cpu backend (supported: 16bit)");
+  }
+  if (kv_config.num_blocks <= 0 || kv_config.block_size <= 0) {
+    return invalid_argument("cpu backend: num_blocks and block_size must be positive (got " +
+                            std::to_string(kv_config.num_blocks) + ", " +
+                            std::to_string(kv_config.block_size) + ")");
+  }
+  return std::unique_ptr<Backend>(
+      std::make_unique<CpuBackend>(config, weights, kv_config, options));
+}
+
+}  // namespace s4kv::backend::cpu

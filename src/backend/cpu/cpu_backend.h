@@ -1,0 +1,29 @@
+// The CPU backend: the reference forward pass of qwen2/llama models over a paged 16-bit KV
+// cache, fp32 compute, OpenBLAS GEMMs. Weights are converted to fp32 once at construction
+// (cpu_weights.h says why); per-step activation buffers grow to the largest batch seen and are
+// reused. The recipe (forward() in cpu_backend.cc) names the same steps as the CUDA backend:
+// embed -> [rmsnorm -> qkv -> rope -> kv_write -> attention -> o_proj -> rmsnorm -> mlp] x L
+// -> final_norm -> lm_head. Engine thread only.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "common/status.h"
+#include "model/model_config.h"
+#include "model/weights.h"
+
+namespace s4kv::backend::cpu {
+
+struct CpuBackendOptions {
+  int num_threads = 0;  // attention threads, the caller included; 0: hardware_concurrency
+};
+
+// Refuses (kUnsupported) a KV cache dtype other than 16-bit and (kInvalidArgument) a
+// non-positive num_blocks or block_size. `weights` may be released once this returns.
+Result<std::unique_ptr<Backend>> make_cpu_backend(const model::ModelConfig& config,
+                                                  const model::ModelWeights& weights,
+                                                  const KvCacheConfig& kv_config,
+                                                  CpuBackendOptions options = {});
+
+}  // namespace s4kv::backend::cpu

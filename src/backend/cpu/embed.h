@@ -1,0 +1,14 @@
+// Token embedding lookup, CPU reference: out[t] = table[token_ids[t]].
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace s4kv::backend::cpu {
+
+// table: [vocab_size, hidden_size] fp32; token_ids: [num_tokens] in 0..vocab_size-1
+// (S4KV_CHECK); out: [num_tokens, hidden_size] fp32.
+void embed_ref(std::span<const float> table, int64_t hidden_size,
+               std::span<const int32_t> token_ids, std::span<float> out);
+
+}  // namespace s4kv::backend::cpu

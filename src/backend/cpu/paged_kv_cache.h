@@ -1,0 +1,56 @@
+// The CPU backend's paged 16-bit KV cache: per layer, one K and one V array of
+// [num_blocks, block_size, num_kv_heads, head_dim] 16-bit values (bf16 or fp16 bits), i.e.
+// slot s = block_id * block_size + offset holds num_kv_heads * head_dim contiguous values.
+// Keys are stored after RoPE. Memory is allocated once at construction and zero-filled; the
+// engine's block pool decides which slots are live (this class knows nothing about that).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/half.h"
+
+namespace s4kv::backend::cpu {
+
+struct KvCacheShape {
+  int64_t num_layers = 0;
+  int64_t num_blocks = 0;
+  int64_t block_size = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  DType dtype = DType::kBF16;  // kBF16 or kF16
+
+  int64_t num_slots() const { return num_blocks * block_size; }
+  int64_t slot_elems() const { return num_kv_heads * head_dim; }
+  int64_t layer_elems() const { return num_slots() * slot_elems(); }
+};
+
+class PagedKvCache {
+ public:
+  explicit PagedKvCache(const KvCacheShape& shape);
+
+  const KvCacheShape& shape() const { return shape_; }
+  // [num_blocks, block_size, num_kv_heads, head_dim] 16-bit bits of one layer.
+  std::span<uint16_t> k(int64_t layer);
+  std::span<uint16_t> v(int64_t layer);
+  std::span<const uint16_t> k(int64_t layer) const;
+  std::span<const uint16_t> v(int64_t layer) const;
+  int64_t num_bytes() const { return static_cast<int64_t>(data_.size() * sizeof(uint16_t)); }
+
+ private:
+  KvCacheShape shape_;
+  std::vector<uint16_t> data_;  // [num_layers, 2 (K, V), layer_elems]
+};
+
+// Rounds fp32 to the cache's 16-bit dtype (round to nearest even) and back. Inline: they sit
+// in attention's inner gather loop.
+inline uint16_t kv_encode(float x, DType dtype) {
+  return dtype == DType::kBF16 ? float_to_bf16(x) : float_to_fp16(x);
+}
+inline float kv_decode(uint16_t bits, DType dtype) {
+  return dtype == DType::kBF16 ? bf16_to_float(bits) : fp16_to_float(bits);
+}
+
+}  // namespace s4kv::backend::cpu

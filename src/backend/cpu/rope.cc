@@ -1,0 +1,102 @@
+#include "backend/cpu/rope.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "common/check.h"
+
+namespace s4kv::backend::cpu {
+
+std::vector<float> rope_inv_freq(const model::ModelConfig& config) {
+  return rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling);
+}
+
+// transformers, _compute_default_rope_parameters:
+//   inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+// arange and the division are fp32; base ** t is torch.pow(scalar, fp32 tensor) (fp32
+// result, within 1 ulp of the exact power, which double pow rounded to float gives); and
+// `1.0 / tensor` is Tensor.__rtruediv__, i.e. reciprocal() * 1.0, an fp32 reciprocal.
+//
+// _compute_llama3_parameters then works on that fp32 tensor with Python scalars (converted to
+// fp32 by torch), again with scalar / tensor evaluated as reciprocal(tensor) * scalar:
+//   wavelen = 2 * math.pi / inv_freq
+//   inv_freq_llama = where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+//   smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+//   smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
+//   medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen)
+//   inv_freq_llama = where(medium, smoothed, inv_freq_llama)
+// with low/high_freq_wavelen = old_context_len / low/high_freq_factor (Python doubles,
+// compared against the fp32 tensor after conversion to fp32).
+std::vector<float> rope_inv_freq(int64_t head_dim, double rope_theta,
+                                 const model::RopeScaling& scaling) {
+  S4KV_CHECK(head_dim > 0 && head_dim % 2 == 0, "rope_inv_freq: head_dim ", head_dim);
+  const auto half = static_cast<size_t>(head_dim / 2);
+  const auto base = static_cast<float>(rope_theta);
+  const auto dim = static_cast<float>(head_dim);
+  std::vector<float> inv_freq(half);
+  for (size_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / dim;
+    const auto power = static_cast<float>(std::pow(static_cast<double>(base), double{exponent}));
+    inv_freq[i] = 1.0f / power;
+  }
+  if (!scaling.llama3) return inv_freq;
+
+  const auto factor = static_cast<float>(scaling.factor);
+  const auto low_freq_factor = static_cast<float>(scaling.low_freq_factor);
+  const auto high_freq_factor = static_cast<float>(scaling.high_freq_factor);
+  const auto old_context_len = static_cast<double>(scaling.original_max_position_embeddings);
+  const auto low_freq_wavelen = static_cast<float>(old_context_len / scaling.low_freq_factor);
+  const auto high_freq_wavelen = static_cast<float>(old_context_len / scaling.high_freq_factor);
+  const auto two_pi = static_cast<float>(2.0 * std::numbers::pi);
+  const auto old_len_f = static_cast<float>(old_context_len);
+  for (size_t i = 0; i < half; ++i) {
+    const float f = inv_freq[i];
+    const float wavelen = (1.0f / f) * two_pi;
+    float llama = wavelen > low_freq_wavelen ? f / factor : f;
+    const float smooth =
+        ((1.0f / wavelen) * old_len_f - low_freq_factor) / (high_freq_factor - low_freq_factor);
+    const float a = (1.0f - smooth) * llama;
+    const float smoothed = a / factor + smooth * llama;
+    const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+    if (medium) llama = smoothed;
+    inv_freq[i] = llama;
+  }
+  return inv_freq;
+}
+
+void rope_ref(std::span<float> x, int64_t row_stride, int64_t num_heads, int64_t head_dim,
+              std::span<const int32_t> positions, std::span<const float> inv_freq) {
+  const auto num_tokens = static_cast<int64_t>(positions.size());
+  const int64_t half = head_dim / 2;
+  S4KV_CHECK(static_cast<int64_t>(inv_freq.size()) == half, "rope_ref: inv_freq size");
+  S4KV_CHECK(row_stride >= num_heads * head_dim, "rope_ref: row_stride");
+  S4KV_CHECK(num_tokens == 0 || static_cast<int64_t>(x.size()) >=
+                                    (num_tokens - 1) * row_stride + num_heads * head_dim,
+             "rope_ref: x too small");
+  std::vector<float> cos(static_cast<size_t>(half)), sin(static_cast<size_t>(half));
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    // As transformers: freqs = inv_freq * position in fp32, then cos/sin of that fp32 angle.
+    const auto pos = static_cast<float>(positions[t]);
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = inv_freq[i] * pos;
+      cos[i] = static_cast<float>(std::cos(double{angle}));
+      sin[i] = static_cast<float>(std::sin(double{angle}));
+    }
+    for (int64_t h = 0; h < num_heads; ++h) {
+      float* v = x.data() + t * row_stride + h * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        // q * cos + rotate_half(q) * sin, each product rounded as torch rounds it.
+        const float x1 = v[i];
+        const float x2 = v[i + half];
+        const float a1 = x1 * cos[i];
+        const float b1 = x2 * sin[i];
+        const float a2 = x2 * cos[i];
+        const float b2 = x1 * sin[i];
+        v[i] = a1 - b1;
+        v[i + half] = a2 + b2;
+      }
+    }
+  }
+}
+
+}  // namespace s4kv::backend::cpu

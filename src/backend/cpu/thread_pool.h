@@ -1,0 +1,46 @@
+// A fixed pool of worker threads for the CPU backend's own loops (attention over heads and
+// query chunks). GEMMs do not use it: OpenBLAS runs its own threads. One parallel_for at a
+// time; the caller blocks until every index has run and takes part in the work itself.
+// Owned by one CpuBackend (engine thread only).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace s4kv::backend::cpu {
+
+class ThreadPool {
+ public:
+  // num_threads counts the caller: 1 runs everything inline; 0 means hardware_concurrency.
+  explicit ThreadPool(int num_threads = 0);
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+  ~ThreadPool();
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(i) for every i in [0, n), spread over the threads in dynamic order; returns when
+  // all calls have finished. fn must be safe to run concurrently for distinct i.
+  void parallel_for(int64_t n, const std::function<void(int64_t)>& fn);
+
+ private:
+  void worker_loop();
+  void run_items();
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_cv_;
+  std::condition_variable done_cv_;
+  const std::function<void(int64_t)>* fn_ = nullptr;  // guarded by mu_
+  int64_t n_ = 0;
+  int64_t next_ = 0;     // next index to hand out; guarded by mu_
+  int64_t pending_ = 0;  // indices not yet finished; guarded by mu_
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace s4kv::backend::cpu

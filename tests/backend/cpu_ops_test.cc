@@ -1,0 +1,261 @@
+// CPU reference ops against hand-computed values and independent naive implementations:
+// RoPE (inv_freq for rope_type default and llama3, the rotation), embed, SwiGLU, kv_write's
+// rounding, and paged attention against dense attention on random data, with the block
+// layout (shuffled block ids, several sequences, GQA) and threading shown not to matter.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/embed.h"
+#include "backend/cpu/kv_write.h"
+#include "backend/cpu/mlp.h"
+#include "backend/cpu/paged_kv_cache.h"
+#include "backend/cpu/rope.h"
+#include "backend/cpu/thread_pool.h"
+#include "common/half.h"
+
+namespace s4kv::backend::cpu {
+namespace {
+
+std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+TEST(RopeRef, DefaultInvFreqIsThetaPower) {
+  const auto inv = rope_inv_freq(128, 10000.0, model::RopeScaling{});
+  ASSERT_EQ(inv.size(), 64u);
+  EXPECT_EQ(inv[0], 1.0f);
+  for (size_t i = 0; i < inv.size(); ++i) {
+    const double expected = 1.0 / std::pow(10000.0, 2.0 * static_cast<double>(i) / 128.0);
+    EXPECT_NEAR(inv[i], expected, 2e-7 * expected) << i;
+  }
+}
+
+TEST(RopeRef, Llama3InvFreqMatchesTheThreeBands) {
+  model::RopeScaling s;
+  s.llama3 = true;
+  s.factor = 32.0;
+  s.low_freq_factor = 1.0;
+  s.high_freq_factor = 4.0;
+  s.original_max_position_embeddings = 8192;
+  const auto base = rope_inv_freq(128, 500000.0, model::RopeScaling{});
+  const auto inv = rope_inv_freq(128, 500000.0, s);
+  int high = 0, low = 0, medium = 0;
+  for (size_t i = 0; i < inv.size(); ++i) {
+    const double wavelen = 2.0 * M_PI / base[i];
+    if (wavelen < 8192.0 / 4.0) {  // high frequencies: unchanged
+      EXPECT_EQ(inv[i], base[i]) << i;
+      ++high;
+    } else if (wavelen > 8192.0 / 1.0) {  // low frequencies: divided by factor (exact: 2^5)
+      EXPECT_EQ(inv[i], base[i] / 32.0f) << i;
+      ++low;
+    } else {  // in between: interpolated with smooth = (8192 / wavelen - 1) / 3
+      const double smooth = (8192.0 / wavelen - 1.0) / 3.0;
+      const double expected = (1.0 - smooth) * base[i] / 32.0 + smooth * base[i];
+      EXPECT_NEAR(inv[i], expected, 1e-6 * expected) << i;
+      ++medium;
+    }
+  }
+  EXPECT_GT(high, 0);
+  EXPECT_GT(low, 0);
+  EXPECT_GT(medium, 0);
+}
+
+TEST(RopeRef, RotatesPairsByPositionTimesFrequency) {
+  const int64_t heads = 3, d = 8, stride = 30;  // rows padded past the heads
+  const std::vector<int32_t> positions{0, 1, 7, 1000};
+  const auto inv = rope_inv_freq(d, 10000.0, model::RopeScaling{});
+  auto x = random_vector(positions.size() * stride, 1);
+  const auto orig = x;
+  rope_ref(x, stride, heads, d, positions, inv);
+  for (size_t t = 0; t < positions.size(); ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < d / 2; ++i) {
+        const double angle = static_cast<double>(positions[t]) * inv[i];
+        const double x1 = orig[t * stride + h * d + i], x2 = orig[t * stride + h * d + i + d / 2];
+        EXPECT_NEAR(x[t * stride + h * d + i], x1 * std::cos(angle) - x2 * std::sin(angle), 2e-5);
+        EXPECT_NEAR(x[t * stride + h * d + i + d / 2], x2 * std::cos(angle) + x1 * std::sin(angle),
+                    2e-5);
+      }
+    }
+    for (int64_t c = heads * d; c < stride; ++c) EXPECT_EQ(x[t * stride + c], orig[t * stride + c]);
+  }
+  // Position 0 is the identity.
+  for (int64_t c = 0; c < heads * d; ++c) EXPECT_EQ(x[c], orig[c]);
+}
+
+TEST(EmbedRef, CopiesRows) {
+  const std::vector<float> table{0, 1, 10, 11, 20, 21};
+  const std::vector<int32_t> ids{2, 0, 2};
+  std::vector<float> out(6);
+  embed_ref(table, 2, ids, out);
+  EXPECT_EQ(out, (std::vector<float>{20, 21, 0, 1, 20, 21}));
+}
+
+TEST(SiluMulRef, HandComputed) {
+  // One token, intermediate 2: gate [0, 2], up [3, -1].
+  const std::vector<float> gate_up{0.0f, 2.0f, 3.0f, -1.0f};
+  std::vector<float> out(2);
+  silu_mul_ref(gate_up, 2, out);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_NEAR(out[1], -2.0 / (1.0 + std::exp(-2.0)), 1e-6);
+}
+
+TEST(KvWriteRef, RoundsToBf16AtTheSlot) {
+  const int64_t kv_elems = 2, stride = 5;
+  std::vector<float> k{1.00390625f, -3.0f, 9, 9, 9, 0.1f, 0.2f, 9, 9, 9};  // 2 tokens
+  std::vector<float> v{2.0f, 1.0f / 3.0f, 9, 9, 9, -0.5f, 7.0f, 9, 9, 9};
+  std::vector<uint16_t> kc(8 * kv_elems, 0), vc(8 * kv_elems, 0);
+  const std::vector<int64_t> slots{5, 2};
+  kv_write_ref(k, v, stride, kv_elems, slots, kc, vc, DType::kBF16);
+  EXPECT_EQ(kc[10], float_to_bf16(1.00390625f));  // a tie: rounds to even (1.0)
+  EXPECT_EQ(bf16_to_float(kc[10]), 1.0f);
+  EXPECT_EQ(bf16_to_float(kc[11]), -3.0f);
+  EXPECT_EQ(kc[4], float_to_bf16(0.1f));
+  EXPECT_EQ(vc[11], float_to_bf16(1.0f / 3.0f));
+  EXPECT_EQ(bf16_to_float(vc[5]), 7.0f);
+  EXPECT_EQ(kc[0], 0u);  // untouched slots
+}
+
+TEST(ThreadPool, RunsEveryIndexOnce) {
+  ThreadPool pool(4);
+  std::vector<std::atomic<int>> hits(1000);
+  for (int round = 0; round < 3; ++round) {
+    pool.parallel_for(1000, [&](int64_t i) { hits[static_cast<size_t>(i)]++; });
+  }
+  for (auto& h : hits) EXPECT_EQ(h.load(), 3);
+}
+
+// --- paged attention against dense attention -------------------------------------------
+
+struct AttnProblem {
+  int64_t num_heads = 4, num_kv_heads = 2, head_dim = 16, block_size = 4;
+  std::vector<int32_t> q_lens{5, 1, 9, 3};
+  std::vector<int32_t> seq_lens{20, 37, 9, 3};
+};
+
+// Dense causal attention over contiguous 16-bit-rounded K/V of one sequence (double sums).
+void dense_attention(const AttnProblem& p, const float* q, int64_t q_stride, const float* k,
+                     const float* v, int64_t q_len, int64_t seq_len, float* out) {
+  const int64_t d = p.head_dim, group = p.num_heads / p.num_kv_heads;
+  for (int64_t j = 0; j < q_len; ++j) {
+    const int64_t ctx = seq_len - q_len + j + 1;
+    for (int64_t h = 0; h < p.num_heads; ++h) {
+      const int64_t g = h / group;
+      std::vector<double> s(static_cast<size_t>(ctx));
+      for (int64_t c = 0; c < ctx; ++c) {
+        double dot = 0;
+        for (int64_t i = 0; i < d; ++i) {
+          dot += double{q[j * q_stride + h * d + i]} * k[(c * p.num_kv_heads + g) * d + i];
+        }
+        s[c] = dot / std::sqrt(static_cast<double>(d));
+      }
+      const double m = *std::max_element(s.begin(), s.end());
+      double sum = 0;
+      for (auto& x : s) sum += (x = std::exp(x - m));
+      for (int64_t i = 0; i < d; ++i) {
+        double o = 0;
+        for (int64_t c = 0; c < ctx; ++c) o += s[c] * v[(c * p.num_kv_heads + g) * d + i];
+        out[j * p.num_heads * d + h * d + i] = static_cast<float>(o / sum);
+      }
+    }
+  }
+}
+
+// Writes every sequence's K/V into the cache through kv_write_ref with the block ids of
+// `perm` and runs paged attention over the batch.
+std::vector<float> run_paged(const AttnProblem& p, const std::vector<float>& q,
+                             const std::vector<std::vector<float>>& k,
+                             const std::vector<std::vector<float>>& v,
+                             const std::vector<int32_t>& perm, ThreadPool* pool) {
+  const int64_t kv_elems = p.num_kv_heads * p.head_dim, max_blocks = 10;
+  const auto num_seqs = static_cast<int64_t>(p.seq_lens.size());
+  std::vector<uint16_t> kc(perm.size() * p.block_size * kv_elems, 0), vc(kc.size(), 0);
+  std::vector<int32_t> tables(static_cast<size_t>(num_seqs * max_blocks), 0), qsl{0};
+  size_t next_block = 0;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    std::vector<int64_t> slots;
+    for (int64_t pos = 0; pos < p.seq_lens[s]; ++pos) {
+      if (pos % p.block_size == 0) tables[s * max_blocks + pos / p.block_size] = perm[next_block++];
+      slots.push_back(tables[s * max_blocks + pos / p.block_size] * p.block_size +
+                      pos % p.block_size);
+    }
+    kv_write_ref(k[s], v[s], kv_elems, kv_elems, slots, kc, vc, DType::kBF16);
+    qsl.push_back(qsl.back() + p.q_lens[s]);
+  }
+  const int64_t num_tokens = qsl.back();
+  const int64_t q_stride = p.num_heads * p.head_dim + 7;
+  std::vector<float> out(static_cast<size_t>(num_tokens * p.num_heads * p.head_dim));
+  PagedAttentionArgs a;
+  a.q = q;
+  a.q_stride = q_stride;
+  a.k_cache = kc;
+  a.v_cache = vc;
+  a.cache_dtype = DType::kBF16;
+  a.block_size = p.block_size;
+  a.num_heads = p.num_heads;
+  a.num_kv_heads = p.num_kv_heads;
+  a.head_dim = p.head_dim;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  a.query_start_loc = qsl;
+  a.seq_lens = p.seq_lens;
+  a.block_tables = tables;
+  a.max_num_blocks_per_seq = max_blocks;
+  a.out = out;
+  paged_attention_ref(a, pool);
+  return out;
+}
+
+TEST(PagedAttentionRef, MatchesDenseAndIgnoresBlockLayout) {
+  const AttnProblem p;
+  const int64_t kv_elems = p.num_kv_heads * p.head_dim;
+  const int64_t q_stride = p.num_heads * p.head_dim + 7;
+  const int64_t num_tokens = std::accumulate(p.q_lens.begin(), p.q_lens.end(), int64_t{0});
+  const auto q = random_vector(static_cast<size_t>(num_tokens * q_stride), 7);
+  std::vector<std::vector<float>> k, v;
+  for (size_t s = 0; s < p.seq_lens.size(); ++s) {
+    k.push_back(random_vector(static_cast<size_t>(p.seq_lens[s] * kv_elems), 100 + s, 2.0f));
+    v.push_back(random_vector(static_cast<size_t>(p.seq_lens[s] * kv_elems), 200 + s));
+  }
+  std::vector<int32_t> identity(24), shuffled(24);
+  std::iota(identity.begin(), identity.end(), 0);
+  shuffled = identity;
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(3));
+
+  ThreadPool pool(3);
+  const auto a = run_paged(p, q, k, v, identity, nullptr);
+  const auto b = run_paged(p, q, k, v, shuffled, nullptr);
+  const auto c = run_paged(p, q, k, v, shuffled, &pool);
+  EXPECT_EQ(a, b) << "block ids must not change a single bit";
+  EXPECT_EQ(a, c) << "threads must not change a single bit";
+
+  // Dense reference on the bf16-rounded K/V.
+  int64_t row = 0;
+  for (size_t s = 0; s < p.seq_lens.size(); ++s) {
+    std::vector<float> kr(k[s].size()), vr(v[s].size());
+    for (size_t i = 0; i < kr.size(); ++i) {
+      kr[i] = bf16_to_float(float_to_bf16(k[s][i]));
+      vr[i] = bf16_to_float(float_to_bf16(v[s][i]));
+    }
+    std::vector<float> expected(static_cast<size_t>(p.q_lens[s] * p.num_heads * p.head_dim));
+    dense_attention(p, q.data() + row * q_stride, q_stride, kr.data(), vr.data(), p.q_lens[s],
+                    p.seq_lens[s], expected.data());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_NEAR(a[row * p.num_heads * p.head_dim + i], expected[i], 2e-5) << "seq " << s;
+    }
+    row += p.q_lens[s];
+  }
+}
+
+}  // namespace
+}  // namespace s4kv::backend::cpu
