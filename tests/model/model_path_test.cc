@@ -137,8 +137,8 @@ TEST_F(ModelPathTest, EmptySnapshotsFolder) {
 }
 
 TEST_F(ModelPathTest, NonIdsAreNotLookedUp) {
-  for (const char* model :
-       {"no-such-dir", "/abs/no/such", "a/b/c", "../m", "org/..", "/m", "org/"}) {
+  for (const char* model : {"no-such-dir", "/abs/no/such", "a/b/c", "../s4kv-no-such-model",
+                            "org/..", "/s4kv-no-such-model", "org/"}) {
     auto p = resolve_model_path(model);
     EXPECT_EQ(p.status().code(), StatusCode::kNotFound) << model;
     EXPECT_EQ(p.status().message(),
