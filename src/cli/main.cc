@@ -7,6 +7,8 @@
 
 #include "cli/check_model.h"
 #include "cli/command.h"
+#include "cli/render_chat_command.h"
+#include "cli/tokenize_command.h"
 
 namespace {
 
@@ -19,6 +21,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", kVersion);
   s4kv::cli::add_check_model_command(app);
+  s4kv::cli::add_render_chat_command(app);
+  s4kv::cli::add_tokenize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
