@@ -1,0 +1,111 @@
+// Scheduler::schedule (see scheduler.h): one step's flat batch. Running requests are served
+// first, in arrival order, each asking for the tokens it is missing (a decode token or the next
+// prefill chunk); a running request that cannot get blocks preempts the latest-arrived running
+// request until it can, or is itself the victim. Waiting requests are admitted afterwards, in
+// order, while token budget, seats and blocks remain, and never in a step that preempted.
+#include <algorithm>
+#include <utility>
+
+#include "engine/scheduler.h"
+
+namespace s4kv::engine {
+
+SchedulerOutput Scheduler::schedule() {
+  S4KV_CHECK(!awaiting_update_, "schedule() called again before update_from_output()");
+  SchedulerOutput out;
+  out.finished_ids = std::exchange(finished_since_schedule_, {});
+  int64_t budget = config_.max_num_batched_tokens;
+  schedule_running(out, budget);
+  // Admitting while running requests are being evicted for memory would only thrash: the newcomer
+  // would take blocks that an older request needs next step (vLLM v1 does the same).
+  if (out.preempted_ids.empty()) schedule_waiting(out, budget);
+  awaiting_update_ = !out.scheduled.empty();
+  return out;
+}
+
+int64_t Scheduler::num_tokens_to_schedule(const Request& req, int64_t num_computed,
+                                          int64_t budget) const {
+  int64_t n = req.num_tokens() - num_computed;
+  if (config_.long_prefill_token_threshold > 0) {
+    n = std::min(n, config_.long_prefill_token_threshold);
+  }
+  return std::min(n, budget);
+}
+
+void Scheduler::schedule_running(SchedulerOutput& out, int64_t& budget) {
+  // Index-based: preemption pops running_.back(), which is never before i.
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Request& req = *running_[i];
+    const int64_t start = req.num_computed_tokens();
+    const int64_t n = num_tokens_to_schedule(req, start, budget);
+    S4KV_CHECK(n > 0, "running request ", req.request_id(), " has nothing to compute");
+    const size_t num_old_blocks = kv_.block_table(req.request_id()).size();
+    if (!allocate_or_preempt(req, n, out)) break;  // req itself was preempted: it was last
+    emit(out, req, start, n, num_old_blocks, /*is_new=*/false);
+    budget -= n;
+  }
+}
+
+bool Scheduler::allocate_or_preempt(Request& req, int64_t num_new_tokens, SchedulerOutput& out) {
+  while (!kv_.allocate_slots(req.request_id(), num_new_tokens)) {
+    const bool victim_is_req = running_.back() == &req;
+    preempt_last_running(out);
+    if (victim_is_req) return false;
+  }
+  return true;
+}
+
+void Scheduler::preempt_last_running(SchedulerOutput& out) {
+  Request* victim = running_.back();
+  running_.pop_back();
+  kv_.free(victim->request_id());
+  victim->reset_for_recompute();
+  // The victim arrived after every other running request and before every waiting one, so the
+  // front keeps the waiting queue in arrival order and it is resumed first.
+  waiting_.push_front(victim);
+  out.preempted_ids.push_back(victim->request_id());
+  ++num_preemptions_total_;
+}
+
+void Scheduler::schedule_waiting(SchedulerOutput& out, int64_t& budget) {
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<int>(running_.size()) < config_.max_num_seqs) {
+    Request& req = *waiting_.front();
+    // A resumed request looks up its outputs too: its own blocks may still be cached.
+    const kv::ComputedBlocks computed = kv_.get_computed_blocks(req.all_token_ids());
+    const int64_t start = computed.num_computed_tokens;
+    const int64_t wanted = req.num_tokens() - start;
+    if (!config_.enable_chunked_prefill && wanted > budget) break;
+    const int64_t n = num_tokens_to_schedule(req, start, budget);
+    // Strict FCFS: when the head does not fit, nobody behind it is admitted either.
+    if (!kv_.allocate_slots(req.request_id(), n, computed)) break;
+    waiting_.pop_front();
+    req.set_num_computed_tokens(start);
+    req.set_status(RequestStatus::kRunning);
+    running_.push_back(&req);
+    emit(out, req, start, n, computed.blocks.size(), /*is_new=*/true);
+    budget -= n;
+  }
+}
+
+void Scheduler::emit(SchedulerOutput& out, const Request& req, int64_t start, int64_t num_tokens,
+                     size_t num_old_blocks, bool is_new) {
+  S4KV_CHECK(start + num_tokens <= config_.max_model_len, "request ", req.request_id(),
+             " scheduled past max_model_len");
+  const std::span<const kv::BlockId> table = kv_.block_table(req.request_id());
+  ScheduledRequest s;
+  s.request_id = req.request_id();
+  s.num_computed_tokens = start;
+  s.num_scheduled_tokens = num_tokens;
+  const std::span<const int32_t> tokens =
+      req.all_token_ids().subspan(static_cast<size_t>(start), static_cast<size_t>(num_tokens));
+  s.token_ids.assign(tokens.begin(), tokens.end());
+  s.block_table.assign(table.begin(), table.end());
+  s.new_block_ids.assign(table.begin() + static_cast<std::ptrdiff_t>(num_old_blocks), table.end());
+  s.is_new = is_new;
+  s.samples = start + num_tokens == req.num_tokens();
+  out.total_num_scheduled_tokens += num_tokens;
+  out.scheduled.push_back(std::move(s));
+}
+
+}  // namespace s4kv::engine
