@@ -19,6 +19,15 @@ void check_forward_batch(const ForwardBatch& b, const KvCacheConfig& kv, int64_t
   S4KV_CHECK(b.query_start_loc[0] == 0 && b.query_start_loc[num_seqs] == num_tokens,
              "forward: query_start_loc must run from 0 to num_tokens");
   for (int32_t id : b.token_ids) S4KV_CHECK(id >= 0 && id < vocab_size, "forward: token id ", id);
+  if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
+    S4KV_CHECK(static_cast<int64_t>(b.residual_slots.size()) == num_seqs,
+               "forward: int4_kivi needs one residual slot per sequence");
+    for (int32_t slot : b.residual_slots) {
+      S4KV_CHECK(slot >= 0 && slot < kv.num_residual_slots, "forward: residual slot ", slot);
+    }
+  } else {
+    S4KV_CHECK(b.residual_slots.empty(), "forward: residual slots are for int4_kivi only");
+  }
   for (int32_t row : b.logits_indices) {
     S4KV_CHECK(row >= 0 && row < num_tokens, "forward: logits index ", row);
   }

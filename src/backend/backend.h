@@ -19,9 +19,14 @@ namespace s4kv::backend {
 struct KvCacheConfig {
   int64_t num_blocks = 0;  // blocks per layer (block ids 0..num_blocks-1)
   int64_t block_size = 0;  // tokens per block
-  // Only k16Bit for now: K (after RoPE) and V in the model's 16-bit dtype (fp16 for fp16
-  // models, bf16 otherwise).
+  // k16Bit: K (after RoPE) and V in the model's 16-bit dtype (fp16 for fp16 models, bf16
+  // otherwise). int4_kivi (docs/kv-format.md): full blocks quantized; each running sequence's
+  // last, partly filled block lives 16-bit in a residual slot (ForwardBatch::residual_slots).
   kv::KvCacheDtype dtype = kv::KvCacheDtype::k16Bit;
+  // int4_kivi only: residual slots (one per running sequence: at least max_num_seqs) and the
+  // value group size Gv.
+  int64_t num_residual_slots = 0;
+  int64_t value_group_size = 128;
 };
 
 // One step's work. Every span is host memory owned by the caller and read only during
@@ -42,6 +47,11 @@ struct ForwardBatch {
   // with block_tables at the token's position (checked).
   std::span<const int64_t> slot_mapping;
   std::span<const int32_t> logits_indices;  // [num_logits] token rows that need logits
+  // int4_kivi only, else empty: [num_seqs] the residual slot (0..num_residual_slots-1) holding
+  // each sequence's 16-bit tail block. The engine gives a sequence one slot while it runs
+  // (kept across steps, never shared between running sequences; freed on finish, abort or
+  // preemption, after which the sequence is recomputed into a fresh slot).
+  std::span<const int32_t> residual_slots;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t num_seqs() const { return static_cast<int64_t>(seq_lens.size()); }
