@@ -9,7 +9,7 @@ packages=(
   build-essential cmake pkg-config python3 python3-venv python3-pip
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libutf8proc-dev libopenblas-dev libboost1.81-dev
-  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  googletest libgtest-dev libgmock-dev libbenchmark-dev clang-format xz-utils
 )
 
 missing=()
