@@ -71,7 +71,6 @@ Report check(const CheckModelOptions& o) {
 }
 
 // Keys print in insertion order: the order a reader wants, not alphabetical.
-using OrderedJson = nlohmann::ordered_json;
 
 template <typename T>
 OrderedJson or_null(const std::optional<T>& v) {

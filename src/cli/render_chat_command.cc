@@ -36,8 +36,7 @@ Result<std::string> render(const RenderChatOptions& o) {
   S4KV_ASSIGN_OR_RETURN(tokenizer::ChatTemplate tmpl,
                         tokenizer::ChatTemplate::load(model_dir, o.chat_template));
   S4KV_ASSIGN_OR_RETURN(std::string text, read_stdin());
-  S4KV_ASSIGN_OR_RETURN(tokenizer::OrderedJson input,
-                        tokenizer::jinja::parse_ordered_json(text, "stdin"));
+  S4KV_ASSIGN_OR_RETURN(OrderedJson input, parse_ordered_json(text, "stdin"));
   if (!input.is_object()) return invalid_argument("stdin must hold one JSON object");
   for (const auto& [key, value] : input.items()) {
     if (key != "messages" && key != "tools" && key != "chat_template_kwargs") {
@@ -48,10 +47,9 @@ Result<std::string> render(const RenderChatOptions& o) {
   if (!input.contains("messages") || !input["messages"].is_array()) {
     return invalid_argument("stdin: \"messages\" must be an array");
   }
-  const tokenizer::OrderedJson tools = input.contains("tools") ? input["tools"] : nullptr;
-  const tokenizer::OrderedJson kwargs = input.contains("chat_template_kwargs")
-                                            ? input["chat_template_kwargs"]
-                                            : tokenizer::OrderedJson::object();
+  const OrderedJson tools = input.contains("tools") ? input["tools"] : nullptr;
+  const OrderedJson kwargs = input.contains("chat_template_kwargs") ? input["chat_template_kwargs"]
+                                                                    : OrderedJson::object();
   return tmpl.render(input["messages"], tools, o.add_generation_prompt, kwargs);
 }
 

@@ -7,28 +7,32 @@
 
 namespace s4kv {
 
-Result<Json> parse_json(std::string_view text, std::string_view source, JsonLimits limits) {
+namespace {
+
+// One parser for both key orders: J is Json or OrderedJson.
+template <typename J>
+Result<J> parse_json_as(std::string_view text, std::string_view source, JsonLimits limits) {
   // The callback sees every event with its depth; it records the first violation and
   // keeps parsing (returning false would only drop values, not stop the parser).
   std::string violation;
   std::vector<std::set<std::string>> keys;
-  auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) -> bool {
+  auto callback = [&](int depth, typename J::parse_event_t event, J& parsed) -> bool {
     if (!violation.empty()) return true;
     switch (event) {
-      case Json::parse_event_t::object_start:
-      case Json::parse_event_t::array_start:
+      case J::parse_event_t::object_start:
+      case J::parse_event_t::array_start:
         if (depth >= limits.max_depth) {
           violation = "nesting deeper than " + std::to_string(limits.max_depth) + " levels";
         }
         if (event == Json::parse_event_t::object_start) keys.emplace_back();
         break;
-      case Json::parse_event_t::object_end:
+      case J::parse_event_t::object_end:
         if (!keys.empty()) keys.pop_back();
         break;
-      case Json::parse_event_t::key:
+      case J::parse_event_t::key:
         if (!limits.allow_duplicate_keys && !keys.empty() &&
-            !keys.back().insert(parsed.get<std::string>()).second) {
-          violation = "duplicate key \"" + parsed.get<std::string>() + "\"";
+            !keys.back().insert(parsed.template get<std::string>()).second) {
+          violation = "duplicate key \"" + parsed.template get<std::string>() + "\"";
         }
         break;
       default:
@@ -36,11 +40,11 @@ Result<Json> parse_json(std::string_view text, std::string_view source, JsonLimi
     }
     return true;
   };
-  Json result;
+  J result;
   try {
-    result = Json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true,
-                         /*ignore_comments=*/false);
-  } catch (const Json::exception& e) {
+    result = J::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true,
+                      /*ignore_comments=*/false);
+  } catch (const typename J::exception& e) {
     std::string what = e.what();
     // nlohmann prefixes "[json.exception.parse_error.101] "; the byte position is kept.
     if (auto pos = what.find("] "); pos != std::string::npos) what = what.substr(pos + 2);
@@ -50,6 +54,17 @@ Result<Json> parse_json(std::string_view text, std::string_view source, JsonLimi
     return invalid_argument(std::string(source) + " is not accepted: " + violation);
   }
   return result;
+}
+
+}  // namespace
+
+Result<Json> parse_json(std::string_view text, std::string_view source, JsonLimits limits) {
+  return parse_json_as<Json>(text, source, limits);
+}
+
+Result<OrderedJson> parse_ordered_json(std::string_view text, std::string_view source,
+                                       JsonLimits limits) {
+  return parse_json_as<OrderedJson>(text, source, limits);
 }
 
 Result<Json> read_json_file(const std::string& path, size_t max_bytes, JsonLimits limits) {

@@ -12,6 +12,9 @@
 namespace s4kv {
 
 using Json = nlohmann::json;
+// Keeps object keys in document order (requests whose key order is visible, e.g. tool schemas
+// rendered by a chat template's tojson, and reports printed in a fixed order).
+using OrderedJson = nlohmann::ordered_json;
 
 struct JsonLimits {
   int max_depth = 64;  // nesting of arrays and objects
@@ -20,6 +23,10 @@ struct JsonLimits {
 
 // Parses text. `source` names the input in error messages (a path, "request body" ...).
 Result<Json> parse_json(std::string_view text, std::string_view source, JsonLimits limits = {});
+
+// parse_json keeping object keys in document order.
+Result<OrderedJson> parse_ordered_json(std::string_view text, std::string_view source,
+                                       JsonLimits limits = {});
 
 // Reads a whole file (refusing files over max_bytes) and parses it.
 Result<Json> read_json_file(const std::string& path, size_t max_bytes = 64u << 20,

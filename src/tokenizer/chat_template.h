@@ -18,8 +18,6 @@
 
 namespace s4kv::tokenizer {
 
-using OrderedJson = nlohmann::ordered_json;
-
 class ChatTemplate {
  public:
   // Largest template file and tokenizer_config.json read.

@@ -15,7 +15,7 @@
 namespace s4kv::tokenizer {
 namespace {
 
-using jinja::parse_ordered_json;
+using s4kv::parse_ordered_json;
 
 OrderedJson read_ordered(const std::string& path) {
   auto text = read_file(path, 64u << 20);

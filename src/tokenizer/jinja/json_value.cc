@@ -201,41 +201,6 @@ class JsonWriter {
 Value from_json(const OrderedJson& j) { return from_json_impl(j); }
 Value from_json(const Json& j) { return from_json_impl(j); }
 
-Result<OrderedJson> parse_ordered_json(std::string_view text, std::string_view source,
-                                       JsonLimits limits) {
-  std::string violation;
-  std::vector<std::set<std::string>> keys;
-  auto callback = [&](int depth, OrderedJson::parse_event_t event, OrderedJson& parsed) -> bool {
-    if (!violation.empty()) return true;
-    using E = OrderedJson::parse_event_t;
-    if (event == E::object_start || event == E::array_start) {
-      if (depth >= limits.max_depth) {
-        violation = "nesting deeper than " + std::to_string(limits.max_depth) + " levels";
-      }
-      if (event == E::object_start) keys.emplace_back();
-    } else if (event == E::object_end) {
-      if (!keys.empty()) keys.pop_back();
-    } else if (event == E::key && !limits.allow_duplicate_keys && !keys.empty() &&
-               !keys.back().insert(parsed.get<std::string>()).second) {
-      violation = "duplicate key \"" + parsed.get<std::string>() + "\"";
-    }
-    return true;
-  };
-  OrderedJson result;
-  try {
-    result = OrderedJson::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true,
-                                /*ignore_comments=*/false);
-  } catch (const OrderedJson::exception& e) {
-    std::string what = e.what();
-    if (auto pos = what.find("] "); pos != std::string::npos) what = what.substr(pos + 2);
-    return invalid_argument(std::string(source) + " is not valid JSON: " + what);
-  }
-  if (!violation.empty()) {
-    return invalid_argument(std::string(source) + " is not accepted: " + violation);
-  }
-  return result;
-}
-
 std::string dump_json(const Value& v, const JsonDumpOptions& options) {
   JsonWriter w(options);
   w.write(v, 0);

@@ -16,15 +16,8 @@
 
 namespace s4kv::tokenizer::jinja {
 
-using OrderedJson = nlohmann::ordered_json;
-
 Value from_json(const OrderedJson& j);
 Value from_json(const Json& j);  // keys come sorted (std::map); prefer OrderedJson
-
-// Parses untrusted JSON keeping key order; refuses nesting deeper than limits.max_depth and
-// duplicate keys (unless allowed), like s4kv::parse_json. Never throws.
-Result<OrderedJson> parse_ordered_json(std::string_view text, std::string_view source,
-                                       JsonLimits limits = {});
 
 struct JsonDumpOptions {
   std::optional<std::string> indent;  // nullopt: one line; else the per-level indent string
