@@ -1,13 +1,16 @@
 // cpu_forward_bench: the CPU backend's forward pass on a model (default s4kv-tiny) through
-// the paged 16-bit KV cache: prefill tokens/s of one sequence at 512 and 2,048 tokens
-// (logits for the last token only, as an engine asks), and decode tokens/s at batch 1 and 8
-// (each sequence with a 512-token context). Correctness first: the golden prompt p0's last
-// logits row must be within relative L2 1e-3 of transformers' before anything is timed.
+// the paged KV cache of --kv-cache-dtype (16bit, fp8_e4m3, int4_kivi): prefill tokens/s of one
+// sequence at 512 and 2,048 tokens (logits for the last token only, as an engine asks), and
+// decode tokens/s at batch 1 and 8 with 512- and 2,048-token contexts. Correctness first: the
+// golden prompt p0's last logits row must be within relative L2 1e-3 of transformers' (p0 is
+// shorter than a block, so int4_kivi computes it bit for bit like 16-bit; fp8 gets 3e-2)
+// before anything is timed.
 // Also times the bf16 -> fp32 conversion of all weights, the cost a per-GEMM conversion
 // would add to every step (why cpu_weights.h converts once). Prints a table; --json writes
 // the figures (then bench/stamp.py adds provenance).
 //
-//   build/bench/cpu_forward_bench [--model models/s4kv-tiny] [--json OUT]
+//   build/bench/cpu_forward_bench [--model models/s4kv-tiny] [--kv-cache-dtype int4_kivi]
+//       [--value-group-size 128] [--json OUT]
 #include <cblas.h>
 #include <CLI/CLI.hpp>
 
@@ -24,6 +27,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_weights.h"
 #include "common/json.h"
+#include "kv/kv_format.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
@@ -36,7 +40,6 @@ using s4kv::backend::ForwardBatch;
 
 constexpr int64_t kBlockSize = 64;
 constexpr int64_t kMaxBlocks = 48;  // per sequence: 3,072 tokens
-constexpr int64_t kDecodeContext = 512;
 constexpr int kDecodeSteps = 32;
 
 double median(std::vector<double> v) {
@@ -51,6 +54,8 @@ struct Step {
   std::vector<int32_t> token_ids, positions, query_start_loc{0}, seq_lens, block_tables,
       logits_indices;
   std::vector<int64_t> slot_mapping;
+  std::vector<int32_t> residual_slots;  // int4_kivi: sequence s uses slot s
+  bool int4 = false;
 
   void add(int64_t seq, int64_t cached, const std::vector<int32_t>& new_tokens) {
     for (size_t j = 0; j < new_tokens.size(); ++j) {
@@ -65,10 +70,11 @@ struct Step {
       block_tables.push_back(static_cast<int32_t>(seq * kMaxBlocks + b));
     }
     logits_indices.push_back(static_cast<int32_t>(token_ids.size()) - 1);
+    if (int4) residual_slots.push_back(static_cast<int32_t>(seq));
   }
   ForwardBatch batch() const {
-    return {token_ids,    positions,  query_start_loc, seq_lens,
-            block_tables, kMaxBlocks, slot_mapping,    logits_indices};
+    return {token_ids,  positions,    query_start_loc, seq_lens,      block_tables,
+            kMaxBlocks, slot_mapping, logits_indices,  residual_slots};
   }
 };
 
@@ -87,7 +93,7 @@ double time_s(Backend& backend, const Step& step) {
 }
 
 // Relative L2 of our last logits row of golden prompt p0 against transformers'.
-double golden_check(Backend& backend, int64_t vocab) {
+double golden_check(Backend& backend, int64_t vocab, bool int4) {
   auto file = s4kv::model::SafetensorsFile::open("tests/golden/s4kv-tiny/logits.safetensors");
   if (!file.is_ok()) throw std::runtime_error(file.status().message());
   const auto* ids_t = file->find("p0.ids");
@@ -98,6 +104,7 @@ double golden_check(Backend& backend, int64_t vocab) {
   std::memcpy(ref.data(), logits_t->data.data() + (logits_t->shape[0] - 1) * vocab * 4,
               ref.size() * 4);
   Step step;
+  step.int4 = int4;
   step.add(0, 0, ids);
   const auto ours = backend.forward(step.batch());
   double diff = 0, norm = 0;
@@ -114,10 +121,15 @@ int main(int argc, char** argv) {
   CLI::App app{"CPU backend forward pass: prefill and decode tokens/s"};
   std::string model = "models/s4kv-tiny";
   std::string json_out;
+  std::string kv_dtype_name = "16bit";
+  int64_t value_group_size = 128;
   int repeats = 5;
   app.add_option("--model", model, "model directory");
   app.add_option("--repeats", repeats, "timed repetitions per prefill figure (median)");
   app.add_option("--json", json_out, "write the figures as JSON here");
+  app.add_option("--kv-cache-dtype", kv_dtype_name, "16bit (auto, fp16, bf16), fp8_e4m3, int4_kivi")
+      ->check(CLI::IsMember({"16bit", "auto", "fp16", "bf16", "fp8_e4m3", "int4_kivi"}));
+  app.add_option("--value-group-size", value_group_size, "int4_kivi: Gv (32, 64, 128)");
   CLI11_PARSE(app, argc, argv);
 
   auto config = s4kv::model::load_model_config(model);
@@ -137,14 +149,21 @@ int main(int argc, char** argv) {
     convert.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   const int64_t vocab = config->vocab_size;
-  auto made = s4kv::backend::cpu::make_cpu_backend(*config, *weights, {8 * kMaxBlocks, kBlockSize});
+  s4kv::backend::KvCacheConfig kv_config{8 * kMaxBlocks, kBlockSize};
+  if (kv_dtype_name == "fp8_e4m3") kv_config.dtype = s4kv::kv::KvCacheDtype::kFp8E4M3;
+  if (kv_dtype_name == "int4_kivi") kv_config.dtype = s4kv::kv::KvCacheDtype::kInt4Kivi;
+  const bool int4 = kv_config.dtype == s4kv::kv::KvCacheDtype::kInt4Kivi;
+  kv_config.num_residual_slots = 8;
+  kv_config.value_group_size = value_group_size;
+  auto made = s4kv::backend::cpu::make_cpu_backend(*config, *weights, kv_config);
   if (!made.is_ok()) {
     std::fprintf(stderr, "%s\n", made.status().message().c_str());
     return 2;
   }
   Backend& backend = **made;
-  const double golden_rel_l2 = golden_check(backend, vocab);
-  if (!(golden_rel_l2 <= 1e-3)) {
+  const double golden_rel_l2 = golden_check(backend, vocab, int4);
+  const double golden_tol = kv_config.dtype == s4kv::kv::KvCacheDtype::kFp8E4M3 ? 3e-2 : 1e-3;
+  if (!(golden_rel_l2 <= golden_tol)) {
     std::fprintf(stderr, "correctness check failed: rel L2 %.3e vs golden\n", golden_rel_l2);
     return 1;
   }
@@ -153,6 +172,7 @@ int main(int argc, char** argv) {
   std::printf("%-10s %6s %8s %12s %12s\n", "phase", "batch", "tokens", "ms/step", "tokens/s");
   for (int64_t n : {512, 2048}) {
     Step step;
+    step.int4 = int4;
     step.add(0, 0, tokens(n, vocab, static_cast<uint32_t>(n)));
     (void)time_s(backend, step);  // warm-up: buffers grow, pages fault in
     std::vector<double> t;
@@ -166,28 +186,33 @@ int main(int argc, char** argv) {
                     {"median_ms", s * 1e3},
                     {"tokens_per_s", static_cast<double>(n) / s}});
   }
-  for (int64_t batch : {1, 8}) {
-    Step prefill;
-    for (int64_t s = 0; s < batch; ++s) {
-      prefill.add(s, 0, tokens(kDecodeContext, vocab, static_cast<uint32_t>(s + 1)));
-    }
-    (void)time_s(backend, prefill);
-    std::vector<double> t;
-    for (int i = 0; i < kDecodeSteps; ++i) {
-      Step step;
+  for (int64_t context : {512, 2048}) {
+    for (int64_t batch : {1, 8}) {
+      Step prefill;
+      prefill.int4 = int4;
       for (int64_t s = 0; s < batch; ++s) {
-        step.add(s, kDecodeContext + i, tokens(1, vocab, static_cast<uint32_t>(i * 8 + s)));
+        prefill.add(s, 0, tokens(context, vocab, static_cast<uint32_t>(s + 1)));
       }
-      t.push_back(time_s(backend, step));
+      (void)time_s(backend, prefill);
+      std::vector<double> t;
+      for (int i = 0; i < kDecodeSteps; ++i) {
+        Step step;
+        step.int4 = int4;
+        for (int64_t s = 0; s < batch; ++s) {
+          step.add(s, context + i, tokens(1, vocab, static_cast<uint32_t>(i * 8 + s)));
+        }
+        t.push_back(time_s(backend, step));
+      }
+      const double s = median(t);
+      std::printf("%-10s %6lld %8lld %12.2f %12.0f   (context %lld)\n", "decode",
+                  static_cast<long long>(batch), static_cast<long long>(batch), s * 1e3,
+                  static_cast<double>(batch) / s, static_cast<long long>(context));
+      rows.push_back({{"phase", "decode"},
+                      {"batch", batch},
+                      {"context", context},
+                      {"median_ms", s * 1e3},
+                      {"tokens_per_s", static_cast<double>(batch) / s}});
     }
-    const double s = median(t);
-    std::printf("%-10s %6lld %8lld %12.2f %12.0f\n", "decode", static_cast<long long>(batch),
-                static_cast<long long>(batch), s * 1e3, static_cast<double>(batch) / s);
-    rows.push_back({{"phase", "decode"},
-                    {"batch", batch},
-                    {"context", kDecodeContext},
-                    {"median_ms", s * 1e3},
-                    {"tokens_per_s", static_cast<double>(batch) / s}});
   }
   const double convert_ms = median(convert) * 1e3;
   std::printf("bf16 -> fp32 conversion of all weights: %.2f ms (per step if converted per GEMM)\n",
@@ -199,7 +224,12 @@ int main(int argc, char** argv) {
     s4kv::Json out = {
         {"benchmark", "cpu_forward_bench"},
         {"model", model},
-        {"kv_cache", "16bit (bf16)"},
+        {"kv_cache", std::string(s4kv::kv::kv_cache_dtype_name(kv_config.dtype))},
+        {"value_group_size", int4 ? s4kv::Json(value_group_size) : s4kv::Json(nullptr)},
+        {"kv_cache_bytes_per_token",
+         s4kv::kv::kv_bytes_per_token(kv_config.dtype, config->num_hidden_layers,
+                                      config->num_key_value_heads, config->head_dim, kBlockSize,
+                                      static_cast<int>(value_group_size))},
         {"block_size", kBlockSize},
         {"golden_p0_rel_l2", golden_rel_l2},
         {"weights_fp32_bytes", s4kv::backend::cpu::convert_weights(*config, *weights).num_bytes()},

@@ -27,6 +27,10 @@ struct KvCacheConfig {
   // value group size Gv.
   int64_t num_residual_slots = 0;
   int64_t value_group_size = 128;
+  // int4_kivi only, for comparisons, never the default: quantize keys AFTER RoPE (the KIVI
+  // paper's way) instead of before it; full blocks then hold post-RoPE keys and attention does
+  // not rotate them. Same block layout and residual. DESIGN.md says why pre-RoPE is the format.
+  bool int4_keys_post_rope = false;
 };
 
 // One step's work. Every span is host memory owned by the caller and read only during

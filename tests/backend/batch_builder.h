@@ -21,8 +21,10 @@ class BatchBuilder {
 
   // Adds a sequence whose first num_computed tokens are already in the cache; returns the
   // token row of its first new token. block_table must cover num_computed + new tokens.
+  // residual_slot: int4_kivi's residual slot of the sequence (-1: none, other dtypes).
   int32_t add(std::span<const int32_t> new_tokens, int64_t num_computed,
-              std::span<const int32_t> block_table) {
+              std::span<const int32_t> block_table, int32_t residual_slot = -1) {
+    if (residual_slot >= 0) residual_slots_.push_back(residual_slot);
     const auto first_row = static_cast<int32_t>(token_ids_.size());
     for (size_t j = 0; j < new_tokens.size(); ++j) {
       const int64_t pos = num_computed + static_cast<int64_t>(j);
@@ -58,6 +60,7 @@ class BatchBuilder {
     b.max_num_blocks_per_seq = max_blocks_;
     b.slot_mapping = slot_mapping_;
     b.logits_indices = logits_indices_;
+    b.residual_slots = residual_slots_;
     return b;
   }
 
@@ -67,6 +70,7 @@ class BatchBuilder {
   std::vector<int32_t> token_ids_, positions_, query_start_loc_, seq_lens_, block_tables_;
   std::vector<int64_t> slot_mapping_;
   std::vector<int32_t> logits_indices_;
+  std::vector<int32_t> residual_slots_;
 };
 
 }  // namespace s4kv::backend::testing

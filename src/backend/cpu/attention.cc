@@ -41,29 +41,19 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   }
 }
 
-void run_item(const PagedAttentionArgs& a, const WorkItem& w) {
+void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& w) {
   const int64_t d = a.head_dim;
-  const int64_t kv_elems = a.num_kv_heads * d;
   const int64_t q_begin = a.query_start_loc[w.seq];
   const int64_t q_len = a.query_start_loc[w.seq + 1] - q_begin;
   const int64_t seq_len = a.seq_lens[w.seq];
   const int64_t ctx_end = seq_len - q_len + w.j_end;  // positions the last query sees
-  const int32_t* table = a.block_tables.data() + w.seq * a.max_num_blocks_per_seq;
 
-  // Gather this kv head's keys and values for positions [0, ctx_end) into fp32 rows.
+  // This kv head's keys and values for positions [0, ctx_end) as fp32 rows.
   thread_local std::vector<float> keys, values, scores;
   keys.resize(static_cast<size_t>(ctx_end * d));
   values.resize(static_cast<size_t>(ctx_end * d));
   scores.resize(static_cast<size_t>(ctx_end));
-  for (int64_t p = 0; p < ctx_end; ++p) {
-    const int64_t slot = table[p / a.block_size] * a.block_size + p % a.block_size;
-    const uint16_t* ks = a.k_cache.data() + slot * kv_elems + w.kv_head * d;
-    const uint16_t* vs = a.v_cache.data() + slot * kv_elems + w.kv_head * d;
-    for (int64_t i = 0; i < d; ++i) {
-      keys[p * d + i] = kv_decode(ks[i], a.cache_dtype);
-      values[p * d + i] = kv_decode(vs[i], a.cache_dtype);
-    }
-  }
+  gather(w.seq, w.kv_head, ctx_end, keys.data(), values.data());
 
   const int64_t group = a.num_heads / a.num_kv_heads;
   for (int64_t j = w.j_begin; j < w.j_end; ++j) {
@@ -92,24 +82,43 @@ void run_item(const PagedAttentionArgs& a, const WorkItem& w) {
 
 }  // namespace
 
-void paged_attention_ref(const PagedAttentionArgs& a, ThreadPool* pool) {
+void context_attention_ref(const AttentionArgs& a, const KvGatherFn& gather, ThreadPool* pool) {
   const auto num_seqs = static_cast<int64_t>(a.seq_lens.size());
   S4KV_CHECK(static_cast<int64_t>(a.query_start_loc.size()) == num_seqs + 1,
-             "paged_attention_ref: query_start_loc size");
-  S4KV_CHECK(a.head_dim > 0 && a.head_dim % 8 == 0, "paged_attention_ref: head_dim ", a.head_dim);
+             "context_attention_ref: query_start_loc size");
+  S4KV_CHECK(a.head_dim > 0 && a.head_dim % 8 == 0, "context_attention_ref: head_dim ", a.head_dim);
   S4KV_CHECK(a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0,
-             "paged_attention_ref: num_heads must be a multiple of num_kv_heads");
+             "context_attention_ref: num_heads must be a multiple of num_kv_heads");
   const int64_t num_tokens = num_seqs == 0 ? 0 : a.query_start_loc[num_seqs];
   S4KV_CHECK(static_cast<int64_t>(a.out.size()) == num_tokens * a.num_heads * a.head_dim,
-             "paged_attention_ref: out size");
+             "context_attention_ref: out size");
   S4KV_CHECK(num_tokens == 0 || static_cast<int64_t>(a.q.size()) >=
                                     (num_tokens - 1) * a.q_stride + a.num_heads * a.head_dim,
-             "paged_attention_ref: q too small");
-  const int64_t num_slots = static_cast<int64_t>(a.k_cache.size()) / (a.num_kv_heads * a.head_dim);
+             "context_attention_ref: q too small");
   std::vector<WorkItem> items;
   for (int64_t s = 0; s < num_seqs; ++s) {
     const int64_t q_len = a.query_start_loc[s + 1] - a.query_start_loc[s];
-    S4KV_CHECK(q_len >= 0 && a.seq_lens[s] >= q_len, "paged_attention_ref: seq ", s);
+    S4KV_CHECK(q_len >= 0 && a.seq_lens[s] >= q_len, "context_attention_ref: seq ", s);
+    for (int64_t g = 0; g < a.num_kv_heads; ++g) {
+      for (int64_t j = 0; j < q_len; j += kQueryChunk) {
+        items.push_back({s, g, j, std::min(q_len, j + kQueryChunk)});
+      }
+    }
+  }
+  const auto run = [&](int64_t i) { run_item(a, gather, items[static_cast<size_t>(i)]); };
+  if (pool != nullptr) {
+    pool->parallel_for(static_cast<int64_t>(items.size()), run);
+  } else {
+    for (int64_t i = 0; i < static_cast<int64_t>(items.size()); ++i) run(i);
+  }
+}
+
+void paged_attention_ref(const PagedAttentionArgs& a, ThreadPool* pool) {
+  const auto num_seqs = static_cast<int64_t>(a.seq_lens.size());
+  S4KV_CHECK(a.num_kv_heads > 0 && a.head_dim > 0 && a.block_size > 0,
+             "paged_attention_ref: shape");
+  const int64_t num_slots = static_cast<int64_t>(a.k_cache.size()) / (a.num_kv_heads * a.head_dim);
+  for (int64_t s = 0; s < num_seqs; ++s) {
     const int64_t num_blocks_used = (a.seq_lens[s] + a.block_size - 1) / a.block_size;
     S4KV_CHECK(num_blocks_used <= a.max_num_blocks_per_seq, "paged_attention_ref: block table");
     for (int64_t i = 0; i < num_blocks_used; ++i) {
@@ -117,18 +126,16 @@ void paged_attention_ref(const PagedAttentionArgs& a, ThreadPool* pool) {
       S4KV_CHECK(block >= 0 && (block + 1) * a.block_size <= num_slots,
                  "paged_attention_ref: block id ", block);
     }
-    for (int64_t g = 0; g < a.num_kv_heads; ++g) {
-      for (int64_t j = 0; j < q_len; j += kQueryChunk) {
-        items.push_back({s, g, j, std::min(q_len, j + kQueryChunk)});
-      }
-    }
   }
-  const auto run = [&](int64_t i) { run_item(a, items[static_cast<size_t>(i)]); };
-  if (pool != nullptr) {
-    pool->parallel_for(static_cast<int64_t>(items.size()), run);
-  } else {
-    for (int64_t i = 0; i < static_cast<int64_t>(items.size()); ++i) run(i);
-  }
+  const AttentionArgs args{a.q,     a.q_stride,        a.num_heads, a.num_kv_heads, a.head_dim,
+                           a.scale, a.query_start_loc, a.seq_lens,  a.out};
+  const KvGatherFn gather = [&a](int64_t seq, int64_t kv_head, int64_t n, float* k, float* v) {
+    const int32_t* table = a.block_tables.data() + seq * a.max_num_blocks_per_seq;
+    gather_paged_16bit(a.k_cache, a.v_cache, a.cache_dtype, a.block_size,
+                       a.num_kv_heads * a.head_dim, table, kv_head * a.head_dim, a.head_dim, n, k,
+                       v);
+  };
+  context_attention_ref(args, gather, pool);
 }
 
 }  // namespace s4kv::backend::cpu

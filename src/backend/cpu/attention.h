@@ -1,12 +1,15 @@
-// Paged attention over the 16-bit KV cache, CPU reference. For every sequence of a flat batch
+// Attention over a KV cache of any dtype, CPU reference. For every sequence of a flat batch
 // and every query head h (GQA: kv head h / (num_heads / num_kv_heads)), the new token j of a
 // sequence with q_len new tokens and seq_len context attends to cache positions
-// 0..seq_len - q_len + j (causal within the new tokens), reading K and V from the blocks of
-// the sequence's block table: exactly the 16-bit values kv_write stored, its own included.
-// Softmax in fp32 with max subtraction; scores scaled by `scale` (1/sqrt(head_dim)).
+// 0..seq_len - q_len + j (causal within the new tokens). One kernel for every cache dtype: a
+// gather function fills a sequence's context K/V of one kv head as fp32 rows (16-bit: the bits
+// kv_write stored; fp8 / int4_kivi: dequantized, int4 keys re-rotated), then the same fp32 math
+// runs. Softmax in fp32 with max subtraction; scores scaled by `scale` (1/sqrt(head_dim)).
+// paged_attention_ref is the 16-bit paged cache's wrapper around it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "common/dtype.h"
@@ -14,6 +17,28 @@
 namespace s4kv::backend::cpu {
 
 class ThreadPool;
+
+// Fills keys and values, [num_positions, head_dim] fp32 each, with positions 0..num_positions-1
+// of sequence `seq`'s context for kv head `kv_head`, as attention must see them. Called from
+// pool threads concurrently (distinct outputs): it must not mutate shared state.
+using KvGatherFn = std::function<void(int64_t seq, int64_t kv_head, int64_t num_positions,
+                                      float* keys, float* values)>;
+
+struct AttentionArgs {
+  std::span<const float> q;  // [num_tokens, q_stride] fp32, heads first: num_heads * head_dim
+  int64_t q_stride = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  float scale = 0.0f;
+  std::span<const int32_t> query_start_loc;  // [num_seqs + 1]
+  std::span<const int32_t> seq_lens;         // [num_seqs]
+  std::span<float> out;                      // [num_tokens, num_heads * head_dim] fp32
+};
+
+// Work is split over (sequence, kv head, chunk of queries) items on pool (nullptr: inline);
+// each item gathers its context once. The result does not depend on the pool.
+void context_attention_ref(const AttentionArgs& args, const KvGatherFn& gather, ThreadPool* pool);
 
 struct PagedAttentionArgs {
   std::span<const float> q;  // [num_tokens, q_stride] fp32, heads first: num_heads * head_dim

@@ -6,12 +6,11 @@
 #include <vector>
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/cpu_kv_cache.h"
 #include "backend/cpu/cpu_weights.h"
 #include "backend/cpu/embed.h"
-#include "backend/cpu/kv_write.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/mlp.h"
-#include "backend/cpu/paged_kv_cache.h"
 #include "backend/cpu/rmsnorm.h"
 #include "backend/cpu/rope.h"
 #include "backend/cpu/thread_pool.h"
@@ -39,14 +38,13 @@ std::span<float> sized(std::vector<float>& v, int64_t n) {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const model::ModelConfig& config, const model::ModelWeights& weights,
-             const KvCacheConfig& kv_config, const CpuBackendOptions& options)
+             const KvCacheConfig& kv_config, std::vector<float> inv_freq,
+             std::unique_ptr<CpuKvCache> cache, const CpuBackendOptions& options)
       : config_(config),
         kv_config_(kv_config),
         weights_(convert_weights(config, weights)),
-        inv_freq_(rope_inv_freq(config)),
-        cache_(KvCacheShape{config.num_hidden_layers, kv_config.num_blocks, kv_config.block_size,
-                            config.num_key_value_heads, config.head_dim,
-                            config.dtype == DType::kF16 ? DType::kF16 : DType::kBF16}),
+        inv_freq_(std::move(inv_freq)),
+        cache_(std::move(cache)),
         pool_(options.num_threads) {}
 
   std::string_view name() const override { return "cpu"; }
@@ -61,13 +59,13 @@ class CpuBackend final : public Backend {
   model::ModelConfig config_;
   KvCacheConfig kv_config_;
   CpuWeights weights_;
-  std::vector<float> inv_freq_;  // [head_dim / 2]
-  PagedKvCache cache_;
+  std::vector<float> inv_freq_;        // [head_dim / 2]
+  std::unique_ptr<CpuKvCache> cache_;  // the --kv-cache-dtype's store (cpu_kv_cache.h)
   ThreadPool pool_;
   Activations a_;
 };
 
-// rmsnorm -> qkv (+bias) -> rope -> kv_write -> attention -> o_proj (+ residual).
+// rmsnorm -> qkv (+bias) -> rope -> kv_write -> attention -> kv_commit -> o_proj (+ residual).
 void CpuBackend::attention_block(const ForwardBatch& batch, int64_t layer) {
   const CpuLayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const int64_t n = batch.num_tokens();
@@ -89,28 +87,26 @@ void CpuBackend::attention_block(const ForwardBatch& batch, int64_t layer) {
   rope_ref(qkv.subspan(static_cast<size_t>(q_dim)), qkv_dim, config_.num_key_value_heads, d,
            batch.positions, inv_freq_);
 
-  kv_write_ref(qkv.subspan(static_cast<size_t>(q_dim)),
-               qkv.subspan(static_cast<size_t>(q_dim + kv_dim)), qkv_dim, kv_dim,
-               batch.slot_mapping, cache_.k(layer), cache_.v(layer), cache_.shape().dtype);
+  cache_->write(layer, batch, qkv.subspan(static_cast<size_t>(q_dim)),
+                qkv.subspan(static_cast<size_t>(q_dim + kv_dim)), qkv_dim);
 
   auto attn = sized(a_.attn, n * q_dim);
-  PagedAttentionArgs args;
+  AttentionArgs args;
   args.q = qkv;
   args.q_stride = qkv_dim;
-  args.k_cache = cache_.k(layer);
-  args.v_cache = cache_.v(layer);
-  args.cache_dtype = cache_.shape().dtype;
-  args.block_size = kv_config_.block_size;
   args.num_heads = config_.num_attention_heads;
   args.num_kv_heads = config_.num_key_value_heads;
   args.head_dim = d;
   args.scale = 1.0f / std::sqrt(static_cast<float>(d));
   args.query_start_loc = batch.query_start_loc;
   args.seq_lens = batch.seq_lens;
-  args.block_tables = batch.block_tables;
-  args.max_num_blocks_per_seq = batch.max_num_blocks_per_seq;
   args.out = attn;
-  paged_attention_ref(args, &pool_);
+  const KvGatherFn gather = [&](int64_t seq, int64_t kv_head, int64_t num_positions, float* k,
+                                float* v) {
+    cache_->gather(layer, batch, seq, kv_head, num_positions, k, v);
+  };
+  context_attention_ref(args, gather, &pool_);
+  cache_->commit(layer, batch, &pool_);
 
   linear(attn, w.o_proj, {}, q_dim, hidden, x, /*accumulate=*/true);
 }
@@ -137,6 +133,7 @@ std::span<const float> CpuBackend::forward(const ForwardBatch& batch) {
   const int64_t hidden = config_.hidden_size;
   const int64_t vocab = config_.vocab_size;
 
+  cache_->begin_step(batch);
   embed_ref(weights_.embed_tokens, hidden, batch.token_ids, sized(a_.x, n * hidden));
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
     attention_block(batch, layer);
@@ -163,18 +160,18 @@ Result<std::unique_ptr<Backend>> make_cpu_backend(const model::ModelConfig& conf
                                                   const model::ModelWeights& weights,
                                                   const KvCacheConfig& kv_config,
                                                   CpuBackendOptions options) {
-  if (kv_config.dtype != kv::KvCacheDtype::k16Bit) {
-    return unsupported(
-        "unsupported kv_cache_dtype=" + std::string(kv::kv_cache_dtype_name(kv_config.dtype)) +
-        " on the cpu backend (supported: 16bit)");
-  }
   if (kv_config.num_blocks <= 0 || kv_config.block_size <= 0) {
     return invalid_argument("cpu backend: num_blocks and block_size must be positive (got " +
                             std::to_string(kv_config.num_blocks) + ", " +
                             std::to_string(kv_config.block_size) + ")");
   }
-  return std::unique_ptr<Backend>(
-      std::make_unique<CpuBackend>(config, weights, kv_config, options));
+  auto inv_freq = rope_inv_freq(config);
+  const CpuKvCacheShape shape{config.num_hidden_layers, config.num_key_value_heads, config.head_dim,
+                              config.dtype == DType::kF16 ? DType::kF16 : DType::kBF16};
+  auto cache = make_cpu_kv_cache(kv_config, shape, inv_freq);
+  if (!cache.is_ok()) return cache.status();
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(
+      config, weights, kv_config, std::move(inv_freq), std::move(cache).value(), options));
 }
 
 }  // namespace s4kv::backend::cpu

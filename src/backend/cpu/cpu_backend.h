@@ -1,9 +1,11 @@
-// The CPU backend: the reference forward pass of qwen2/llama models over a paged 16-bit KV
-// cache, fp32 compute, OpenBLAS GEMMs. Weights are converted to fp32 once at construction
-// (cpu_weights.h says why); per-step activation buffers grow to the largest batch seen and are
-// reused. The recipe (forward() in cpu_backend.cc) names the same steps as the CUDA backend:
-// embed -> [rmsnorm -> qkv -> rope -> kv_write -> attention -> o_proj -> rmsnorm -> mlp] x L
-// -> final_norm -> lm_head. Engine thread only.
+// The CPU backend: the reference forward pass of qwen2/llama models over a paged KV cache
+// (16-bit, fp8_e4m3 or int4_kivi), fp32 compute, OpenBLAS GEMMs. Weights are converted to fp32
+// once at construction (cpu_weights.h says why); per-step activation buffers grow to the largest
+// batch seen and are reused. The recipe (forward() in cpu_backend.cc) names the same steps as
+// the CUDA backend:
+//   embed -> [rmsnorm -> qkv -> rope -> kv_write -> attention -> kv_commit -> o_proj
+//             -> rmsnorm -> mlp] x L -> final_norm -> lm_head
+// kv_commit is int4_kivi's quantize-on-fill (a no-op for 16-bit and fp8). Engine thread only.
 #pragma once
 
 #include <memory>
@@ -19,8 +21,10 @@ struct CpuBackendOptions {
   int num_threads = 0;  // attention threads, the caller included; 0: hardware_concurrency
 };
 
-// Refuses (kUnsupported) a KV cache dtype other than 16-bit and (kInvalidArgument) a
-// non-positive num_blocks or block_size. `weights` may be released once this returns.
+// KV cache dtypes: 16-bit, fp8_e4m3 and int4_kivi (cpu_kv_cache.h). Refuses (kInvalidArgument)
+// a non-positive num_blocks or block_size, and for int4_kivi a block size, value group size or
+// head dim its layout does not allow or num_residual_slots <= 0. `weights` may be released
+// once this returns.
 Result<std::unique_ptr<Backend>> make_cpu_backend(const model::ModelConfig& config,
                                                   const model::ModelWeights& weights,
                                                   const KvCacheConfig& kv_config,

@@ -53,4 +53,36 @@ inline float kv_decode(uint16_t bits, DType dtype) {
   return dtype == DType::kBF16 ? bf16_to_float(bits) : fp16_to_float(bits);
 }
 
+// Gathers positions [0, n) of one kv head of a sequence from a paged cache of any element type
+// into fp32 rows: keys/values [n, head_dim]. k_cache, v_cache: [num_slots, slot_elems] of one
+// layer; table: the sequence's block ids; head_offset: kv_head * head_dim; decode: T -> float.
+template <typename T, typename Decode>
+void gather_paged(std::span<const T> k_cache, std::span<const T> v_cache, int64_t block_size,
+                  int64_t slot_elems, const int32_t* table, int64_t head_offset, int64_t head_dim,
+                  int64_t n, float* keys, float* values, Decode decode) {
+  for (int64_t p = 0; p < n; ++p) {
+    const int64_t slot = table[p / block_size] * block_size + p % block_size;
+    const T* ks = k_cache.data() + slot * slot_elems + head_offset;
+    const T* vs = v_cache.data() + slot * slot_elems + head_offset;
+    for (int64_t i = 0; i < head_dim; ++i) {
+      keys[p * head_dim + i] = decode(ks[i]);
+      values[p * head_dim + i] = decode(vs[i]);
+    }
+  }
+}
+
+// gather_paged over the 16-bit cache (bf16 or fp16 bits).
+inline void gather_paged_16bit(std::span<const uint16_t> k_cache, std::span<const uint16_t> v_cache,
+                               DType dtype, int64_t block_size, int64_t slot_elems,
+                               const int32_t* table, int64_t head_offset, int64_t head_dim,
+                               int64_t n, float* keys, float* values) {
+  if (dtype == DType::kBF16) {
+    gather_paged(k_cache, v_cache, block_size, slot_elems, table, head_offset, head_dim, n, keys,
+                 values, [](uint16_t b) { return bf16_to_float(b); });
+  } else {
+    gather_paged(k_cache, v_cache, block_size, slot_elems, table, head_offset, head_dim, n, keys,
+                 values, [](uint16_t b) { return fp16_to_float(b); });
+  }
+}
+
 }  // namespace s4kv::backend::cpu

@@ -1,0 +1,126 @@
+// The 16-bit and fp8_e4m3 caches (paged, one element per channel) and the dtype switch; the
+// int4_kivi cache lives in int4_kivi_kv_cache.{h,cc}.
+#include "backend/cpu/cpu_kv_cache.h"
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/int4_kivi_kv_cache.h"
+#include "backend/cpu/kv_write.h"
+#include "backend/cpu/paged_kv_cache.h"
+#include "common/check.h"
+#include "kv/fp8_e4m3.h"
+
+namespace s4kv::backend::cpu {
+namespace {
+
+const int32_t* table_of(const ForwardBatch& batch, int64_t seq) {
+  return batch.block_tables.data() + seq * batch.max_num_blocks_per_seq;
+}
+
+// K (after RoPE) and V in the model's 16-bit dtype: what the golden logits model.
+class Paged16BitKvCache final : public CpuKvCache {
+ public:
+  Paged16BitKvCache(const KvCacheConfig& config, const CpuKvCacheShape& s)
+      : cache_(KvCacheShape{s.num_layers, config.num_blocks, config.block_size, s.num_kv_heads,
+                            s.head_dim, s.dtype}) {}
+
+  void write(int64_t layer, const ForwardBatch& batch, std::span<const float> k,
+             std::span<const float> v, int64_t row_stride) override {
+    kv_write_ref(k, v, row_stride, cache_.shape().slot_elems(), batch.slot_mapping, cache_.k(layer),
+                 cache_.v(layer), cache_.shape().dtype);
+  }
+
+  void gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head, int64_t n,
+              float* keys, float* values) const override {
+    const KvCacheShape& s = cache_.shape();
+    gather_paged_16bit(cache_.k(layer), cache_.v(layer), s.dtype, s.block_size, s.slot_elems(),
+                       table_of(batch, seq), kv_head * s.head_dim, s.head_dim, n, keys, values);
+  }
+
+  int64_t num_bytes() const override { return cache_.num_bytes(); }
+
+ private:
+  PagedKvCache cache_;
+};
+
+// vLLM's default fp8 cache, per-tensor scale 1.0: the 16-bit K/V (as the model would hold them
+// on a GPU) converted to E4M3 with saturation (kv/fp8_e4m3.h), widened exactly on read.
+class PagedFp8KvCache final : public CpuKvCache {
+ public:
+  PagedFp8KvCache(const KvCacheConfig& config, const CpuKvCacheShape& s)
+      : block_size_(config.block_size),
+        head_dim_(s.head_dim),
+        slot_elems_(s.num_kv_heads * s.head_dim),
+        layer_elems_(config.num_blocks * config.block_size * slot_elems_),
+        dtype_(s.dtype),
+        data_(static_cast<size_t>(s.num_layers * 2 * layer_elems_), 0) {
+    for (int i = 0; i < 256; ++i) decode_[i] = kv::fp8_e4m3_to_float(static_cast<uint8_t>(i));
+  }
+
+  void write(int64_t layer, const ForwardBatch& batch, std::span<const float> k,
+             std::span<const float> v, int64_t row_stride) override {
+    uint8_t* kc = data_.data() + layer * 2 * layer_elems_;
+    uint8_t* vc = kc + layer_elems_;
+    const int64_t num_slots = layer_elems_ / slot_elems_;
+    for (int64_t t = 0; t < batch.num_tokens(); ++t) {
+      const int64_t slot = batch.slot_mapping[t];
+      S4KV_CHECK(slot >= 0 && slot < num_slots, "fp8 kv_write: slot ", slot);
+      for (int64_t i = 0; i < slot_elems_; ++i) {
+        kc[slot * slot_elems_ + i] = encode(k[t * row_stride + i]);
+        vc[slot * slot_elems_ + i] = encode(v[t * row_stride + i]);
+      }
+    }
+  }
+
+  void gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head, int64_t n,
+              float* keys, float* values) const override {
+    const auto k = std::span<const uint8_t>(data_).subspan(
+        static_cast<size_t>(layer * 2 * layer_elems_), static_cast<size_t>(layer_elems_));
+    const auto v = std::span<const uint8_t>(data_).subspan(
+        static_cast<size_t>((layer * 2 + 1) * layer_elems_), static_cast<size_t>(layer_elems_));
+    gather_paged(k, v, block_size_, slot_elems_, table_of(batch, seq), kv_head * head_dim_,
+                 head_dim_, n, keys, values, [this](uint8_t x) { return decode_[x]; });
+  }
+
+  int64_t num_bytes() const override { return static_cast<int64_t>(data_.size()); }
+
+ private:
+  uint8_t encode(float x) const {
+    return kv::float_to_fp8_e4m3(kv_decode(kv_encode(x, dtype_), dtype_));
+  }
+
+  int64_t block_size_, head_dim_, slot_elems_, layer_elems_;
+  DType dtype_;
+  std::vector<uint8_t> data_;      // [num_layers, 2 (K, V), num_slots, num_kv_heads, head_dim]
+  std::array<float, 256> decode_;  // fp8_e4m3_to_float of every code (exact)
+};
+
+}  // namespace
+
+Result<std::unique_ptr<CpuKvCache>> make_cpu_kv_cache(const KvCacheConfig& config,
+                                                      const CpuKvCacheShape& shape,
+                                                      std::span<const float> inv_freq) {
+  switch (config.dtype) {
+    case kv::KvCacheDtype::k16Bit:
+      return std::unique_ptr<CpuKvCache>(std::make_unique<Paged16BitKvCache>(config, shape));
+    case kv::KvCacheDtype::kFp8E4M3:
+      return std::unique_ptr<CpuKvCache>(std::make_unique<PagedFp8KvCache>(config, shape));
+    case kv::KvCacheDtype::kInt4Kivi: {
+      auto layout = kv::Int4KiviLayout::create(static_cast<int>(config.block_size),
+                                               static_cast<int>(shape.head_dim),
+                                               static_cast<int>(config.value_group_size));
+      if (!layout.is_ok()) return layout.status();
+      if (config.num_residual_slots <= 0) {
+        return invalid_argument("int4_kivi: num_residual_slots must be positive (got " +
+                                std::to_string(config.num_residual_slots) + ")");
+      }
+      return std::unique_ptr<CpuKvCache>(
+          std::make_unique<Int4KiviKvCache>(config, shape, *layout, inv_freq));
+    }
+  }
+  return unsupported("unknown kv_cache_dtype");
+}
+
+}  // namespace s4kv::backend::cpu

@@ -1,0 +1,61 @@
+// The CPU backend's KV cache of any --kv-cache-dtype, as the forward recipe sees it: per layer,
+// kv_write stores the step's new keys (after RoPE) and values, attention gathers each
+// sequence's context as fp32 rows, and kv_commit runs after the layer's attention (int4_kivi:
+// quantize the blocks that filled, keep the tail 16-bit). One implementation per dtype, chosen
+// once by make_cpu_kv_cache (the one dtype switch). docs/kv-format.md "The CPU backend" has the
+// step order and what each dtype stores. Engine thread only, except gather (pool threads,
+// read-only). Memory is allocated at construction; the engine owns which blocks are live.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "backend/backend.h"
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace s4kv::backend::cpu {
+
+class ThreadPool;
+
+struct CpuKvCacheShape {
+  int64_t num_layers = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  DType dtype = DType::kBF16;  // the model's 16-bit dtype (kBF16 or kF16)
+};
+
+class CpuKvCache {
+ public:
+  virtual ~CpuKvCache() = default;
+
+  // Once per forward(), before the first layer (batch already checked).
+  virtual void begin_step(const ForwardBatch& batch) { (void)batch; }
+
+  // kv_write: k, v: [num_tokens, row_stride] fp32 rows, each starting with the token's
+  // num_kv_heads * head_dim values (K after RoPE).
+  virtual void write(int64_t layer, const ForwardBatch& batch, std::span<const float> k,
+                     std::span<const float> v, int64_t row_stride) = 0;
+
+  // attention's view of positions [0, num_positions) of sequence seq, kv head kv_head, in this
+  // step: keys, values [num_positions, head_dim] fp32 (keys after RoPE). Thread-safe.
+  virtual void gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
+                      int64_t num_positions, float* keys, float* values) const = 0;
+
+  // kv_commit, after the layer's attention. Nothing for 16-bit and fp8.
+  virtual void commit(int64_t layer, const ForwardBatch& batch, ThreadPool* pool) {
+    (void)layer, (void)batch, (void)pool;
+  }
+
+  virtual int64_t num_bytes() const = 0;
+};
+
+// Refuses (kInvalidArgument) a bad int4_kivi layout (block size, value group size, head dim) or
+// a non-positive num_residual_slots for int4_kivi. inv_freq: [head_dim / 2] (int4_kivi's
+// RoPE table).
+Result<std::unique_ptr<CpuKvCache>> make_cpu_kv_cache(const KvCacheConfig& config,
+                                                      const CpuKvCacheShape& shape,
+                                                      std::span<const float> inv_freq);
+
+}  // namespace s4kv::backend::cpu

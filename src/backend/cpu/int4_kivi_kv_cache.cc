@@ -1,0 +1,150 @@
+// Int4KiviKvCache: storage, kv_write (staging) and attention's gather. kv_commit (quantize on
+// fill) is in int4_kivi_commit.cc.
+#include "backend/cpu/int4_kivi_kv_cache.h"
+
+#include <algorithm>
+
+#include "backend/cpu/paged_kv_cache.h"
+#include "common/check.h"
+#include "kv/int4_kivi_ref.h"
+
+namespace s4kv::backend::cpu {
+
+Int4KiviKvCache::Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheShape& shape,
+                                 const kv::Int4KiviLayout& layout, std::span<const float> inv_freq)
+    : layout_(layout),
+      num_layers_(shape.num_layers),
+      num_blocks_(config.num_blocks),
+      num_slots_(config.num_residual_slots),
+      block_size_(config.block_size),
+      num_kv_heads_(shape.num_kv_heads),
+      head_dim_(shape.head_dim),
+      slot_elems_(shape.num_kv_heads * shape.head_dim),
+      dtype_(shape.dtype),
+      keys_post_rope_(config.int4_keys_post_rope),
+      rope_(inv_freq) {
+  S4KV_CHECK(num_layers_ > 0 && num_blocks_ > 0 && num_slots_ > 0 && num_kv_heads_ > 0,
+             "Int4KiviKvCache: non-positive dimension");
+  S4KV_CHECK(layout.block_size == block_size_ && layout.head_dim == head_dim_ &&
+                 layout.value_group_size == config.value_group_size,
+             "Int4KiviKvCache: layout does not match the config");
+  S4KV_CHECK(dtype_ == DType::kBF16 || dtype_ == DType::kF16, "Int4KiviKvCache: 16-bit dtype");
+  pool_.assign(static_cast<size_t>(num_layers_ * num_blocks_ * num_kv_heads_) * layout.block_bytes,
+               std::byte{0});
+  residual_.assign(static_cast<size_t>(num_layers_ * num_slots_ * 2 * block_size_ * slot_elems_),
+                   0);
+  slot_used_.assign(static_cast<size_t>(num_slots_), 0);
+}
+
+void Int4KiviKvCache::begin_step(const ForwardBatch& batch) {
+  const int32_t max_len = *std::max_element(batch.seq_lens.begin(), batch.seq_lens.end());
+  rope_.ensure(max_len);
+  std::fill(slot_used_.begin(), slot_used_.end(), 0);
+  for (int32_t slot : batch.residual_slots) {
+    S4KV_CHECK(slot_used_[static_cast<size_t>(slot)] == 0, "int4_kivi: residual slot ", slot,
+               " given to two sequences of one batch");
+    slot_used_[static_cast<size_t>(slot)] = 1;
+  }
+}
+
+void Int4KiviKvCache::write(int64_t layer, const ForwardBatch& batch, std::span<const float> k,
+                            std::span<const float> v, int64_t row_stride) {
+  S4KV_CHECK(layer >= 0 && layer < num_layers_, "int4_kivi kv_write: layer ", layer);
+  const int64_t n = batch.num_tokens();
+  S4KV_CHECK(static_cast<int64_t>(k.size()) >= (n - 1) * row_stride + slot_elems_ &&
+                 static_cast<int64_t>(v.size()) >= (n - 1) * row_stride + slot_elems_,
+             "int4_kivi kv_write: k/v too small");
+  if (staging_k_.size() < static_cast<size_t>(n * slot_elems_)) {
+    staging_k_.resize(static_cast<size_t>(n * slot_elems_));
+    staging_v_.resize(static_cast<size_t>(n * slot_elems_));
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < slot_elems_; ++i) {
+      staging_k_[static_cast<size_t>(t * slot_elems_ + i)] =
+          kv_encode(k[t * row_stride + i], dtype_);
+      staging_v_[static_cast<size_t>(t * slot_elems_ + i)] =
+          kv_encode(v[t * row_stride + i], dtype_);
+    }
+  }
+}
+
+void Int4KiviKvCache::gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
+                             int64_t n, float* keys, float* values) const {
+  const int64_t q_len = batch.query_start_loc[seq + 1] - batch.query_start_loc[seq];
+  const int64_t start = batch.seq_lens[seq] - q_len;
+  const int64_t num_full = start / block_size_;  // blocks quantized before this step
+  S4KV_CHECK(n > start && n <= batch.seq_lens[seq], "int4_kivi gather: ", n, " positions");
+  const int32_t* table = batch.block_tables.data() + seq * batch.max_num_blocks_per_seq;
+  const int64_t d = head_dim_;
+  const auto block_elems = static_cast<size_t>(block_size_ * d);
+  for (int64_t i = 0; i < num_full; ++i) {
+    const auto blk = block(layer, table[i], kv_head);
+    float* k = keys + i * block_size_ * d;
+    kv::dequantize_keys_block_ref(layout_, blk, std::span<float>(k, block_elems));
+    if (!keys_post_rope_) {
+      for (int64_t t = 0; t < block_size_; ++t) {
+        const int64_t pos = i * block_size_ + t;
+        rope_rotate(k + t * d, k + t * d, rope_.cos(pos), rope_.sin(pos), d);
+      }
+    }
+    kv::dequantize_values_block_ref(layout_, blk,
+                                    std::span<float>(values + i * block_size_ * d, block_elems));
+  }
+  for (int64_t p = num_full * block_size_; p < n; ++p) {
+    const uint16_t* kr = k_row(layer, batch, seq, p) + kv_head * d;
+    const uint16_t* vr = v_row(layer, batch, seq, p) + kv_head * d;
+    for (int64_t c = 0; c < d; ++c) {
+      keys[p * d + c] = kv_decode(kr[c], dtype_);
+      values[p * d + c] = kv_decode(vr[c], dtype_);
+    }
+  }
+}
+
+const uint16_t* Int4KiviKvCache::k_row(int64_t layer, const ForwardBatch& batch, int64_t seq,
+                                       int64_t pos) const {
+  const int64_t q_begin = batch.query_start_loc[seq];
+  const int64_t start = batch.seq_lens[seq] - (batch.query_start_loc[seq + 1] - q_begin);
+  if (pos >= start) return staging_k_.data() + (q_begin + pos - start) * slot_elems_;
+  return residual_k(layer, batch.residual_slots[seq]).data() + (pos % block_size_) * slot_elems_;
+}
+
+const uint16_t* Int4KiviKvCache::v_row(int64_t layer, const ForwardBatch& batch, int64_t seq,
+                                       int64_t pos) const {
+  const int64_t q_begin = batch.query_start_loc[seq];
+  const int64_t start = batch.seq_lens[seq] - (batch.query_start_loc[seq + 1] - q_begin);
+  if (pos >= start) return staging_v_.data() + (q_begin + pos - start) * slot_elems_;
+  return residual_v(layer, batch.residual_slots[seq]).data() + (pos % block_size_) * slot_elems_;
+}
+
+std::span<const std::byte> Int4KiviKvCache::block(int64_t layer, int64_t block_id,
+                                                  int64_t kv_head) const {
+  S4KV_CHECK(layer >= 0 && layer < num_layers_ && block_id >= 0 && block_id < num_blocks_ &&
+                 kv_head >= 0 && kv_head < num_kv_heads_,
+             "int4_kivi: block ", block_id, " head ", kv_head, " of layer ", layer);
+  const auto index =
+      static_cast<size_t>((layer * num_blocks_ + block_id) * num_kv_heads_ + kv_head);
+  return std::span<const std::byte>(pool_).subspan(index * layout_.block_bytes,
+                                                   layout_.block_bytes);
+}
+
+std::span<const uint16_t> Int4KiviKvCache::residual_k(int64_t layer, int64_t slot) const {
+  return std::span<const uint16_t>(const_cast<Int4KiviKvCache*>(this)->residual(layer, slot, 0),
+                                   static_cast<size_t>(block_size_ * slot_elems_));
+}
+
+std::span<const uint16_t> Int4KiviKvCache::residual_v(int64_t layer, int64_t slot) const {
+  return std::span<const uint16_t>(const_cast<Int4KiviKvCache*>(this)->residual(layer, slot, 1),
+                                   static_cast<size_t>(block_size_ * slot_elems_));
+}
+
+uint16_t* Int4KiviKvCache::residual(int64_t layer, int64_t slot, int which) {
+  S4KV_CHECK(layer >= 0 && layer < num_layers_ && slot >= 0 && slot < num_slots_,
+             "int4_kivi: residual slot ", slot, " of layer ", layer);
+  return residual_.data() + ((layer * num_slots_ + slot) * 2 + which) * block_size_ * slot_elems_;
+}
+
+int64_t Int4KiviKvCache::num_bytes() const {
+  return static_cast<int64_t>(pool_.size() + residual_.size() * sizeof(uint16_t));
+}
+
+}  // namespace s4kv::backend::cpu

@@ -1,0 +1,84 @@
+// The CPU backend's int4_kivi KV cache (DESIGN.md "The int4_kivi KV format", docs/kv-format.md
+// "The CPU backend"). Per layer:
+//   pool      [num_blocks, num_kv_heads] int4 blocks of Int4KiviLayout (block_bytes each): the
+//             full blocks, keys quantized before RoPE (after RoPE with int4_keys_post_rope);
+//   residual  [num_residual_slots, block_size, num_kv_heads, head_dim] 16-bit K and V: each
+//             running sequence's partly filled tail block, keys after RoPE, exactly the bits the
+//             16-bit cache holds (slot = ForwardBatch::residual_slots[s]);
+//   staging   [num_tokens, num_kv_heads, head_dim] 16-bit K and V of this step's new tokens
+//             (per step, shared by the layers: kv_write fills it, kv_commit empties it).
+// Invariant between steps: for a sequence of length L, blocks i < L / B are in the pool at the
+// block table's ids; positions [L / B * B, L) are in its residual slot at offset p % B.
+//
+// A step of q_len tokens, start = seq_len - q_len: attention reads blocks i < start / B from the
+// pool (keys dequantized, rotated with the RoPE table), positions [start / B * B, start) from the
+// residual and [start, seq_len) from staging; kv_commit then quantizes every block that is full
+// at seq_len and was not at start (keys rotated back in fp32 with the same table, from their
+// 16-bit post-RoPE bits) and writes positions [seq_len / B * B, seq_len) to the residual.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "backend/cpu/cpu_kv_cache.h"
+#include "backend/rope_table.h"
+#include "kv/int4_kivi_layout.h"
+
+namespace s4kv::backend::cpu {
+
+class Int4KiviKvCache final : public CpuKvCache {
+ public:
+  // layout: from Int4KiviLayout::create(config.block_size, shape.head_dim, Gv);
+  // inv_freq: [head_dim / 2]; config.num_residual_slots > 0 (checked).
+  Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheShape& shape,
+                  const kv::Int4KiviLayout& layout, std::span<const float> inv_freq);
+
+  // Grows the RoPE table to the batch's longest sequence; checks that no two sequences share
+  // a residual slot.
+  void begin_step(const ForwardBatch& batch) override;
+  void write(int64_t layer, const ForwardBatch& batch, std::span<const float> k,
+             std::span<const float> v, int64_t row_stride) override;
+  void gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
+              int64_t num_positions, float* keys, float* values) const override;
+  void commit(int64_t layer, const ForwardBatch& batch, ThreadPool* pool) override;
+  int64_t num_bytes() const override;
+
+  // For tests and tools: one pool block (layout().block_bytes) and one residual slot's K or V
+  // ([block_size, num_kv_heads, head_dim] 16-bit bits).
+  std::span<const std::byte> block(int64_t layer, int64_t block_id, int64_t kv_head) const;
+  std::span<const uint16_t> residual_k(int64_t layer, int64_t slot) const;
+  std::span<const uint16_t> residual_v(int64_t layer, int64_t slot) const;
+  const kv::Int4KiviLayout& layout() const { return layout_; }
+  const RopeTable& rope_table() const { return rope_; }
+
+ private:
+  // Quantizes block `index` of sequence `seq` (full at seq_len) for one kv head into the pool.
+  void quantize_block(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t index,
+                      int64_t kv_head);
+  // The 16-bit K/V row (slot_elems_) of position pos of a sequence in this step: residual for
+  // pos < start, staging otherwise.
+  const uint16_t* k_row(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t pos) const;
+  const uint16_t* v_row(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t pos) const;
+  uint16_t* residual(int64_t layer, int64_t slot, int which);  // which: 0 K, 1 V
+
+  struct FillItem {  // one block that filled in this step, one kv head
+    int64_t seq, index, kv_head;
+  };
+
+  kv::Int4KiviLayout layout_;
+  int64_t num_layers_, num_blocks_, num_slots_, block_size_, num_kv_heads_, head_dim_;
+  int64_t slot_elems_;  // num_kv_heads * head_dim
+  DType dtype_;
+  bool keys_post_rope_;
+  RopeTable rope_;
+  std::vector<std::byte> pool_;      // [num_layers, num_blocks, num_kv_heads, block_bytes]
+  std::vector<uint16_t> residual_;   // [num_layers, num_slots, 2 (K, V), block_size, slot_elems]
+  std::vector<uint16_t> staging_k_;  // [num_tokens, slot_elems], grown to the largest step
+  std::vector<uint16_t> staging_v_;
+  std::vector<uint8_t> slot_used_;    // [num_slots] begin_step's duplicate check
+  std::vector<FillItem> fill_items_;  // commit's work list, reused
+};
+
+}  // namespace s4kv::backend::cpu

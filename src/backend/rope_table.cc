@@ -1,0 +1,73 @@
+#include "backend/rope_table.h"
+
+#include <cmath>
+
+#include "common/check.h"
+
+namespace s4kv::backend {
+
+namespace {
+constexpr int64_t kRowsGranule = 1024;
+}  // namespace
+
+RopeTable::RopeTable(std::span<const float> inv_freq)
+    : inv_freq_(inv_freq.begin(), inv_freq.end()), half_(static_cast<int64_t>(inv_freq.size())) {
+  S4KV_CHECK(half_ > 0, "RopeTable: empty inv_freq");
+}
+
+void RopeTable::ensure(int64_t num_positions) {
+  if (num_positions <= num_positions_) return;
+  const int64_t rows = (num_positions + kRowsGranule - 1) / kRowsGranule * kRowsGranule;
+  cos_.resize(static_cast<size_t>(rows * half_));
+  sin_.resize(static_cast<size_t>(rows * half_));
+  for (int64_t pos = num_positions_; pos < rows; ++pos) {
+    const auto p = static_cast<float>(pos);
+    for (int64_t i = 0; i < half_; ++i) {
+      const float angle = inv_freq_[static_cast<size_t>(i)] * p;
+      cos_[static_cast<size_t>(pos * half_ + i)] = static_cast<float>(std::cos(double{angle}));
+      sin_[static_cast<size_t>(pos * half_ + i)] = static_cast<float>(std::sin(double{angle}));
+    }
+  }
+  num_positions_ = rows;
+}
+
+const float* RopeTable::cos(int64_t pos) const {
+  S4KV_CHECK(pos >= 0 && pos < num_positions_, "RopeTable: position ", pos);
+  return cos_.data() + pos * half_;
+}
+
+const float* RopeTable::sin(int64_t pos) const {
+  S4KV_CHECK(pos >= 0 && pos < num_positions_, "RopeTable: position ", pos);
+  return sin_.data() + pos * half_;
+}
+
+void rope_rotate(const float* x, float* out, const float* cos, const float* sin, int64_t head_dim) {
+  const int64_t half = head_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float x1 = x[i];
+    const float x2 = x[i + half];
+    const float a1 = x1 * cos[i];
+    const float b1 = x2 * sin[i];
+    const float a2 = x2 * cos[i];
+    const float b2 = x1 * sin[i];
+    out[i] = a1 - b1;
+    out[i + half] = a2 + b2;
+  }
+}
+
+void rope_unrotate(const float* x, float* out, const float* cos, const float* sin,
+                   int64_t head_dim) {
+  const int64_t half = head_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float x1 = x[i];
+    const float x2 = x[i + half];
+    const float a1 = x1 * cos[i];
+    const float b1 = x2 * sin[i];
+    const float a2 = x2 * cos[i];
+    const float b2 = x1 * sin[i];
+    out[i] = a1 + b1;
+    out[i + half] = a2 - b2;
+  }
+}
+
+}  // namespace s4kv::backend
