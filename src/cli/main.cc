@@ -7,6 +7,8 @@
 
 #include "cli/check_model.h"
 #include "cli/command.h"
+#include "cli/eval_command.h"
+#include "cli/generate_command.h"
 #include "cli/render_chat_command.h"
 #include "cli/tokenize_command.h"
 
@@ -21,6 +23,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", kVersion);
   s4kv::cli::add_check_model_command(app);
+  s4kv::cli::add_eval_command(app);
+  s4kv::cli::add_generate_command(app);
   s4kv::cli::add_render_chat_command(app);
   s4kv::cli::add_tokenize_command(app);
   try {

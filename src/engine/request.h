@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/finish_reason.h"
 #include "kv/kv_cache_manager.h"
 
 namespace s4kv::engine {
@@ -30,9 +31,6 @@ enum class RequestStatus {
   kFinishedLengthCapped,
   kFinishedAborted,
 };
-
-// Why a request finished (the OpenAI finish_reason "stop" / "length", or an abort).
-enum class FinishReason { kStop, kLength, kAbort };
 
 std::string_view request_status_name(RequestStatus s);
 RequestStatus finished_status(FinishReason reason);

@@ -4,10 +4,6 @@
 
 namespace s4kv::engine {
 
-std::string_view finish_reason_name(FinishReason r) {
-  return r == FinishReason::kStop ? "stop" : "length";
-}
-
 StopChecker::StopChecker(const SamplingParams& params, std::span<const int32_t> eos_token_ids,
                          int64_t max_tokens)
     : stop_(params.stop),

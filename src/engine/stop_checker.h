@@ -21,14 +21,10 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/finish_reason.h"
 #include "engine/sampling_params.h"
 
 namespace s4kv::engine {
-
-enum class FinishReason { kStop, kLength };
-
-// OpenAI's names: "stop", "length".
-std::string_view finish_reason_name(FinishReason r);
 
 struct StopUpdate {
   std::string text;  // newly released output text (the streaming delta); may be empty

@@ -1,0 +1,33 @@
+// `s4kv eval`: measures a KV cache format's fidelity against a reference format with the
+// two-pass method (engine/fidelity_eval.h) on windows of a text file. Prints one summary line;
+// --json writes every metric and the settings. Bad input: exit 2, one `error:` line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace s4kv::cli {
+
+struct EvalOptions {
+  std::string model;
+  std::string text;  // --text FILE (UTF-8)
+  std::string kv_cache_dtype = "int4_kivi";
+  std::string reference = "auto";  // the model's 16-bit dtype
+  int64_t prefix_len = 2048;
+  int64_t continuation_len = 512;
+  int64_t num_windows = 8;
+  int64_t greedy_len = 128;
+  int block_size = 64;
+  int kivi_group_size = 128;  // Gv: channels per value scale/zero
+  std::string json_out;
+  std::string load_format = "auto";
+};
+
+int run_eval(const EvalOptions& options);
+void add_eval_command(CLI::App& app);
+
+}  // namespace s4kv::cli

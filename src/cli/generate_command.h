@@ -1,0 +1,54 @@
+// `s4kv generate`: offline generation through the engine, like vLLM's LLM.generate.
+//   s4kv generate --model DIR --prompt TEXT [--chat] [--max-tokens N] [--temperature T] ...
+// prints the completion (streamed as it is produced) and a newline; with --jsonl it reads one
+// request per stdin line (generate_jsonl.h), runs them all as one batch and writes one JSON
+// line per request, in input order:
+//   {"index", "text" (n = 1) | "texts" and "finish_reasons" (n > 1), "finish_reason",
+//    "num_prompt_tokens", "num_generated_tokens"}
+// The engine's capacity line goes to stderr. Every refusal (bad model, flag, JSON line,
+// field, prompt too long, a KV cache dtype the backend cannot run) exits 2 with one
+// `error: ...` line on stderr and nothing on stdout.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace s4kv::cli {
+
+struct GenerateOptions {
+  std::string model;
+  std::optional<std::string> prompt;  // --prompt
+  bool chat = false;                  // --chat: one user message through the chat template
+  bool jsonl = false;                 // --jsonl: requests on stdin
+  std::string chat_template;          // --chat-template FILE
+  // Sampling defaults (a JSON line's fields override them).
+  int64_t max_tokens = 16;  // vLLM's SamplingParams default
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t top_k = 0;
+  std::vector<std::string> stop;
+  uint64_t seed = 0;  // --seed: the engine RNG
+  // Engine.
+  std::string kv_cache_dtype = "int4_kivi";
+  int64_t max_model_len = 0;
+  int max_num_seqs = 0;
+  int64_t max_num_batched_tokens = 2048;
+  int block_size = 64;
+  std::string kv_cache_memory = "1GiB";
+  bool enable_prefix_caching = true;
+  std::string load_format = "auto";
+  std::string device = "auto";
+};
+
+// Runs the command; returns the exit code (0 or 2). Never throws.
+int run_generate(const GenerateOptions& options);
+
+void add_generate_command(CLI::App& app);
+
+}  // namespace s4kv::cli

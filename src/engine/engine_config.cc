@@ -1,0 +1,104 @@
+#include "engine/engine_config.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace s4kv::engine {
+namespace {
+
+Status bad(std::string_view flag, int64_t value, std::string_view need) {
+  std::ostringstream os;
+  os << flag << '=' << value << ' ' << need;
+  return invalid_argument(os.str());
+}
+
+// 16-bit bytes of one token (all layers and KV heads): what a residual slot holds per token.
+int64_t bytes_per_token_16bit(const model::ModelConfig& m) {
+  return static_cast<int64_t>(kv::kv_bytes_per_token(kv::KvCacheDtype::k16Bit, m.num_hidden_layers,
+                                                     m.num_key_value_heads, m.head_dim));
+}
+
+Status check_limits(const EngineConfig& c) {
+  if (c.max_model_len < 0) return bad("--max-model-len", c.max_model_len, "must be >= 1");
+  if (c.max_num_seqs < 0) return bad("--max-num-seqs", c.max_num_seqs, "must be >= 1");
+  if (c.max_num_batched_tokens < 1) {
+    return bad("--max-num-batched-tokens", c.max_num_batched_tokens, "must be >= 1");
+  }
+  if (c.kv_cache_memory_bytes < 1) {
+    return bad("--kv-cache-memory", c.kv_cache_memory_bytes, "must be positive");
+  }
+  return kv::validate_block_size(c.block_size);
+}
+
+// max_model_len: the requested value, checked against the model's positions, or the largest
+// the model and the KV cache both allow.
+Result<int64_t> resolve_max_model_len(const EngineConfig& c, const model::ModelConfig& m,
+                                      const kv::KvCapacity& cap) {
+  if (c.max_model_len == 0) return std::min(m.max_position_embeddings, cap.num_tokens);
+  if (c.max_model_len > m.max_position_embeddings) {
+    return bad(
+        "--max-model-len", c.max_model_len,
+        "exceeds the model's max_position_embeddings=" + std::to_string(m.max_position_embeddings));
+  }
+  return c.max_model_len;
+}
+
+}  // namespace
+
+Result<kv::KvCacheDtype> parse_kv_cache_dtype(std::string_view name) {
+  if (name == "auto" || name == "fp16" || name == "bf16") return kv::KvCacheDtype::k16Bit;
+  if (name == "fp8_e4m3" || name == "fp8") return kv::KvCacheDtype::kFp8E4M3;
+  if (name == "int4_kivi") return kv::KvCacheDtype::kInt4Kivi;
+  return invalid_argument("unsupported --kv-cache-dtype=" + std::string(name) +
+                          " (supported: auto, fp16, bf16, fp8_e4m3, int4_kivi)");
+}
+
+Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
+                                                   const model::ModelConfig& m) {
+  S4KV_RETURN_IF_ERROR(check_limits(c));
+  ResolvedEngineConfig r;
+  r.seed = c.seed;
+  const int max_num_seqs = c.max_num_seqs > 0 ? c.max_num_seqs : kDefaultMaxNumSeqsCpu;
+  const bool int4 = c.kv_cache_dtype == kv::KvCacheDtype::kInt4Kivi;
+  // int4_kivi keeps each running sequence's partly filled block 16-bit, outside the pool.
+  r.residual_bytes = int4 ? int64_t{max_num_seqs} * c.block_size * bytes_per_token_16bit(m) : 0;
+  if (r.residual_bytes >= c.kv_cache_memory_bytes) {
+    return bad("--kv-cache-memory", c.kv_cache_memory_bytes,
+               "holds no KV block: int4_kivi's residual blocks for --max-num-seqs=" +
+                   std::to_string(max_num_seqs) + " alone need " +
+                   std::to_string(r.residual_bytes) + " bytes");
+  }
+  S4KV_ASSIGN_OR_RETURN(
+      r.capacity,
+      kv::plan_kv_capacity(c.kv_cache_memory_bytes - r.residual_bytes, c.kv_cache_dtype,
+                           m.num_hidden_layers, m.num_key_value_heads, m.head_dim, c.block_size));
+  S4KV_ASSIGN_OR_RETURN(const int64_t max_model_len, resolve_max_model_len(c, m, r.capacity));
+
+  r.scheduler.max_num_seqs = max_num_seqs;
+  r.scheduler.max_num_batched_tokens = c.max_num_batched_tokens;
+  r.scheduler.max_model_len = max_model_len;
+  r.cache.num_blocks = static_cast<int>(r.capacity.num_blocks);
+  r.cache.block_size = c.block_size;
+  r.cache.enable_prefix_caching = c.enable_prefix_caching;
+  S4KV_RETURN_IF_ERROR(Scheduler::validate(r.scheduler, r.cache));
+
+  r.kv.num_blocks = r.capacity.num_blocks;
+  r.kv.block_size = c.block_size;
+  r.kv.dtype = c.kv_cache_dtype;
+  r.kv.num_residual_slots = int4 ? max_num_seqs : 0;
+  r.runner = ModelRunnerConfig{max_num_seqs, c.max_num_batched_tokens, max_model_len};
+  return r;
+}
+
+std::string describe_capacity(const ResolvedEngineConfig& r) {
+  std::ostringstream os;
+  os << kv::format_kv_capacity(r.capacity) << "; max_model_len " << r.scheduler.max_model_len
+     << ", max_num_seqs " << r.scheduler.max_num_seqs;
+  if (r.residual_bytes > 0) {
+    os << "; plus " << r.residual_bytes << " bytes of 16-bit residual blocks for "
+       << r.kv.num_residual_slots << " running sequences";
+  }
+  return os.str();
+}
+
+}  // namespace s4kv::engine

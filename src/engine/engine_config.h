@@ -1,0 +1,62 @@
+// EngineConfig: the engine's start-up settings with vLLM's names (--max-model-len,
+// --max-num-seqs, --max-num-batched-tokens, --block-size, --kv-cache-dtype ...), and their
+// resolution against a model: the KV memory budget becomes a number of blocks
+// (kv_capacity.h), unset limits get their defaults, and every combination that could not run
+// is refused with a Status naming the flag. Plain data; no engine state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "backend/backend.h"
+#include "common/status.h"
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
+#include "kv/kv_capacity.h"
+#include "kv/kv_format.h"
+#include "model/model_config.h"
+
+namespace s4kv::engine {
+
+// --max-num-seqs default on CPU (vLLM's GPU default is 256; a CPU step is far slower, and
+// each running sequence of an int4_kivi cache holds a 16-bit residual block).
+inline constexpr int kDefaultMaxNumSeqsCpu = 64;
+inline constexpr int64_t kDefaultMaxNumBatchedTokens = 2048;
+
+struct EngineConfig {
+  int64_t max_model_len = 0;  // 0: min(max_position_embeddings, tokens the KV cache holds)
+  int max_num_seqs = 0;       // 0: kDefaultMaxNumSeqsCpu
+  int64_t max_num_batched_tokens = kDefaultMaxNumBatchedTokens;
+  int block_size = kv::kDefaultBlockSize;
+  kv::KvCacheDtype kv_cache_dtype = kv::KvCacheDtype::kInt4Kivi;
+  int64_t kv_cache_memory_bytes = kv::kDefaultKvCacheMemoryBytes;  // pool plus residual slots
+  bool enable_prefix_caching = true;
+  uint64_t seed = 0;  // the engine RNG that keys unseeded requests
+};
+
+// Everything the engine is built from, checked.
+struct ResolvedEngineConfig {
+  SchedulerConfig scheduler;
+  CacheConfig cache;
+  backend::KvCacheConfig kv;
+  ModelRunnerConfig runner;
+  kv::KvCapacity capacity;
+  int64_t residual_bytes = 0;  // int4_kivi: max_num_seqs 16-bit tail blocks, off the budget
+  uint64_t seed = 0;
+};
+
+// "auto" (and "fp16"/"bf16": the model's 16-bit dtype either way), "fp8_e4m3" (or "fp8"),
+// "int4_kivi". Anything else is kInvalidArgument naming --kv-cache-dtype.
+Result<kv::KvCacheDtype> parse_kv_cache_dtype(std::string_view name);
+
+// Resolves `config` for a model. Refuses (naming the flag and value) a bad block size, a
+// budget that holds no block once the residual slots are set aside, a max_model_len above
+// max_position_embeddings or above what the KV cache holds, and non-positive limits.
+Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& config,
+                                                   const model::ModelConfig& model);
+
+// The start-up line: capacity in the chosen dtype and in 16-bit, density, residual memory.
+std::string describe_capacity(const ResolvedEngineConfig& config);
+
+}  // namespace s4kv::engine

@@ -1,0 +1,227 @@
+#include "engine/fidelity_eval.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "common/check.h"
+
+namespace s4kv::engine {
+namespace {
+
+// One sequence in a backend's cache: blocks 0..n-1 in order, residual slot 0.
+class SingleSequence {
+ public:
+  explicit SingleSequence(backend::Backend& b) : backend_(b) {
+    const auto& kv = b.kv_cache_config();
+    block_size_ = kv.block_size;
+    table_.resize(static_cast<size_t>(kv.num_blocks));
+    std::iota(table_.begin(), table_.end(), 0);
+    int4_ = kv.dtype == kv::KvCacheDtype::kInt4Kivi;
+  }
+
+  // Appends tokens at the end of the sequence; returns logits of the last token [vocab].
+  std::vector<float> append(std::span<const int32_t> tokens) {
+    const auto q = static_cast<int32_t>(tokens.size());
+    positions_.resize(tokens.size());
+    slots_.resize(tokens.size());
+    logits_idx_.clear();
+    for (int32_t j = 0; j < q; ++j) {
+      const int64_t pos = len_ + j;
+      positions_[j] = static_cast<int32_t>(pos);
+      slots_[j] = table_[pos / block_size_] * block_size_ + pos % block_size_;
+      if (j == q - 1) logits_idx_.push_back(j);
+    }
+    const int32_t qsl[2] = {0, q};
+    const int32_t seq_len = static_cast<int32_t>(len_ + q);
+    const int32_t residual = 0;
+    backend::ForwardBatch batch;
+    batch.token_ids = tokens;
+    batch.positions = positions_;
+    batch.query_start_loc = qsl;
+    batch.seq_lens = std::span<const int32_t>(&seq_len, 1);
+    batch.block_tables = table_;
+    batch.max_num_blocks_per_seq = static_cast<int64_t>(table_.size());
+    batch.slot_mapping = slots_;
+    batch.logits_indices = logits_idx_;
+    if (int4_) batch.residual_slots = std::span<const int32_t>(&residual, 1);
+    const auto logits = backend_.forward(batch);
+    len_ += q;
+    const auto vocab = static_cast<size_t>(backend_.vocab_size());
+    return {logits.end() - static_cast<std::ptrdiff_t>(vocab), logits.end()};
+  }
+
+ private:
+  backend::Backend& backend_;
+  int64_t block_size_ = 0;
+  bool int4_ = false;
+  int64_t len_ = 0;
+  std::vector<int32_t> table_, positions_, logits_idx_;
+  std::vector<int64_t> slots_;
+};
+
+// log-softmax in double.
+std::vector<double> log_softmax(std::span<const float> logits) {
+  const double mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float x : logits) sum += std::exp(x - mx);
+  const double lse = mx + std::log(sum);
+  std::vector<double> out(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - lse;
+  return out;
+}
+
+size_t argmax(std::span<const float> v) {
+  return static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+struct Accumulator {
+  int64_t positions = 0, top1 = 0, confident = 0, confident_agree = 0;
+  double kl_sum = 0, kl_max = 0, nll_ref = 0, nll_test = 0;
+  int64_t windows = 0, greedy_matches = 0;
+  double first_divergence_sum = 0;
+
+  void add_step(std::span<const float> ref, std::span<const float> test, int32_t target) {
+    const auto lp = log_softmax(ref);
+    const auto lq = log_softmax(test);
+    double kl = 0;
+    for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+    kl = std::max(kl, 0.0);  // rounding can leave -1e-17
+    kl_sum += kl;
+    kl_max = std::max(kl_max, kl);
+    const size_t a = argmax(ref);
+    const bool agree = a == argmax(test);
+    top1 += agree;
+    if (std::exp(lp[a]) >= 0.5) {
+      ++confident;
+      confident_agree += agree;
+    }
+    nll_ref -= lp[static_cast<size_t>(target)];
+    nll_test -= lq[static_cast<size_t>(target)];
+    ++positions;
+  }
+
+  void add_greedy(std::span<const int32_t> ref, std::span<const int32_t> test) {
+    const auto first = std::mismatch(ref.begin(), ref.end(), test.begin()).first - ref.begin();
+    first_divergence_sum += static_cast<double>(first);
+    greedy_matches += first == static_cast<std::ptrdiff_t>(ref.size());
+    ++windows;
+  }
+
+  FidelityResult result() const {
+    FidelityResult r;
+    const auto n = static_cast<double>(std::max<int64_t>(positions, 1));
+    r.num_windows = windows;
+    r.num_positions = positions;
+    r.top1_agreement = static_cast<double>(top1) / n;
+    r.confident_fraction = static_cast<double>(confident) / n;
+    r.confident_agreement =
+        confident > 0 ? static_cast<double>(confident_agree) / static_cast<double>(confident) : 1;
+    r.mean_kl = kl_sum / n;
+    r.max_kl = kl_max;
+    r.ppl_reference = std::exp(nll_ref / n);
+    r.ppl_test = std::exp(nll_test / n);
+    const auto w = static_cast<double>(std::max<int64_t>(windows, 1));
+    r.greedy_match_rate = static_cast<double>(greedy_matches) / w;
+    r.mean_first_divergence = first_divergence_sum / w;
+    return r;
+  }
+};
+
+void prefill(SingleSequence& seq, std::span<const int32_t> prefix, int64_t chunk,
+             std::vector<float>* last) {
+  for (size_t i = 0; i < prefix.size(); i += static_cast<size_t>(chunk)) {
+    const size_t n = std::min(prefix.size() - i, static_cast<size_t>(chunk));
+    *last = seq.append(prefix.subspan(i, n));
+  }
+}
+
+// Pass 1: both caches hold the prefix; the continuation is fed one token per step to both and
+// each step's two next-token distributions are compared at once (memory O(vocab)).
+void teacher_forced(backend::Backend& ref, backend::Backend& test, std::span<const int32_t> window,
+                    const FidelityOptions& o, Accumulator& acc) {
+  SingleSequence rs(ref), ts(test);
+  const auto prefix = window.first(static_cast<size_t>(o.prefix_len));
+  std::vector<float> unused;
+  prefill(rs, prefix, o.prefill_chunk, &unused);
+  prefill(ts, prefix, o.prefill_chunk, &unused);
+  // Feeding continuation token t predicts token t + 1; the last token predicts nothing known.
+  for (int64_t t = 0; t + 1 < o.continuation_len; ++t) {
+    const auto at = static_cast<size_t>(o.prefix_len + t);
+    const auto tok = window.subspan(at, 1);
+    acc.add_step(rs.append(tok), ts.append(tok), window[at + 1]);
+  }
+}
+
+// Pass 2: greedy continuation of greedy_len tokens from the prefix alone.
+std::vector<int32_t> greedy(backend::Backend& b, std::span<const int32_t> prefix,
+                            const FidelityOptions& o) {
+  SingleSequence seq(b);
+  std::vector<float> last;
+  prefill(seq, prefix, o.prefill_chunk, &last);
+  std::vector<int32_t> out;
+  for (int64_t t = 0; t < o.greedy_len; ++t) {
+    out.push_back(static_cast<int32_t>(argmax(last)));
+    if (t + 1 < o.greedy_len) last = seq.append(std::span<const int32_t>(&out.back(), 1));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<int64_t>> window_starts(int64_t num_tokens, const FidelityOptions& o) {
+  if (o.prefix_len < 1 || o.continuation_len < 2 || o.num_windows < 1 || o.greedy_len < 1 ||
+      o.prefill_chunk < 1) {
+    return invalid_argument(
+        "eval: --prefix-len, --num-windows, --greedy-len must be >= 1 and --continuation-len "
+        ">= 2");
+  }
+  const int64_t span = o.prefix_len + o.continuation_len;
+  if (num_tokens < span) {
+    return invalid_argument("eval: the text has " + std::to_string(num_tokens) +
+                            " tokens, fewer than one window of --prefix-len + "
+                            "--continuation-len = " +
+                            std::to_string(span));
+  }
+  std::vector<int64_t> starts;
+  const int64_t room = num_tokens - span;
+  for (int64_t w = 0; w < o.num_windows; ++w) {
+    starts.push_back(o.num_windows == 1 ? 0 : room * w / (o.num_windows - 1));
+  }
+  return starts;
+}
+
+Result<FidelityResult> evaluate_fidelity(std::span<const int32_t> tokens, const FidelityOptions& o,
+                                         const BackendFactory& reference,
+                                         const BackendFactory& test) {
+  S4KV_ASSIGN_OR_RETURN(const std::vector<int64_t> starts,
+                        window_starts(static_cast<int64_t>(tokens.size()), o));
+  const int64_t max_len = o.prefix_len + std::max(o.continuation_len, o.greedy_len);
+  S4KV_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> ref_backend, reference(max_len));
+  S4KV_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> test_backend, test(max_len));
+  Accumulator acc;
+  for (int64_t start : starts) {
+    const auto window = tokens.subspan(static_cast<size_t>(start),
+                                       static_cast<size_t>(o.prefix_len + o.continuation_len));
+    teacher_forced(*ref_backend, *test_backend, window, o, acc);
+    const auto prefix = window.first(static_cast<size_t>(o.prefix_len));
+    acc.add_greedy(greedy(*ref_backend, prefix, o), greedy(*test_backend, prefix, o));
+  }
+  return acc.result();
+}
+
+OrderedJson fidelity_to_json(const FidelityResult& r) {
+  return OrderedJson{{"num_windows", r.num_windows},
+                     {"num_positions", r.num_positions},
+                     {"top1_agreement", r.top1_agreement},
+                     {"confident_agreement", r.confident_agreement},
+                     {"confident_fraction", r.confident_fraction},
+                     {"mean_kl", r.mean_kl},
+                     {"max_kl", r.max_kl},
+                     {"ppl_reference", r.ppl_reference},
+                     {"ppl_test", r.ppl_test},
+                     {"greedy_match_rate", r.greedy_match_rate},
+                     {"mean_first_divergence", r.mean_first_divergence}};
+}
+
+}  // namespace s4kv::engine

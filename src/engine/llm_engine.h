@@ -1,0 +1,40 @@
+// Building an engine from a model: resolve --model, read config.json, tokenizer.json and
+// generation_config.json, resolve the EngineConfig (KV budget -> blocks), load the weights,
+// create the backend through its factory, and assemble the EngineCore. The one place that
+// picks a backend; what it returns sees the backend only through backend.h. Every failure is
+// a Status whose message is the one line start-up prints.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/engine_config.h"
+#include "engine/engine_core.h"
+#include "model/model_config.h"
+#include "model/weights.h"
+#include "tokenizer/tokenizer.h"
+
+namespace s4kv::engine {
+
+struct EngineArgs {
+  std::string model;  // --model: directory or ORG/NAME in the local Hugging Face cache
+  model::LoadFormat load_format = model::LoadFormat::kAuto;
+  std::string device = "auto";  // "auto" | "cpu"
+  EngineConfig config;
+};
+
+// An engine with what its callers need around it. The tokenizer is declared before the
+// engine, which refers to it, so it is destroyed after.
+struct LlmEngine {
+  std::string model_dir;
+  model::ModelConfig model_config;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::unique_ptr<EngineCore> engine;
+  std::string capacity_line;  // describe_capacity(): log it at start-up
+};
+
+Result<LlmEngine> load_llm_engine(const EngineArgs& args);
+
+}  // namespace s4kv::engine

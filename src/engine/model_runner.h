@@ -1,0 +1,73 @@
+// ModelRunner: turns the scheduler's plan for one step into the backend's flat ForwardBatch,
+// runs the forward pass and hands the logits rows to the sampler. It owns the per-step host
+// arrays (sized once for max_num_batched_tokens / max_num_seqs and reused, so a steady-state
+// step allocates nothing here) and, for int4_kivi, the residual slots: each running request
+// holds one slot for its 16-bit tail block from the step it is (re)admitted until it
+// finishes, is aborted or is preempted.
+//
+// It sees block ids and token ids only; the backend owns the KV bytes. It does not decide
+// what runs (the scheduler) nor what a request does with its token (the engine).
+// Engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+
+namespace s4kv::engine {
+
+struct ModelRunnerConfig {
+  int max_num_seqs = 0;                // seats, and residual slots for int4_kivi
+  int64_t max_num_batched_tokens = 0;  // tokens per step
+  int64_t max_model_len = 0;           // sets max_num_blocks_per_seq
+};
+
+class ModelRunner {
+ public:
+  // The backend must outlive the runner. For int4_kivi its cache must have at least
+  // max_num_seqs residual slots (S4KV_CHECK: the engine sizes both from one config).
+  ModelRunner(backend::Backend& backend, const ModelRunnerConfig& config);
+
+  // Runs one step. `rows` has one entry per scheduled request with samples == true, in
+  // scheduled order; `sampled` receives one SampleOutput per row. A plan with nothing
+  // scheduled only releases the state of finished and preempted requests.
+  void execute(const SchedulerOutput& out, std::span<const SampleRow> rows, Sampler& sampler,
+               std::vector<SampleOutput>& sampled);
+
+  int64_t max_num_blocks_per_seq() const { return max_num_blocks_per_seq_; }
+  int num_free_residual_slots() const { return static_cast<int>(free_slots_.size()); }
+  int num_residual_slots_in_use() const { return static_cast<int>(slot_of_.size()); }
+
+ private:
+  void release(RequestId id);
+  int32_t slot_for(const ScheduledRequest& s);
+  void build_batch(const SchedulerOutput& out);
+  void add_sequence(const ScheduledRequest& s);
+  backend::ForwardBatch batch_view() const;
+
+  backend::Backend& backend_;
+  ModelRunnerConfig config_;
+  int64_t block_size_;
+  int64_t max_num_blocks_per_seq_;
+  bool uses_residual_slots_;
+
+  std::vector<int32_t> free_slots_;                 // residual slots not held by anyone
+  std::unordered_map<RequestId, int32_t> slot_of_;  // running request -> its residual slot
+
+  // The batch under construction; reserved at construction, cleared every step.
+  std::vector<int32_t> token_ids_;        // [num_tokens]
+  std::vector<int32_t> positions_;        // [num_tokens]
+  std::vector<int32_t> query_start_loc_;  // [num_seqs + 1]
+  std::vector<int32_t> seq_lens_;         // [num_seqs]
+  std::vector<int32_t> block_tables_;     // [num_seqs, max_num_blocks_per_seq], 0-padded
+  std::vector<int64_t> slot_mapping_;     // [num_tokens]
+  std::vector<int32_t> logits_indices_;   // [num_sampling_seqs]
+  std::vector<int32_t> residual_slots_;   // [num_seqs] int4_kivi only
+};
+
+}  // namespace s4kv::engine
