@@ -27,6 +27,19 @@ int main(int argc, char** argv) {
   s4kv::cli::add_generate_command(app);
   s4kv::cli::add_render_chat_command(app);
   s4kv::cli::add_tokenize_command(app);
+  // CLI11 reports an unknown first word as "a subcommand is required"; name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+      known = known || sub->get_name() == argv[1];
+    }
+    if (!known) {
+      std::fprintf(stderr, "error: unknown command '%s' (commands: %s)\n", argv[1], names.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

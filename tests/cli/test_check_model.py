@@ -296,3 +296,15 @@ def test_bad_load_format(tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "load-format" in lines[0]
+
+
+def test_unknown_command_is_named():
+    binary = os.environ.get("S4KV_BIN")
+    if not binary:
+        pytest.skip("S4KV_BIN is not set (run through ctest)")
+    p = subprocess.run([binary, "bogus", "--model", "x"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert lines == ["error: unknown command 'bogus' (commands: check-model, eval, generate, "
+                     "render-chat, tokenize)"]
