@@ -61,6 +61,7 @@ engine::BackendFactory factory(const Loaded& l, kv::KvCacheDtype dtype, const Ev
     kv.num_blocks = (num_tokens + o.block_size - 1) / o.block_size;
     kv.dtype = dtype;
     kv.value_group_size = o.kivi_group_size;
+    kv.int4_keys_post_rope = o.int4_keys_post_rope;
     kv.num_residual_slots = dtype == kv::KvCacheDtype::kInt4Kivi ? 1 : 0;
     return backend::cpu::make_cpu_backend(l.config, l.weights, kv);
   };
@@ -103,6 +104,7 @@ Status run(const EvalOptions& o) {
                      {"reference", kv::kv_cache_dtype_name(ref)},
                      {"block_size", o.block_size},
                      {"kivi_group_size", o.kivi_group_size},
+                     {"int4_keys_post_rope", o.int4_keys_post_rope},
                      {"prefix_len", o.prefix_len},
                      {"continuation_len", o.continuation_len},
                      {"num_windows", o.num_windows},
@@ -141,6 +143,8 @@ void add_eval_command(CLI::App& app) {
   sub->add_option("--block-size", options->block_size, "KV block size (32, 64, 128)");
   sub->add_option("--kivi-group-size", options->kivi_group_size,
                   "int4_kivi value group Gv (32, 64, 128)");
+  sub->add_flag("--int4-keys-post-rope", options->int4_keys_post_rope,
+                "quantize int4 keys after RoPE, as the KIVI paper does (for comparison only)");
   sub->add_option("--load-format", options->load_format, "auto or dummy")
       ->check(CLI::IsMember({"auto", "dummy"}));
   sub->add_option("--json", options->json_out, "write every metric and the settings here");

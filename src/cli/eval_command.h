@@ -22,7 +22,8 @@ struct EvalOptions {
   int64_t num_windows = 8;
   int64_t greedy_len = 128;
   int block_size = 64;
-  int kivi_group_size = 128;  // Gv: channels per value scale/zero
+  int kivi_group_size = 128;         // Gv: channels per value scale/zero
+  bool int4_keys_post_rope = false;  // comparison only: the KIVI paper places keys after RoPE
   std::string json_out;
   std::string load_format = "auto";
 };
