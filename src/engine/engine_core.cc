@@ -46,9 +46,7 @@ Result<RequestId> EngineCore::add_request(std::vector<int32_t> prompt_token_ids,
   req.num_prompt_tokens = num_prompt;
   for (int i = 0; i < static_cast<int>(params.n); ++i) {
     const RequestId seq_id = next_seq_id_++;
-    // Cannot fail: the prompt is non-empty, within max_model_len, and the id is fresh.
-    const Status s = scheduler_.add_request(seq_id, prompt_token_ids);
-    S4KV_CHECK(s.is_ok(), "engine: scheduler refused a checked request: ", s.message());
+    if (i == 0) schedule_sequence(seq_id, prompt_token_ids);
     sequences_.try_emplace(
         seq_id, SequenceState{
                     id, i, keys_.key(params.seed, i), max_tokens,
@@ -57,7 +55,22 @@ Result<RequestId> EngineCore::add_request(std::vector<int32_t> prompt_token_ids,
     req.seq_ids.push_back(seq_id);
   }
   req.num_unfinished = static_cast<int>(params.n);
+  if (params.n > 1) req.held_prompt = std::move(prompt_token_ids);
   return id;
+}
+
+void EngineCore::schedule_sequence(RequestId seq_id, const std::vector<int32_t>& prompt) {
+  // Cannot fail: the prompt is non-empty, within max_model_len, and the id is fresh.
+  const Status s = scheduler_.add_request(seq_id, prompt);
+  S4KV_CHECK(s.is_ok(), "engine: scheduler refused a checked request: ", s.message());
+}
+
+void EngineCore::release_held_sequences(RequestState& req) {
+  for (size_t i = 1; i < req.seq_ids.size(); ++i) {
+    if (sequences_.count(req.seq_ids[i]) != 0) schedule_sequence(req.seq_ids[i], req.held_prompt);
+  }
+  req.held_prompt.clear();
+  req.held_prompt.shrink_to_fit();
 }
 
 bool EngineCore::abort(RequestId id) {
@@ -118,6 +131,8 @@ void EngineCore::process_token(const TokenOutput& t, std::vector<RequestOutput>&
   SequenceState& seq = sequences_.at(t.request_id);
   const RequestId parent = seq.parent;
   RequestState& req = requests_.at(parent);
+  // Sequence 0's first token means the prompt's full blocks are computed and cached.
+  if (seq.index == 0 && !req.held_prompt.empty()) release_held_sequences(req);
   std::string piece = seq.detok.add(t.token_id);
   // The last token of a length-capped sequence: flush a trailing partial character as
   // decode() would, so the output text equals the decode of the output ids.

@@ -86,6 +86,9 @@ class EngineCore {
     SamplingParams params;
     int64_t num_prompt_tokens = 0;
     std::vector<RequestId> seq_ids;  // the scheduler ids of its n sequences, by index
+    // n > 1: sequences 1..n-1 wait here until sequence 0 has computed the prompt, so that
+    // they start from its cached full blocks instead of computing the prompt again.
+    std::vector<int32_t> held_prompt;
     int num_unfinished = 0;
     size_t output_slot = 0;  // where this step's RequestOutput sits in step()'s result
     uint64_t output_step = 0;
@@ -99,6 +102,9 @@ class EngineCore {
     tokenizer::IncrementalDetokenizer detok;
     size_t sample_row = 0;  // this step's row in sampled_
   };
+
+  void schedule_sequence(RequestId seq_id, const std::vector<int32_t>& prompt);
+  void release_held_sequences(RequestState& req);
 
   Status validate_prompt(std::span<const int32_t> prompt_token_ids) const;
   void build_sample_rows(const SchedulerOutput& out);

@@ -256,6 +256,30 @@ TEST(EngineCore, NTwoGivesTwoSequences) {
   expect_pool_empty(*e.engine);
 }
 
+TEST(EngineCore, NTwoSharesThePromptsFullBlocks) {
+  LlmEngine e = load(args16());
+  std::vector<int32_t> prompt;
+  while (prompt.size() < 150) {  // two full blocks of 64 and a partial one
+    const auto more = encode(e, "The history of the dictionary and of the hacker culture. ");
+    prompt.insert(prompt.end(), more.begin(), more.end());
+  }
+  prompt.resize(150);
+  SamplingParams p;
+  p.n = 3;
+  p.temperature = 1.0;
+  p.seed = 5;
+  p.max_tokens = 4;
+  p.ignore_eos = true;
+  const RequestId id = add(*e.engine, prompt, p);
+  const Outputs out = run(*e.engine);
+  ASSERT_EQ(out.at(id).size(), 3u);
+  // Sequences 1 and 2 start once sequence 0 has computed the prompt: each hits its 2 full
+  // blocks (128 tokens) in the prefix cache.
+  const kv::BlockPool& pool = e.engine->scheduler().kv_cache_manager().pool();
+  EXPECT_EQ(pool.prefix_cache_hits(), 2 * 128);
+  expect_pool_empty(*e.engine);
+}
+
 TEST(EngineCore, AbortMidwayFreesAllBlocks) {
   LlmEngine e = load(args16());
   EngineCore& core = *e.engine;
