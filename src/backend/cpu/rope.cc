@@ -1,5 +1,7 @@
 #include "backend/cpu/rope.h"
 
+#include "backend/rope_table.h"
+
 #include <cmath>
 #include <numbers>
 
@@ -84,17 +86,7 @@ void rope_ref(std::span<float> x, int64_t row_stride, int64_t num_heads, int64_t
     }
     for (int64_t h = 0; h < num_heads; ++h) {
       float* v = x.data() + t * row_stride + h * head_dim;
-      for (int64_t i = 0; i < half; ++i) {
-        // q * cos + rotate_half(q) * sin, each product rounded as torch rounds it.
-        const float x1 = v[i];
-        const float x2 = v[i + half];
-        const float a1 = x1 * cos[i];
-        const float b1 = x2 * sin[i];
-        const float a2 = x2 * cos[i];
-        const float b2 = x1 * sin[i];
-        v[i] = a1 - b1;
-        v[i + half] = a2 + b2;
-      }
+      rope_rotate(v, v, cos.data(), sin.data(), head_dim);  // in place: reads a pair, then writes
     }
   }
 }
