@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/forward_batch_builder.h"
 #include "common/check.h"
 
 namespace s4kv::engine {
@@ -12,52 +13,29 @@ namespace {
 // One sequence in a backend's cache: blocks 0..n-1 in order, residual slot 0.
 class SingleSequence {
  public:
-  explicit SingleSequence(backend::Backend& b) : backend_(b) {
-    const auto& kv = b.kv_cache_config();
-    block_size_ = kv.block_size;
-    table_.resize(static_cast<size_t>(kv.num_blocks));
+  explicit SingleSequence(backend::Backend& b)
+      : backend_(b), batch_(b.kv_cache_config().block_size, b.kv_cache_config().num_blocks) {
+    table_.resize(static_cast<size_t>(b.kv_cache_config().num_blocks));
     std::iota(table_.begin(), table_.end(), 0);
-    int4_ = kv.dtype == kv::KvCacheDtype::kInt4Kivi;
+    residual_slot_ = b.kv_cache_config().dtype == kv::KvCacheDtype::kInt4Kivi ? 0 : -1;
   }
 
-  // Appends tokens at the end of the sequence; returns logits of the last token [vocab].
+  // Appends tokens at the end of the sequence; returns the logits of the last one [vocab].
   std::vector<float> append(std::span<const int32_t> tokens) {
-    const auto q = static_cast<int32_t>(tokens.size());
-    positions_.resize(tokens.size());
-    slots_.resize(tokens.size());
-    logits_idx_.clear();
-    for (int32_t j = 0; j < q; ++j) {
-      const int64_t pos = len_ + j;
-      positions_[j] = static_cast<int32_t>(pos);
-      slots_[j] = table_[pos / block_size_] * block_size_ + pos % block_size_;
-      if (j == q - 1) logits_idx_.push_back(j);
-    }
-    const int32_t qsl[2] = {0, q};
-    const int32_t seq_len = static_cast<int32_t>(len_ + q);
-    const int32_t residual = 0;
-    backend::ForwardBatch batch;
-    batch.token_ids = tokens;
-    batch.positions = positions_;
-    batch.query_start_loc = qsl;
-    batch.seq_lens = std::span<const int32_t>(&seq_len, 1);
-    batch.block_tables = table_;
-    batch.max_num_blocks_per_seq = static_cast<int64_t>(table_.size());
-    batch.slot_mapping = slots_;
-    batch.logits_indices = logits_idx_;
-    if (int4_) batch.residual_slots = std::span<const int32_t>(&residual, 1);
-    const auto logits = backend_.forward(batch);
-    len_ += q;
-    const auto vocab = static_cast<size_t>(backend_.vocab_size());
-    return {logits.end() - static_cast<std::ptrdiff_t>(vocab), logits.end()};
+    batch_.clear();
+    batch_.add(tokens, len_, table_, residual_slot_);
+    batch_.want_logits(batch_.num_tokens() - 1);
+    const auto logits = backend_.forward(batch_.batch());
+    len_ += static_cast<int64_t>(tokens.size());
+    return {logits.begin(), logits.end()};
   }
 
  private:
   backend::Backend& backend_;
-  int64_t block_size_ = 0;
-  bool int4_ = false;
+  backend::ForwardBatchBuilder batch_;
+  std::vector<int32_t> table_;
+  int32_t residual_slot_ = -1;
   int64_t len_ = 0;
-  std::vector<int32_t> table_, positions_, logits_idx_;
-  std::vector<int64_t> slots_;
 };
 
 // log-softmax in double.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/forward_batch_builder.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 
@@ -48,7 +49,6 @@ class ModelRunner {
   int32_t slot_for(const ScheduledRequest& s);
   void build_batch(const SchedulerOutput& out);
   void add_sequence(const ScheduledRequest& s);
-  backend::ForwardBatch batch_view() const;
 
   backend::Backend& backend_;
   ModelRunnerConfig config_;
@@ -60,14 +60,7 @@ class ModelRunner {
   std::unordered_map<RequestId, int32_t> slot_of_;  // running request -> its residual slot
 
   // The batch under construction; reserved at construction, cleared every step.
-  std::vector<int32_t> token_ids_;        // [num_tokens]
-  std::vector<int32_t> positions_;        // [num_tokens]
-  std::vector<int32_t> query_start_loc_;  // [num_seqs + 1]
-  std::vector<int32_t> seq_lens_;         // [num_seqs]
-  std::vector<int32_t> block_tables_;     // [num_seqs, max_num_blocks_per_seq], 0-padded
-  std::vector<int64_t> slot_mapping_;     // [num_tokens]
-  std::vector<int32_t> logits_indices_;   // [num_sampling_seqs]
-  std::vector<int32_t> residual_slots_;   // [num_seqs] int4_kivi only
+  backend::ForwardBatchBuilder batch_;  // this step's batch; buffers reused across steps
 };
 
 }  // namespace s4kv::engine
