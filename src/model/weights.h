@@ -6,12 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "common/check.h"
 #include "common/dtype.h"
 #include "common/status.h"
 #include "model/model_config.h"
@@ -26,6 +28,16 @@ struct TensorView {
   std::vector<int64_t> shape;
   std::span<const std::byte> data;  // host memory: a file map or an owned buffer
   int64_t numel() const;
+
+  // The elements as a typed vector (copied: file data may be unaligned for T). sizeof(T) must
+  // equal the dtype's size (S4KV_CHECK).
+  template <typename T>
+  std::vector<T> to_vector() const {
+    S4KV_CHECK(sizeof(T) == dtype_size(dtype), "TensorView::to_vector: element size mismatch");
+    std::vector<T> v(static_cast<size_t>(numel()));
+    if (!v.empty()) std::memcpy(v.data(), data.data(), v.size() * sizeof(T));
+    return v;
+  }
 };
 
 class ModelWeights {

@@ -45,13 +45,6 @@ constexpr int64_t kChunk = 100;
 constexpr double kGoldenTol = 1e-3;
 constexpr double kSelfTol = 1e-4;
 
-template <typename T>
-std::vector<T> values(const model::TensorView& t) {
-  std::vector<T> v(static_cast<size_t>(t.numel()));
-  std::memcpy(v.data(), t.data.data(), v.size() * sizeof(T));  // data may be unaligned
-  return v;
-}
-
 double l2(const float* a, const float* b, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -116,11 +109,11 @@ TEST_F(CpuForwardGolden, MatchesTransformers) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::string p = "p" + std::to_string(i) + ".";
     SCOPED_TRACE(p + prompts[i].at("name").get<std::string>());
-    auto ids = values<int32_t>(*file->find(p + "ids"));
-    const auto positions = values<int32_t>(*file->find(p + "positions"));
-    const auto ref = values<float>(*file->find(p + "logits"));
-    const auto greedy = values<int32_t>(*file->find(p + "greedy"));
-    const auto margin = values<float>(*file->find(p + "greedy_margin"));
+    auto ids = file->find(p + "ids")->to_vector<int32_t>();
+    const auto positions = file->find(p + "positions")->to_vector<int32_t>();
+    const auto ref = file->find(p + "logits")->to_vector<float>();
+    const auto greedy = file->find(p + "greedy")->to_vector<int32_t>();
+    const auto margin = file->find(p + "greedy_margin")->to_vector<float>();
     const auto n = static_cast<int64_t>(ids.size());
     const auto k = static_cast<int64_t>(positions.size());
 

@@ -60,9 +60,7 @@ class CpuKvDtypesGolden : public ::testing::Test {
     for (int i = 0; i < 6; ++i) {
       const auto* t = file->find("p" + std::to_string(i) + ".ids");
       ASSERT_NE(t, nullptr);
-      std::vector<int32_t> ids(static_cast<size_t>(t->numel()));
-      std::memcpy(ids.data(), t->data.data(), ids.size() * sizeof(int32_t));
-      prompts_.push_back(std::move(ids));
+      prompts_.push_back(t->to_vector<int32_t>());
     }
   }
   static void TearDownTestSuite() {

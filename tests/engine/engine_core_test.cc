@@ -117,13 +117,6 @@ void expect_pool_empty(const EngineCore& core) {
   EXPECT_EQ(core.scheduler().kv_cache_usage(), 0.0);
 }
 
-template <typename T>
-std::vector<T> values(const model::TensorView& t) {
-  std::vector<T> v(static_cast<size_t>(t.numel()));
-  std::memcpy(v.data(), t.data.data(), v.size() * sizeof(T));
-  return v;
-}
-
 TEST(EngineCoreGolden, GreedyMatchesTransformersInOneBatch) {
   auto file = model::SafetensorsFile::open(std::string(kGolden) + "/logits.safetensors");
   ASSERT_TRUE(file.is_ok()) << file.status().message();
@@ -131,14 +124,14 @@ TEST(EngineCoreGolden, GreedyMatchesTransformersInOneBatch) {
   std::map<RequestId, int> prompt_of;
   for (int i = 0; i < 6; ++i) {
     const std::string p = "p" + std::to_string(i) + ".";
-    prompt_of[add(*e.engine, values<int32_t>(*file->find(p + "ids")), greedy(48))] = i;
+    prompt_of[add(*e.engine, file->find(p + "ids")->to_vector<int32_t>(), greedy(48))] = i;
   }
   const Outputs out = run(*e.engine);
   for (const auto& [id, seqs] : out) {
     const std::string p = "p" + std::to_string(prompt_of.at(id)) + ".";
     const size_t matched =
-        expect_same_greedy(seqs[0].ids, values<int32_t>(*file->find(p + "greedy")),
-                           values<float>(*file->find(p + "greedy_margin")), p);
+        expect_same_greedy(seqs[0].ids, file->find(p + "greedy")->to_vector<int32_t>(),
+                           file->find(p + "greedy_margin")->to_vector<float>(), p);
     std::printf("[ golden   ] %s greedy %zu/48 as transformers\n", p.c_str(), matched);
     EXPECT_EQ(seqs[0].finish, FinishReason::kLength);
   }

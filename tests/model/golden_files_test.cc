@@ -20,13 +20,6 @@ namespace {
 
 constexpr const char* kDir = "tests/golden/s4kv-tiny";
 
-template <typename T>
-std::vector<T> values(const TensorView& t) {
-  std::vector<T> v(static_cast<size_t>(t.numel()));
-  std::memcpy(v.data(), t.data.data(), v.size() * sizeof(T));  // data may be unaligned
-  return v;
-}
-
 TEST(GoldenFiles, ConsistentWithModelAndThemselves) {
   auto config = load_model_config("models/s4kv-tiny");
   ASSERT_TRUE(config.is_ok()) << config.status().message();
@@ -52,22 +45,22 @@ TEST(GoldenFiles, ConsistentWithModelAndThemselves) {
     ASSERT_EQ(ids->dtype, DType::kI32);
     ASSERT_EQ(logits->dtype, DType::kF32);
 
-    const auto id_values = values<int32_t>(*ids);
+    const auto id_values = ids->to_vector<int32_t>();
     EXPECT_EQ(static_cast<int64_t>(id_values.size()), prompts[i].at("num_tokens").get<int64_t>());
     EXPECT_TRUE(std::all_of(id_values.begin(), id_values.end(),
                             [&](int32_t id) { return id >= 0 && id < vocab; }));
     max_tokens = std::max<int64_t>(max_tokens, static_cast<int64_t>(id_values.size()));
 
-    const auto pos = values<int32_t>(*positions);
+    const auto pos = positions->to_vector<int32_t>();
     ASSERT_EQ(logits->shape, (std::vector<int64_t>{static_cast<int64_t>(pos.size()), vocab}));
     EXPECT_TRUE(std::is_sorted(pos.begin(), pos.end()));
     EXPECT_EQ(pos.back(), static_cast<int32_t>(id_values.size()) - 1);
 
-    const auto rows = values<float>(*logits);
+    const auto rows = logits->to_vector<float>();
     EXPECT_TRUE(std::all_of(rows.begin(), rows.end(), [](float x) { return std::isfinite(x); }));
-    const auto g = values<int32_t>(*greedy);
+    const auto g = greedy->to_vector<int32_t>();
     ASSERT_EQ(g.size(), greedy_len);
-    EXPECT_EQ(values<float>(*margin).size(), greedy_len);
+    EXPECT_EQ(margin->to_vector<float>().size(), greedy_len);
     const float* last = rows.data() + (pos.size() - 1) * static_cast<size_t>(vocab);
     EXPECT_EQ(std::max_element(last, last + vocab) - last, g[0]);
   }
