@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libutf8proc-dev libopenblas-dev libboost1.81-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev clang-format xz-utils
+  prometheus
 )
 
 missing=()

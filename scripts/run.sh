@@ -1,13 +1,10 @@
 #!/usr/bin/env bash
-# README's main command: installs dependencies, builds, and runs S4 KV on the bundled model.
-# Until the HTTP server lands (`s4kv serve`), the main job is `s4kv generate`: with no
-# arguments it completes a demo prompt greedily with the int4_kivi KV cache; any arguments
-# replace the defaults (e.g. `bash scripts/run.sh --prompt "A dictionary is" --max-tokens 40`).
+# README's main command: installs dependencies, builds, and starts the OpenAI-compatible
+# server on the bundled model (http://127.0.0.1:8000, int4_kivi KV cache) until Ctrl-C or
+# SIGTERM. Arguments are passed to `s4kv serve` (e.g. `bash scripts/run.sh --port 8080
+# --api-key secret`, or `--host 0.0.0.0` to listen on every interface).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 bash scripts/build.sh
-if [ $# -eq 0 ]; then
-  set -- --prompt "The history of the" --max-tokens 64 --temperature 0
-fi
-exec build/src/cli/s4kv generate --model models/s4kv-tiny "$@"
+exec build/src/cli/s4kv serve models/s4kv-tiny "$@"

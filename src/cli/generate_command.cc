@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "cli/generate_jsonl.h"
 #include "engine/llm_engine.h"
 #include "tokenizer/chat_template.h"
@@ -21,47 +22,6 @@ namespace {
 using engine::SamplingParams;
 
 constexpr size_t kMaxJsonlLines = 100000;
-
-int fail(const std::string& message) {
-  std::string line = message;
-  std::replace(line.begin(), line.end(), '\n', ' ');
-  std::fprintf(stderr, "error: %s\n", line.c_str());
-  return 2;
-}
-
-// "1073741824", "512MiB", "1GiB", "2G" (G, M, K read as binary units, as memory sizes are).
-Result<int64_t> parse_bytes(const std::string& text) {
-  size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  const std::string unit = text.substr(digits);
-  int shift = -1;
-  if (unit.empty() || unit == "B") shift = 0;
-  if (unit == "K" || unit == "KiB") shift = 10;
-  if (unit == "M" || unit == "MiB") shift = 20;
-  if (unit == "G" || unit == "GiB") shift = 30;
-  if (digits == 0 || digits > 12 || shift < 0) {
-    return invalid_argument("--kv-cache-memory=" + text +
-                            ": expected bytes, optionally with K, M, G, KiB, MiB or GiB");
-  }
-  return std::stoll(text.substr(0, digits)) << shift;
-}
-
-Result<engine::EngineArgs> engine_args(const GenerateOptions& o) {
-  engine::EngineArgs a;
-  a.model = o.model;
-  a.device = o.device;
-  a.load_format = o.load_format == "dummy" ? model::LoadFormat::kDummy : model::LoadFormat::kAuto;
-  engine::EngineConfig& c = a.config;
-  S4KV_ASSIGN_OR_RETURN(c.kv_cache_dtype, engine::parse_kv_cache_dtype(o.kv_cache_dtype));
-  S4KV_ASSIGN_OR_RETURN(c.kv_cache_memory_bytes, parse_bytes(o.kv_cache_memory));
-  c.max_model_len = o.max_model_len;
-  c.max_num_seqs = o.max_num_seqs;
-  c.max_num_batched_tokens = o.max_num_batched_tokens;
-  c.block_size = o.block_size;
-  c.enable_prefix_caching = o.enable_prefix_caching;
-  c.seed = o.seed;
-  return a;
-}
 
 SamplingParams default_params(const GenerateOptions& o) {
   SamplingParams p;
@@ -193,7 +153,7 @@ bool needs_template(const GenerateOptions& o, const std::vector<JsonlRequest>& r
 
 int run(const GenerateOptions& o) {
   if (Status s = check_options(o); !s.is_ok()) return fail(s.message());
-  auto args = engine_args(o);
+  auto args = engine_args(o.engine);
   if (!args.is_ok()) return fail(args.status().message());
   auto requests = read_requests(o);
   if (!requests.is_ok()) return fail(requests.status().message());
@@ -202,7 +162,7 @@ int run(const GenerateOptions& o) {
   std::fprintf(stderr, "INFO %s\n", e->capacity_line.c_str());
   std::optional<tokenizer::ChatTemplate> tmpl;
   if (needs_template(o, *requests)) {
-    auto t = tokenizer::ChatTemplate::load(e->model_dir, o.chat_template);
+    auto t = tokenizer::ChatTemplate::load(e->model_dir, o.engine.chat_template);
     if (!t.is_ok()) return fail(t.status().message());
     tmpl = std::move(t).value();
   }
@@ -229,36 +189,15 @@ int run_generate(const GenerateOptions& options) {
 void add_generate_command(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* sub = app.add_subcommand("generate", "Generate completions offline (LLM.generate)");
-  sub->add_option("--model", o->model, "model directory, or ORG/NAME in the local HF cache")
-      ->required();
+  add_engine_flags(*sub, o->engine, /*model_required=*/true);
   sub->add_option("--prompt", o->prompt, "the prompt to complete");
   sub->add_flag("--chat", o->chat, "render the prompt as one user message (chat template)");
   sub->add_flag("--jsonl", o->jsonl, "read one JSON request per stdin line; run them as a batch");
-  sub->add_option("--chat-template", o->chat_template, "Jinja file overriding the template");
   sub->add_option("--max-tokens", o->max_tokens, "tokens to generate")->capture_default_str();
   sub->add_option("--temperature", o->temperature, "0: greedy")->capture_default_str();
   sub->add_option("--top-p", o->top_p)->capture_default_str();
   sub->add_option("--top-k", o->top_k, "0 or -1: off")->capture_default_str();
   sub->add_option("--stop", o->stop, "stop string (repeatable)");
-  sub->add_option("--seed", o->seed, "seed of the engine's RNG")->capture_default_str();
-  sub->add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto = the model's 16-bit dtype")
-      ->check(CLI::IsMember({"auto", "fp16", "bf16", "fp8_e4m3", "int4_kivi"}))
-      ->capture_default_str();
-  sub->add_option("--max-model-len", o->max_model_len, "0: min(model, KV cache)");
-  sub->add_option("--max-num-seqs", o->max_num_seqs, "0: 64 on CPU");
-  sub->add_option("--max-num-batched-tokens", o->max_num_batched_tokens)->capture_default_str();
-  sub->add_option("--block-size", o->block_size, "KV block size (32, 64, 128)")
-      ->capture_default_str();
-  sub->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache bytes (e.g. 512MiB)")
-      ->capture_default_str();
-  sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->enable_prefix_caching,
-                "reuse cached KV blocks of shared prompt prefixes (default on)");
-  sub->add_option("--load-format", o->load_format, "auto | dummy")
-      ->check(CLI::IsMember({"auto", "dummy"}))
-      ->capture_default_str();
-  sub->add_option("--device", o->device)
-      ->check(CLI::IsMember({"auto", "cpu"}))
-      ->capture_default_str();
   sub->callback([o] { exit_code() = run_generate(*o); });
 }
 

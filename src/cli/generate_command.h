@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/engine_flags.h"
+
 namespace CLI {
 class App;
 }  // namespace CLI
@@ -22,28 +24,16 @@ class App;
 namespace s4kv::cli {
 
 struct GenerateOptions {
-  std::string model;
+  EngineFlags engine;                 // --model, --kv-cache-dtype, ... (engine_flags.h)
   std::optional<std::string> prompt;  // --prompt
   bool chat = false;                  // --chat: one user message through the chat template
   bool jsonl = false;                 // --jsonl: requests on stdin
-  std::string chat_template;          // --chat-template FILE
   // Sampling defaults (a JSON line's fields override them).
   int64_t max_tokens = 16;  // vLLM's SamplingParams default
   double temperature = 1.0;
   double top_p = 1.0;
   int64_t top_k = 0;
   std::vector<std::string> stop;
-  uint64_t seed = 0;  // --seed: the engine RNG
-  // Engine.
-  std::string kv_cache_dtype = "int4_kivi";
-  int64_t max_model_len = 0;
-  int max_num_seqs = 0;
-  int64_t max_num_batched_tokens = 2048;
-  int block_size = 64;
-  std::string kv_cache_memory = "1GiB";
-  bool enable_prefix_caching = true;
-  std::string load_format = "auto";
-  std::string device = "auto";
 };
 
 // Runs the command; returns the exit code (0 or 2). Never throws.

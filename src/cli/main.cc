@@ -10,6 +10,7 @@
 #include "cli/eval_command.h"
 #include "cli/generate_command.h"
 #include "cli/render_chat_command.h"
+#include "cli/serve_command.h"
 #include "cli/tokenize_command.h"
 
 namespace {
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   s4kv::cli::add_eval_command(app);
   s4kv::cli::add_generate_command(app);
   s4kv::cli::add_render_chat_command(app);
+  s4kv::cli::add_serve_command(app);
   s4kv::cli::add_tokenize_command(app);
   // CLI11 reports an unknown first word as "a subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "common/file.h"
 #include "common/json.h"
 #include "model/model_path.h"
@@ -61,13 +62,6 @@ Result<std::string> decode_line(const Tokenizer& tok, const Json& in, bool skip_
   }
   // decode's output is valid UTF-8, so dump cannot throw.
   return Json(tok.decode(ids, skip_special)).dump(-1, ' ', /*ensure_ascii=*/false);
-}
-
-int fail(const std::string& message) {
-  std::string line = message;
-  std::replace(line.begin(), line.end(), '\n', ' ');
-  std::fprintf(stderr, "error: %s\n", line.c_str());
-  return 2;
 }
 
 }  // namespace

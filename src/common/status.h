@@ -14,11 +14,12 @@ namespace s4kv {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,  // bad input: malformed file, bad request field
-  kUnsupported,      // well-formed but outside what S4 KV serves
-  kNotFound,         // a file, model or tensor that does not exist
-  kIoError,          // the operating system refused a read, open or map
-  kResourceExhausted,
+  kInvalidArgument,    // bad input: malformed file, bad request field
+  kUnsupported,        // well-formed but outside what S4 KV serves
+  kNotFound,           // a file, model or tensor that does not exist
+  kIoError,            // the operating system refused a read, open or map
+  kResourceExhausted,  // a limit is reached (queue full): retry later
+  kUnavailable,        // not serving now (loading, draining, stopped)
   kInternal,
 };
 

@@ -39,8 +39,7 @@ Result<LlmEngine> load_llm_engine(const EngineArgs& args) {
   S4KV_ASSIGN_OR_RETURN(const ResolvedEngineConfig resolved,
                         resolve_engine_config(args.config, mc));
   S4KV_ASSIGN_OR_RETURN(e.tokenizer, load_tokenizer(e.model_dir));
-  S4KV_ASSIGN_OR_RETURN(const GenerationConfig gen,
-                        read_generation_config(e.model_dir, mc.vocab_size));
+  S4KV_ASSIGN_OR_RETURN(e.generation_config, read_generation_config(e.model_dir, mc.vocab_size));
   std::unique_ptr<backend::Backend> backend;
   {
     // The backend converts the weights to its own format; the file maps go with this scope.
@@ -48,7 +47,7 @@ Result<LlmEngine> load_llm_engine(const EngineArgs& args) {
                           model::load_weights(e.model_dir, mc, args.load_format, args.config.seed));
     S4KV_ASSIGN_OR_RETURN(backend, make_backend(args.device, mc, weights, resolved.kv));
   }
-  std::vector<int32_t> eos = resolve_eos_token_ids(gen, mc.eos_token_ids);
+  std::vector<int32_t> eos = resolve_eos_token_ids(e.generation_config, mc.eos_token_ids);
   for (int32_t id : eos) {
     if (id < 0 || id >= mc.vocab_size) {
       return invalid_argument("eos_token_id=" + std::to_string(id) + " in " + e.model_dir +

@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "engine/engine_config.h"
 #include "engine/engine_core.h"
+#include "engine/generation_config.h"
 #include "model/model_config.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
@@ -32,7 +33,8 @@ struct LlmEngine {
   model::ModelConfig model_config;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::unique_ptr<EngineCore> engine;
-  std::string capacity_line;  // describe_capacity(): log it at start-up
+  GenerationConfig generation_config;  // the checkpoint's sampling defaults (server's business)
+  std::string capacity_line;           // describe_capacity(): log it at start-up
 };
 
 Result<LlmEngine> load_llm_engine(const EngineArgs& args);

@@ -307,4 +307,4 @@ def test_unknown_command_is_named():
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert lines == ["error: unknown command 'bogus' (commands: check-model, eval, generate, "
-                     "render-chat, tokenize)"]
+                     "render-chat, serve, tokenize)"]

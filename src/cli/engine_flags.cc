@@ -1,0 +1,78 @@
+#include "cli/engine_flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
+namespace s4kv::cli {
+
+int fail(const std::string& message) {
+  std::string line = message;
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  std::fprintf(stderr, "error: %s\n", line.c_str());
+  return 2;
+}
+
+Result<int64_t> parse_bytes(const std::string& text, const std::string& flag) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  const std::string unit = text.substr(digits);
+  int shift = -1;
+  if (unit.empty() || unit == "B") shift = 0;
+  if (unit == "K" || unit == "KiB") shift = 10;
+  if (unit == "M" || unit == "MiB") shift = 20;
+  if (unit == "G" || unit == "GiB") shift = 30;
+  if (digits == 0 || digits > 12 || shift < 0) {
+    return invalid_argument(flag + "=" + text +
+                            ": expected bytes, optionally with K, M, G, KiB, MiB or GiB");
+  }
+  return std::stoll(text.substr(0, digits)) << shift;
+}
+
+Result<engine::EngineArgs> engine_args(const EngineFlags& f) {
+  engine::EngineArgs a;
+  a.model = f.model;
+  a.device = f.device;
+  a.load_format = f.load_format == "dummy" ? model::LoadFormat::kDummy : model::LoadFormat::kAuto;
+  engine::EngineConfig& c = a.config;
+  S4KV_ASSIGN_OR_RETURN(c.kv_cache_dtype, engine::parse_kv_cache_dtype(f.kv_cache_dtype));
+  S4KV_ASSIGN_OR_RETURN(c.kv_cache_memory_bytes,
+                        parse_bytes(f.kv_cache_memory, "--kv-cache-memory"));
+  c.max_model_len = f.max_model_len;
+  c.max_num_seqs = f.max_num_seqs;
+  c.max_num_batched_tokens = f.max_num_batched_tokens;
+  c.block_size = f.block_size;
+  c.enable_prefix_caching = f.enable_prefix_caching;
+  c.seed = f.seed;
+  return a;
+}
+
+void add_engine_flags(CLI::App& sub, EngineFlags& f, bool model_required) {
+  CLI::Option* model =
+      sub.add_option("--model", f.model, "model directory, or ORG/NAME in the local HF cache");
+  if (model_required) model->required();
+  sub.add_option("--chat-template", f.chat_template, "Jinja file overriding the model's template");
+  sub.add_option("--seed", f.seed, "seed of the engine's RNG")->capture_default_str();
+  sub.add_option("--kv-cache-dtype", f.kv_cache_dtype, "auto = the model's 16-bit dtype")
+      ->check(CLI::IsMember({"auto", "fp16", "bf16", "fp8_e4m3", "int4_kivi"}))
+      ->capture_default_str();
+  sub.add_option("--max-model-len", f.max_model_len, "0: min(model, KV cache)");
+  sub.add_option("--max-num-seqs", f.max_num_seqs, "0: 64 on CPU");
+  sub.add_option("--max-num-batched-tokens", f.max_num_batched_tokens)->capture_default_str();
+  sub.add_option("--block-size", f.block_size, "KV block size (32, 64, 128)")
+      ->capture_default_str();
+  sub.add_option("--kv-cache-memory", f.kv_cache_memory, "KV cache bytes (e.g. 512MiB)")
+      ->capture_default_str();
+  sub.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", f.enable_prefix_caching,
+               "reuse cached KV blocks of shared prompt prefixes (default on)");
+  sub.add_option("--load-format", f.load_format, "auto | dummy")
+      ->check(CLI::IsMember({"auto", "dummy"}))
+      ->capture_default_str();
+  sub.add_option("--device", f.device)
+      ->check(CLI::IsMember({"auto", "cpu"}))
+      ->capture_default_str();
+}
+
+}  // namespace s4kv::cli

@@ -1,0 +1,48 @@
+// The engine flags `s4kv generate` and `s4kv serve` share, with `vllm serve`'s names:
+// --model, --kv-cache-dtype, --max-model-len, --max-num-seqs, --max-num-batched-tokens,
+// --block-size, --kv-cache-memory, --[no-]enable-prefix-caching, --load-format, --device,
+// --seed, --chat-template; and their translation into engine::EngineArgs. Parsing only: the
+// engine checks the combination when it is built.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "engine/llm_engine.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace s4kv::cli {
+
+struct EngineFlags {
+  std::string model;
+  std::string chat_template;  // --chat-template FILE
+  uint64_t seed = 0;          // --seed: the engine RNG (and dummy weights)
+  std::string kv_cache_dtype = "int4_kivi";
+  int64_t max_model_len = 0;
+  int max_num_seqs = 0;
+  int64_t max_num_batched_tokens = engine::kDefaultMaxNumBatchedTokens;
+  int block_size = 64;
+  std::string kv_cache_memory = "1GiB";
+  bool enable_prefix_caching = true;
+  std::string load_format = "auto";
+  std::string device = "auto";
+};
+
+// Registers the flags on `sub`; `model_required` adds --model as a required option (serve
+// also takes the model as its first positional argument and checks it itself).
+void add_engine_flags(CLI::App& sub, EngineFlags& flags, bool model_required);
+
+// "1073741824", "512MiB", "1GiB", "2G" (G, M, K read as binary units, as memory sizes are).
+// `flag` names the option in the error message.
+Result<int64_t> parse_bytes(const std::string& text, const std::string& flag);
+
+Result<engine::EngineArgs> engine_args(const EngineFlags& flags);
+
+// One line on stderr ("error: ..."), newlines flattened; returns exit code 2.
+int fail(const std::string& message);
+
+}  // namespace s4kv::cli

@@ -1,0 +1,79 @@
+// ApiServer: the routes of the OpenAI-compatible API and everything around the two generation
+// endpoints: API-key authentication, routing (404 unknown path, 405 wrong method), request
+// body parsing with a nesting limit, GET /health, /metrics, /v1/models, /version, and
+// POST /tokenize, /detokenize with vLLM's shapes. Chat and completions go to OpenAiServing.
+//
+// Life cycle: constructed before the model loads (every route but /health and /version
+// answers 503 while loading), set_engine() once the engine runs, set_draining() at shutdown
+// (/health 503). handle() runs on the HTTP I/O threads, many at once; the state it reads is
+// published once under a mutex and immutable after.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+#include "server/api_error.h"
+#include "server/async_engine.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/openai_serving.h"
+#include "tokenizer/chat_template.h"
+
+namespace s4kv::server {
+
+struct ApiServerOptions {
+  std::vector<std::string> served_model_names;  // non-empty; the first is the primary name
+  std::string api_key;                          // empty: no authentication
+  std::string version;                          // GET /version
+};
+
+class ApiServer {
+ public:
+  explicit ApiServer(ApiServerOptions options);
+
+  // The engine is running: from now on requests are served. All three must outlive this;
+  // chat_template may be null (chat requests then get a 400).
+  void set_engine(AsyncEngine& engine, Metrics& metrics,
+                  const tokenizer::ChatTemplate* chat_template);
+  // Shutdown began: /health answers 503.
+  void set_draining() { draining_.store(true); }
+
+  // The HttpHandler.
+  void handle(HttpRequest request, std::shared_ptr<HttpExchange> exchange);
+
+ private:
+  struct Serving {
+    AsyncEngine* engine = nullptr;
+    Metrics* metrics = nullptr;
+    const tokenizer::ChatTemplate* chat_template = nullptr;
+    std::unique_ptr<OpenAiServing> openai;
+  };
+
+  bool authorized(const HttpRequest& request) const;
+  std::shared_ptr<const Serving> serving() const;
+  void route(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange);
+
+  HttpResponse health() const;
+  HttpResponse models(const Serving& s) const;
+  HttpResponse tokenize(const Serving& s, const OrderedJson& body) const;
+  HttpResponse detokenize(const Serving& s, const OrderedJson& body) const;
+  // 404 when the body names a model this server does not serve; nullptr otherwise.
+  std::unique_ptr<ApiError> check_model(const OrderedJson& body) const;
+
+  ApiServerOptions options_;
+  int64_t created_ = 0;  // unix time of start-up, reported by /v1/models
+  mutable std::mutex mu_;
+  std::shared_ptr<const Serving> serving_;  // null while loading
+  std::atomic<bool> draining_{false};
+};
+
+// An ApiError as an HttpResponse (its status, extra headers and error_body).
+HttpResponse error_response(const ApiError& error);
+// A JSON body (ordered, invalid UTF-8 replaced) as a 200 response.
+HttpResponse json_response(const OrderedJson& body, int status = 200);
+
+}  // namespace s4kv::server

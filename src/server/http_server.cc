@@ -1,0 +1,760 @@
+// HttpServer on Boost.Beast: listening socket, connections, parsing limits, timeouts, exchanges.
+// Invariants: a Connection touches its state on its own strand only; at most one read and one
+// write are pending on its socket; a request is answered before the next one is parsed
+// (pipelined bytes wait in the read buffer). While a handler works or a stream is open, one
+// read stays pending, so that EOF or a reset is noticed at once (a client that half-closes its
+// side after the request counts as gone, as in other servers).
+// Threads: options.num_threads threads run the io_context. stop() joins them, then completes
+// the cancelled operations on the calling thread without running any user callback.
+// Lifetime: an Exchange holds its Connection and the Core (io_context) alive, so post() and
+// the exchange's destructor stay safe after the server is gone; they do nothing then.
+#include "server/http_server.h"
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cctype>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "common/log.h"
+#include "server/api_error.h"
+
+namespace s4kv::server {
+
+std::optional<std::string_view> HttpRequest::header(std::string_view lower_name) const {
+  for (const auto& [name, value] : headers) {
+    if (name == lower_name) return value;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using boost::system::error_code;
+using Strand = net::strand<net::io_context::executor_type>;
+using Socket = tcp::socket::rebind_executor<Strand>::other;
+using Acceptor = tcp::acceptor::rebind_executor<Strand>::other;
+
+constexpr char kLog[] = "http";
+constexpr std::chrono::seconds kLingerTimeout{1};  // draining unread input before a close
+constexpr size_t kReadChunk = 4096;
+
+class Connection;
+
+// What connections share: options, handler, counters, the registry and the io_context.
+struct Core : std::enable_shared_from_this<Core> {
+  Core(HttpServerOptions o, HttpHandler h) : options(std::move(o)), handler(std::move(h)) {}
+
+  // Posts fn onto the strand unless the server has stopped; skipped if it stops meanwhile.
+  void post(const Strand& strand, std::function<void()> fn) {
+    std::lock_guard lock(post_mu);
+    if (stopped) return;
+    net::post(strand, [this, fn = std::move(fn)] {
+      if (!stopped) fn();
+    });
+  }
+  void exchange_began() { ++num_active; }
+  void exchange_ended() {
+    if (--num_active == 0) {
+      std::lock_guard lock(idle_mu);
+      idle_cv.notify_all();
+    }
+  }
+  uint64_t add_connection(std::weak_ptr<Connection> c) {
+    std::lock_guard lock(conns_mu);
+    conns.emplace(next_conn_id, std::move(c));
+    return next_conn_id++;
+  }
+  void remove_connection(uint64_t id) {
+    std::lock_guard lock(conns_mu);
+    conns.erase(id);
+  }
+  std::vector<std::shared_ptr<Connection>> connections() {
+    std::lock_guard lock(conns_mu);
+    std::vector<std::shared_ptr<Connection>> out;
+    for (auto& [id, weak] : conns) {
+      if (auto c = weak.lock()) out.push_back(std::move(c));
+    }
+    return out;
+  }
+
+  const HttpServerOptions options;
+  const HttpHandler handler;
+  std::atomic<bool> accepting{false};
+  std::atomic<bool> stopped{false};
+  std::atomic<size_t> num_active{0};
+  std::mutex post_mu;
+  std::mutex idle_mu;
+  std::condition_variable idle_cv;
+  std::mutex conns_mu;
+  std::unordered_map<uint64_t, std::weak_ptr<Connection>> conns;
+  uint64_t next_conn_id = 1;
+  net::io_context ioc;  // last member: destroyed first, with any handler still queued
+};
+
+// One exchange's state shared by its Exchange handle and its Connection.
+struct ExchangeState {
+  std::atomic<bool> disconnected{false};
+  std::function<void()> on_disconnect;  // strand only; cleared when posted or when it ends
+};
+
+bool is_disconnect(const error_code& ec) {
+  return ec == http::error::end_of_stream || ec == http::error::partial_message ||
+         ec == net::error::eof || ec == net::error::connection_reset ||
+         ec == net::error::broken_pipe || ec == net::error::operation_aborted ||
+         ec == net::error::connection_aborted || ec == net::error::bad_descriptor;
+}
+
+template <typename Message>
+void set_fields(Message& m, int status, const std::string& content_type, const Headers& headers,
+                bool keep_alive) {
+  m.result(static_cast<unsigned>(status >= 200 && status <= 599 ? status : 500));
+  m.set(http::field::server, "s4kv");
+  if (!content_type.empty()) m.set(http::field::content_type, content_type);
+  for (const auto& [name, value] : headers) {
+    if ((name + value).find_first_of("\r\n") != std::string::npos) {
+      log_warn(kLog, "response header with CR/LF dropped: " + name);
+      continue;
+    }
+    m.insert(name, value);
+  }
+  m.keep_alive(keep_alive);
+}
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(Core* core, Socket socket)
+      : core_(core), socket_(std::move(socket)), timer_(socket_.get_executor()) {
+    error_code ec;
+    const auto ep = socket_.remote_endpoint(ec);
+    remote_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+  }
+
+  Strand strand() { return socket_.get_executor(); }
+  void set_id(uint64_t id) { id_ = id; }
+  void start() { start_request(); }
+  void on_stop_accepting() {
+    if (mode_ == Mode::kIdle) close();
+  }
+  // Closes the socket; an exchange in progress counts as disconnected. Idempotent.
+  void close();
+
+  // HttpExchange operations, on the strand; ignored unless `st` is the exchange in progress.
+  void respond(const ExchangeState* st, HttpResponse response);
+  void begin_stream(const ExchangeState* st, int status, const std::string& content_type,
+                    const Headers& headers);
+  void write(const ExchangeState* st, std::string data);
+  void end_stream(const ExchangeState* st);
+  void on_disconnect(const std::shared_ptr<ExchangeState>& st, std::function<void()> fn);
+  // The handler failed (threw) or released its last reference to the exchange: an exchange
+  // without a response gets a 500; an open stream is cut (the connection closes after the
+  // queued chunks, without the terminating chunk, so the client sees it incomplete).
+  void fail_exchange(const ExchangeState* st, const std::string& why);
+
+ private:
+  // kRequest: reading a request; kExchange: the handler has it; kIdle: keep-alive wait;
+  // kLinger: response sent, draining input until EOF before closing.
+  enum class Mode { kRequest, kExchange, kIdle, kLinger, kClosed };
+  enum class Phase { kNone, kHeader, kBody, kIdle, kLinger };
+  enum class Reply { kNone, kStreaming, kEnding };
+  struct StreamHead {
+    http::response<http::empty_body> msg;
+    std::optional<http::response_serializer<http::empty_body>> sr;
+  };
+  struct OutItem {  // exactly one of: a full response, a stream head, a chunk, the last chunk
+    std::unique_ptr<http::response<http::string_body>> full;
+    std::unique_ptr<StreamHead> head;
+    std::string chunk;
+    bool last = false;
+  };
+
+  void start_request();
+  void on_header(error_code ec);
+  void read_body();
+  void on_request_error(error_code ec);
+  void send_error(int status, const std::string& message);
+  void dispatch();
+  HttpRequest take_request();
+  void maybe_read_more();
+  void read_more();
+  void on_read_more(error_code ec, size_t n);
+  bool is_current(const ExchangeState* st, Reply expected, const char* what) const;
+  std::unique_ptr<http::response<http::string_body>> make_response(HttpResponse r) const;
+  void pump_writes();
+  void on_written(error_code ec);
+  void finish_exchange();
+  void end_exchange(bool disconnected);
+  void go_idle();
+  void linger_close();
+  void arm_timer(Phase phase, std::chrono::milliseconds d);
+  void disarm_timer();
+
+  Core* core_;  // outlives this: owns the io_context that runs it, or held by its Exchange
+  Socket socket_;
+  net::steady_timer timer_;
+  std::string remote_;
+  uint64_t id_ = 0;
+  Mode mode_ = Mode::kRequest;
+  beast::flat_buffer buffer_;  // bytes read and not yet parsed (pipelined requests)
+  std::optional<http::request_parser<http::string_body>> parser_;
+  bool reading_ = false;  // a read_more() is pending
+  bool writing_ = false;
+  Phase phase_ = Phase::kNone;      // what the armed timer limits
+  Phase timed_out_ = Phase::kNone;  // set when it fired, until disarmed
+  uint64_t timer_gen_ = 0;
+  std::shared_ptr<ExchangeState> current_;  // the exchange in progress; null when none
+  Reply reply_ = Reply::kNone;
+  bool keep_alive_ = false;
+  bool chunked_ = true;  // HTTP/1.0 clients get a raw stream ended by the close
+  unsigned version_ = 11;
+  std::deque<OutItem> out_;  // front is being written while writing_
+};
+
+// The handle a handler gets. Members forward to the connection on its strand; a call from
+// another thread is posted there (ordered among posted calls only).
+class Exchange final : public HttpExchange {
+ public:
+  Exchange(std::shared_ptr<Core> core, std::shared_ptr<Connection> conn,
+           std::shared_ptr<ExchangeState> state)
+      : core_(std::move(core)), conn_(std::move(conn)), state_(std::move(state)) {}
+  // The last reference is gone: a handler that never answered gets its 500 here (see
+  // Connection::fail_exchange); nothing happens for an exchange that has ended.
+  ~Exchange() override {
+    core_->post(conn_->strand(), [conn = conn_, st = state_] {
+      conn->fail_exchange(st.get(), "handler released the exchange without finishing it");
+    });
+  }
+
+  void respond(HttpResponse response) override {
+    run([c = conn_, s = state_, r = std::move(response)]() mutable {
+      c->respond(s.get(), std::move(r));
+    });
+  }
+  void begin_stream(int status, std::string content_type, Headers headers) override {
+    run([c = conn_, s = state_, status, ct = std::move(content_type), h = std::move(headers)] {
+      c->begin_stream(s.get(), status, ct, h);
+    });
+  }
+  void write(std::string data) override {
+    run([c = conn_, s = state_, d = std::move(data)]() mutable {
+      c->write(s.get(), std::move(d));
+    });
+  }
+  void end_stream() override {
+    run([c = conn_, s = state_] { c->end_stream(s.get()); });
+  }
+  void post(std::function<void()> fn) override { core_->post(conn_->strand(), std::move(fn)); }
+  void on_disconnect(std::function<void()> fn) override {
+    run([c = conn_, s = state_, fn = std::move(fn)] { c->on_disconnect(s, fn); });
+  }
+  bool disconnected() const override { return state_->disconnected; }
+
+ private:
+  template <typename F>
+  void run(F&& f) {
+    if (conn_->strand().running_in_this_thread()) {
+      f();
+    } else {
+      core_->post(conn_->strand(), std::forward<F>(f));
+    }
+  }
+
+  std::shared_ptr<Core> core_;  // declared first: destroyed after the connection
+  std::shared_ptr<Connection> conn_;
+  std::shared_ptr<ExchangeState> state_;
+};
+
+void Connection::start_request() {
+  mode_ = Mode::kRequest;
+  const auto& o = core_->options;
+  parser_.emplace();
+  parser_->header_limit(static_cast<std::uint32_t>(
+      std::min<size_t>(o.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
+  parser_->body_limit(o.max_request_bytes);
+  arm_timer(Phase::kHeader, o.header_timeout);
+  http::async_read_header(socket_, buffer_, *parser_,
+                          [self = shared_from_this()](error_code ec, size_t) {
+                            if (self->mode_ != Mode::kClosed) self->on_header(ec);
+                          });
+}
+
+void Connection::on_header(error_code ec) {
+  if (ec) return on_request_error(ec);
+  disarm_timer();
+  const auto& req = parser_->get();
+  const auto num_fields = static_cast<size_t>(std::distance(req.begin(), req.end()));
+  if (num_fields > core_->options.max_header_count) {
+    return send_error(431, "too many header fields: " + std::to_string(num_fields) + " (limit " +
+                               std::to_string(core_->options.max_header_count) + ")");
+  }
+  if (parser_->is_done()) return dispatch();
+  arm_timer(Phase::kBody, core_->options.body_timeout);
+  if (!beast::iequals(req[http::field::expect], "100-continue")) return read_body();
+  // The body is acceptable (Content-Length within the limit): ask the client to send it.
+  auto cont =
+      std::make_shared<http::response<http::empty_body>>(http::status::continue_, req.version());
+  http::async_write(socket_, *cont, [self = shared_from_this(), cont](error_code wec, size_t) {
+    if (self->mode_ == Mode::kClosed) return;
+    if (wec) return self->on_request_error(wec);
+    self->read_body();
+  });
+}
+
+void Connection::read_body() {
+  http::async_read(socket_, buffer_, *parser_, [self = shared_from_this()](error_code ec, size_t) {
+    if (self->mode_ == Mode::kClosed) return;
+    if (ec) return self->on_request_error(ec);
+    self->disarm_timer();
+    self->dispatch();
+  });
+}
+
+void Connection::on_request_error(error_code ec) {
+  const Phase timed_out = timed_out_;
+  disarm_timer();
+  const auto& o = core_->options;
+  if (timed_out == Phase::kBody) {
+    return send_error(
+        408, "request body not received within " + std::to_string(o.body_timeout.count()) + " ms");
+  }
+  if (timed_out != Phase::kNone) {
+    log_warn(kLog, remote_ + ": request headers not received in time; closing");
+    return close();
+  }
+  if (ec == http::error::header_limit) {
+    return send_error(
+        431, "request line and headers exceed " + std::to_string(o.max_header_bytes) + " bytes");
+  }
+  if (ec == http::error::body_limit) {
+    return send_error(413,
+                      "request body exceeds " + std::to_string(o.max_request_bytes) + " bytes");
+  }
+  if (is_disconnect(ec)) return close();
+  send_error(400, "malformed HTTP request: " + ec.message());
+}
+
+// An answer from the HTTP layer itself, before any handler; the connection closes after it.
+void Connection::send_error(int status, const std::string& message) {
+  log_warn(kLog, remote_ + ": " + std::to_string(status) + " " + message);
+  keep_alive_ = false;
+  version_ = 11;
+  out_.push_back(OutItem{.full = make_response(HttpResponse{
+                             .status = status, .body = error_body(api_error(status, message))})});
+  reply_ = Reply::kEnding;
+  pump_writes();
+}
+
+HttpRequest Connection::take_request() {
+  auto& msg = parser_->get();
+  HttpRequest r;
+  r.method = std::string(msg.method_string());
+  r.target = std::string(msg.target());
+  r.path = r.target.substr(0, r.target.find('?'));
+  for (const auto& field : msg) {
+    std::string name(field.name_string());
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    r.headers.emplace_back(std::move(name), std::string(field.value()));
+  }
+  r.body = std::move(msg.body());
+  r.remote = remote_;
+  return r;
+}
+
+void Connection::dispatch() {
+  keep_alive_ = parser_->get().keep_alive();
+  version_ = parser_->get().version();
+  chunked_ = version_ >= 11;
+  HttpRequest request = take_request();
+  mode_ = Mode::kExchange;
+  reply_ = Reply::kNone;
+  auto state = std::make_shared<ExchangeState>();
+  current_ = state;
+  core_->exchange_began();
+  maybe_read_more();  // notices a client that goes away while the handler works
+  auto exchange = std::make_shared<Exchange>(core_->shared_from_this(), shared_from_this(), state);
+  try {
+    core_->handler(std::move(request), std::move(exchange));
+  } catch (const std::exception& e) {
+    fail_exchange(state.get(), std::string("handler threw: ") + e.what());
+  } catch (...) {
+    fail_exchange(state.get(), "handler threw a non-standard exception");
+  }
+}
+
+void Connection::maybe_read_more() {
+  // Past this many buffered bytes (a pipelined request), stop reading until the exchange ends.
+  const size_t limit = std::max(kReadChunk, core_->options.max_header_bytes);
+  if (!reading_ && buffer_.size() < limit) read_more();
+}
+
+void Connection::read_more() {
+  reading_ = true;
+  socket_.async_read_some(
+      buffer_.prepare(kReadChunk),
+      [self = shared_from_this()](error_code ec, size_t n) { self->on_read_more(ec, n); });
+}
+
+void Connection::on_read_more(error_code ec, size_t n) {
+  reading_ = false;
+  if (mode_ == Mode::kClosed) return;
+  buffer_.commit(n);
+  switch (mode_) {
+    case Mode::kExchange:
+      if (!ec) return maybe_read_more();
+      if (ec == net::error::eof && reply_ == Reply::kEnding) {
+        keep_alive_ = false;  // half-closed after the request: finish the response, then close
+        return;
+      }
+      log_info(kLog, remote_ + ": client went away during the exchange (" + ec.message() + ")");
+      return close();
+    case Mode::kIdle:
+      if (buffer_.size() > 0) return start_request();
+      return close();  // EOF, reset, or the idle timeout cancelled the read
+    case Mode::kLinger:
+      buffer_.consume(buffer_.size());
+      if (ec) return close();
+      return read_more();
+    default:
+      return close();
+  }
+}
+
+bool Connection::is_current(const ExchangeState* st, Reply expected, const char* what) const {
+  if (st != current_.get() || mode_ == Mode::kClosed) return false;  // ended or disconnected
+  if (reply_ != expected) {
+    log_warn(kLog, remote_ + ": " + what + " out of order; ignored");
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<http::response<http::string_body>> Connection::make_response(HttpResponse r) const {
+  auto msg = std::make_unique<http::response<http::string_body>>();
+  msg->version(version_);
+  set_fields(*msg, r.status, r.content_type, r.headers, keep_alive_);
+  msg->body() = std::move(r.body);
+  msg->prepare_payload();
+  return msg;
+}
+
+void Connection::respond(const ExchangeState* st, HttpResponse response) {
+  if (!is_current(st, Reply::kNone, "respond")) return;
+  keep_alive_ = keep_alive_ && core_->accepting;
+  out_.push_back(OutItem{.full = make_response(std::move(response))});
+  reply_ = Reply::kEnding;
+  pump_writes();
+}
+
+void Connection::begin_stream(const ExchangeState* st, int status, const std::string& content_type,
+                              const Headers& headers) {
+  if (!is_current(st, Reply::kNone, "begin_stream")) return;
+  keep_alive_ = keep_alive_ && core_->accepting && chunked_;
+  auto head = std::make_unique<StreamHead>();
+  head->msg.version(version_);
+  set_fields(head->msg, status, content_type, headers, keep_alive_);
+  if (chunked_) head->msg.chunked(true);
+  head->sr.emplace(head->msg);
+  out_.push_back(OutItem{.head = std::move(head)});
+  reply_ = Reply::kStreaming;
+  pump_writes();
+}
+
+void Connection::write(const ExchangeState* st, std::string data) {
+  // An empty chunk would read as the terminating one.
+  if (data.empty() || !is_current(st, Reply::kStreaming, "write")) return;
+  out_.push_back(OutItem{.chunk = std::move(data)});
+  pump_writes();
+}
+
+void Connection::end_stream(const ExchangeState* st) {
+  if (!is_current(st, Reply::kStreaming, "end_stream")) return;
+  out_.push_back(OutItem{.last = true});
+  reply_ = Reply::kEnding;
+  pump_writes();
+}
+
+void Connection::on_disconnect(const std::shared_ptr<ExchangeState>& st, std::function<void()> fn) {
+  if (st->disconnected) return core_->post(strand(), std::move(fn));
+  if (st != current_) return;  // ended: the client can no longer abandon it
+  st->on_disconnect = std::move(fn);
+}
+
+void Connection::fail_exchange(const ExchangeState* st, const std::string& why) {
+  if (st != current_.get() || mode_ == Mode::kClosed || reply_ == Reply::kEnding) return;
+  log_error(kLog, remote_ + ": " + why);
+  if (reply_ == Reply::kNone) {
+    return respond(st, HttpResponse{.status = 500,
+                                    .body = error_body(api_error(500, "internal server error"))});
+  }
+  keep_alive_ = false;
+  reply_ = Reply::kEnding;
+  if (!writing_ && out_.empty()) finish_exchange();
+}
+
+void Connection::pump_writes() {
+  if (writing_ || out_.empty() || mode_ == Mode::kClosed) return;
+  writing_ = true;
+  auto done = [self = shared_from_this()](error_code ec, size_t) { self->on_written(ec); };
+  OutItem& item = out_.front();
+  if (item.full) {
+    http::async_write(socket_, *item.full, std::move(done));
+  } else if (item.head) {
+    http::async_write_header(socket_, *item.head->sr, std::move(done));
+  } else if (!chunked_) {
+    net::async_write(socket_, net::buffer(item.chunk), std::move(done));
+  } else if (item.last) {
+    net::async_write(socket_, http::make_chunk_last(), std::move(done));
+  } else {
+    net::async_write(socket_, http::make_chunk(net::buffer(item.chunk)), std::move(done));
+  }
+}
+
+void Connection::on_written(error_code ec) {
+  writing_ = false;
+  if (mode_ == Mode::kClosed) return;
+  if (ec) {
+    log_info(kLog, remote_ + ": write failed (" + ec.message() + "); closing");
+    return close();
+  }
+  out_.pop_front();
+  if (!out_.empty()) return pump_writes();
+  if (reply_ == Reply::kEnding) finish_exchange();
+}
+
+void Connection::finish_exchange() {
+  reply_ = Reply::kNone;
+  end_exchange(false);
+  if (!keep_alive_ || !core_->accepting) return linger_close();
+  go_idle();
+}
+
+void Connection::end_exchange(bool disconnected) {
+  if (!current_) return;
+  std::shared_ptr<ExchangeState> st = std::move(current_);
+  current_.reset();
+  if (disconnected) {
+    st->disconnected = true;
+    if (st->on_disconnect) core_->post(strand(), std::move(st->on_disconnect));
+  }
+  st->on_disconnect = nullptr;  // breaks the cycle of a callback that holds the exchange
+  core_->exchange_ended();
+}
+
+void Connection::go_idle() {
+  mode_ = Mode::kIdle;
+  parser_.reset();
+  if (buffer_.size() > 0) {  // the next request has begun
+    if (!reading_) return start_request();
+    error_code ignored;
+    socket_.cancel(ignored);  // on_read_more then starts it
+    return;
+  }
+  arm_timer(Phase::kIdle, core_->options.idle_timeout);
+  if (!reading_) read_more();
+}
+
+// Closing with unread input makes the kernel send a reset that can destroy the response in
+// flight (a 413 for a body still arriving), so drain until EOF, for a second at most.
+void Connection::linger_close() {
+  mode_ = Mode::kLinger;
+  error_code ignored;
+  socket_.shutdown(tcp::socket::shutdown_send, ignored);
+  arm_timer(Phase::kLinger, kLingerTimeout);
+  if (!reading_) read_more();
+}
+
+void Connection::close() {
+  if (mode_ == Mode::kClosed) return;
+  mode_ = Mode::kClosed;
+  disarm_timer();
+  error_code ignored;
+  socket_.shutdown(tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  end_exchange(true);
+  core_->remove_connection(id_);
+}
+
+void Connection::arm_timer(Phase phase, std::chrono::milliseconds d) {
+  phase_ = phase;
+  timed_out_ = Phase::kNone;
+  timer_.expires_after(d);
+  timer_.async_wait([self = shared_from_this(), gen = ++timer_gen_](error_code ec) {
+    if (ec || gen != self->timer_gen_ || self->mode_ == Mode::kClosed) return;
+    self->timed_out_ = self->phase_;
+    if (self->phase_ == Phase::kLinger) return self->close();
+    error_code ignored;
+    self->socket_.cancel(ignored);  // the pending read completes with operation_aborted
+  });
+}
+
+void Connection::disarm_timer() {
+  ++timer_gen_;
+  phase_ = Phase::kNone;
+  timed_out_ = Phase::kNone;
+  timer_.cancel();
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(HttpServerOptions options, HttpHandler handler)
+      : core(std::make_shared<Core>(std::move(options), std::move(handler))),
+        acceptor_strand(net::make_strand(core->ioc)),
+        acceptor(acceptor_strand),
+        retry_timer(acceptor_strand) {}
+
+  Status start();
+  void do_accept();
+  void on_accept(error_code ec, Socket socket);
+  void on_acceptor_strand(std::function<void()> fn);
+  void stop_accepting();
+  void stop();
+
+  std::shared_ptr<Core> core;  // declared first: the io_context outlives the members below
+  Strand acceptor_strand;
+  Acceptor acceptor;
+  net::steady_timer retry_timer;  // re-accepts after an error such as EMFILE
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  std::vector<std::thread> threads;
+  int port = 0;
+  std::atomic<bool> stop_called{false};
+};
+
+Status HttpServer::Impl::start() {
+  S4KV_CHECK(threads.empty() && !stop_called, "HttpServer::start() called twice or after stop()");
+  const auto& o = core->options;
+  const std::string where = o.host + ":" + std::to_string(o.port);
+  if (o.port < 0 || o.port > 65535) return io_error("cannot listen on " + where + ": bad port");
+  error_code ec;
+  tcp::resolver resolver(core->ioc);
+  auto results = resolver.resolve(o.host, std::to_string(o.port),
+                                  tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (!ec && results.empty()) ec = net::error::host_not_found;
+  if (!ec) acceptor.open(results.begin()->endpoint().protocol(), ec);
+  if (!ec) acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(results.begin()->endpoint(), ec);
+  if (!ec) acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    error_code ignored;
+    acceptor.close(ignored);
+    return io_error("cannot listen on " + where + ": " + ec.message());
+  }
+  port = acceptor.local_endpoint().port();
+  core->accepting = true;
+  do_accept();
+  work.emplace(core->ioc.get_executor());
+  for (int i = 0; i < std::max(1, o.num_threads); ++i) {
+    threads.emplace_back([c = core.get()] { c->ioc.run(); });
+  }
+  return Status::ok();
+}
+
+void HttpServer::Impl::do_accept() {
+  acceptor.async_accept(net::make_strand(core->ioc),
+                        [this](error_code ec, Socket socket) { on_accept(ec, std::move(socket)); });
+}
+
+void HttpServer::Impl::on_accept(error_code ec, Socket socket) {
+  if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+  if (ec) {
+    log_warn(kLog, "accept failed: " + ec.message());
+    retry_timer.expires_after(std::chrono::milliseconds(100));
+    retry_timer.async_wait([this](error_code tec) {
+      if (!tec && acceptor.is_open()) do_accept();
+    });
+    return;
+  }
+  if (!core->accepting) return;  // the socket closes here
+  error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);  // SSE chunks go out at once
+  auto conn = std::make_shared<Connection>(core.get(), std::move(socket));
+  conn->set_id(core->add_connection(conn));
+  core->post(conn->strand(), [conn] { conn->start(); });
+  do_accept();
+}
+
+// Runs fn on the acceptor's strand; waits for it unless called from an I/O thread.
+void HttpServer::Impl::on_acceptor_strand(std::function<void()> fn) {
+  if (threads.empty()) return fn();
+  if (core->ioc.get_executor().running_in_this_thread()) {
+    net::post(acceptor_strand, std::move(fn));
+    return;
+  }
+  std::promise<void> done;
+  net::post(acceptor_strand, [&] {
+    fn();
+    done.set_value();
+  });
+  done.get_future().wait();
+}
+
+void HttpServer::Impl::stop_accepting() {
+  if (!core->accepting.exchange(false)) return;
+  on_acceptor_strand([this] {
+    error_code ignored;
+    acceptor.close(ignored);
+    retry_timer.cancel();
+  });
+  for (auto& c : core->connections()) core->post(c->strand(), [c] { c->on_stop_accepting(); });
+  log_info(kLog, "no longer accepting connections");
+}
+
+void HttpServer::Impl::stop() {
+  if (stop_called.exchange(true)) return;
+  S4KV_CHECK(!core->ioc.get_executor().running_in_this_thread(),
+             "HttpServer::stop() called from an I/O thread");
+  core->accepting = false;
+  {
+    std::lock_guard lock(core->post_mu);
+    core->stopped = true;
+  }
+  work.reset();
+  core->ioc.stop();
+  for (auto& t : threads) t.join();
+  threads.clear();
+  // No I/O thread runs now: close everything here, then complete the cancelled operations
+  // (their handlers see the connection closed; posted user functions are skipped).
+  error_code ignored;
+  acceptor.close(ignored);
+  retry_timer.cancel();
+  for (auto& c : core->connections()) c->close();
+  core->ioc.restart();
+  core->ioc.poll();
+}
+
+HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(handler))) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+Status HttpServer::start() { return impl_->start(); }
+
+int HttpServer::port() const { return impl_->port; }
+
+void HttpServer::stop_accepting() { impl_->stop_accepting(); }
+
+size_t HttpServer::num_active_exchanges() const { return impl_->core->num_active; }
+
+bool HttpServer::wait_idle(std::chrono::steady_clock::time_point deadline) const {
+  Core& core = *impl_->core;
+  std::unique_lock lock(core.idle_mu);
+  return core.idle_cv.wait_until(lock, deadline, [&] { return core.num_active == 0; });
+}
+
+void HttpServer::stop() { impl_->stop(); }
+
+}  // namespace s4kv::server

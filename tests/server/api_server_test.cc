@@ -1,0 +1,125 @@
+// ApiServer before the engine is set (the loading state): authentication, routing (404, 405
+// with Allow), /health 503, /version, and that model routes answer 503 while loading. The
+// routes that need an engine are covered end to end (test_*.py, a real `s4kv serve`).
+#include "server/api_server.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/json.h"
+
+namespace s4kv::server {
+namespace {
+
+// Records the one response; everything runs inline.
+class FakeExchange : public HttpExchange {
+ public:
+  void respond(HttpResponse r) override { response = std::move(r); }
+  void begin_stream(int, std::string, Headers) override { ADD_FAILURE() << "unexpected stream"; }
+  void write(std::string) override {}
+  void end_stream() override {}
+  void post(std::function<void()> fn) override { fn(); }
+  void on_disconnect(std::function<void()>) override {}
+  bool disconnected() const override { return false; }
+
+  std::optional<HttpResponse> response;
+};
+
+HttpResponse call(ApiServer& api, std::string method, std::string path,
+                  std::optional<std::string> auth = std::nullopt) {
+  HttpRequest r;
+  r.method = std::move(method);
+  r.target = path;
+  r.path = std::move(path);
+  if (auth) r.headers.emplace_back("authorization", *auth);
+  auto ex = std::make_shared<FakeExchange>();
+  api.handle(r, ex);
+  EXPECT_TRUE(ex->response.has_value());
+  return ex->response.value_or(HttpResponse{});
+}
+
+std::optional<std::string> header(const HttpResponse& r, const std::string& name) {
+  for (const auto& [k, v] : r.headers)
+    if (k == name) return v;
+  return std::nullopt;
+}
+
+Json error_of(const HttpResponse& r) {
+  auto j = parse_json(r.body, "response");
+  EXPECT_TRUE(j.is_ok()) << r.body;
+  return j.is_ok() ? (*j)["error"] : Json();
+}
+
+TEST(ApiServerTest, HealthNeedsNoKeyAndIs503WhileLoading) {
+  ApiServer api({{"tiny"}, "secret", "0.1.0"});
+  const HttpResponse r = call(api, "GET", "/health");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_TRUE(r.body.empty());
+}
+
+TEST(ApiServerTest, EveryOtherRouteNeedsTheKey) {
+  ApiServer api({{"tiny"}, "secret", "0.1.0"});
+  for (const char* path : {"/version", "/v1/models", "/metrics"}) {
+    EXPECT_EQ(call(api, "GET", path).status, 401) << path;
+    EXPECT_EQ(call(api, "GET", path, "Bearer wrong").status, 401) << path;
+    EXPECT_EQ(call(api, "GET", path, "Bearer secretX").status, 401) << path;
+    EXPECT_EQ(call(api, "GET", path, "Bearer secre").status, 401) << path;
+    EXPECT_EQ(call(api, "GET", path, "secret").status, 401) << path;
+  }
+  const HttpResponse r = call(api, "POST", "/v1/chat/completions", "Bearer nope");
+  EXPECT_EQ(r.status, 401);
+  const Json e = error_of(r);
+  EXPECT_EQ(e["type"], "AuthenticationError");
+  EXPECT_EQ(e["code"], 401);
+  EXPECT_TRUE(e["param"].is_null());
+}
+
+TEST(ApiServerTest, VersionAnswersWhileLoading) {
+  ApiServer api({{"tiny"}, "secret", "0.1.0"});
+  const HttpResponse r = call(api, "GET", "/version", "Bearer secret");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"version":"0.1.0"})");
+}
+
+TEST(ApiServerTest, ModelRoutesAre503WhileLoading) {
+  ApiServer api({{"tiny"}, "", "0.1.0"});
+  EXPECT_EQ(call(api, "GET", "/v1/models").status, 503);
+  EXPECT_EQ(call(api, "GET", "/metrics").status, 503);
+  const HttpResponse r = call(api, "POST", "/v1/completions");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(error_of(r)["type"], "ServiceUnavailableError");
+}
+
+TEST(ApiServerTest, UnknownPathIs404AndWrongMethodIs405WithAllow) {
+  ApiServer api({{"tiny"}, "", "0.1.0"});
+  const HttpResponse missing = call(api, "GET", "/v1/nothing");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(error_of(missing)["type"], "NotFoundError");
+  const HttpResponse wrong = call(api, "GET", "/v1/chat/completions");
+  EXPECT_EQ(wrong.status, 405);
+  EXPECT_EQ(header(wrong, "Allow"), "POST");
+  EXPECT_EQ(call(api, "POST", "/health").status, 405);
+  EXPECT_EQ(call(api, "DELETE", "/v1/models").status, 405);
+}
+
+TEST(ApiServerTest, ErrorResponseCarriesHeadersAndShape) {
+  ApiError e = from_status(Status(StatusCode::kResourceExhausted, "queue full"));
+  const HttpResponse r = error_response(e);
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(header(r, "Retry-After"), "1");
+  EXPECT_EQ(r.body,
+            R"({"error":{"message":"queue full","type":"ServiceUnavailableError","param":null,)"
+            R"("code":503}})");
+  const ApiError c = api_error(400, "too long", "messages", "context_length_exceeded");
+  EXPECT_EQ(error_body(c),
+            R"({"error":{"message":"too long","type":"BadRequestError","param":"messages",)"
+            R"("code":"context_length_exceeded"}})");
+  // Invalid UTF-8 in a message never throws.
+  EXPECT_NE(error_body(bad_request(std::string("bad \xff byte"))).find("bad"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace s4kv::server

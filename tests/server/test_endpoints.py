@@ -1,0 +1,73 @@
+# The small endpoints of a real `s4kv serve` (GET /v1/models, /health, /version) and the
+# start-up flags that change what they report: --served-model-name, the positional model,
+# S4KV_API_KEY.
+import http.client
+import os
+
+import openai
+import pytest
+
+from conftest import MAX_MODEL_LEN
+
+
+def test_models_lists_served_name(client, model):
+    models = client.models.list()
+    ids = [m.id for m in models.data]
+    assert ids == [model]
+    m = models.data[0]
+    assert m.object == "model"
+    assert isinstance(m.created, int) and m.created > 0
+    assert m.owned_by
+    assert (m.model_extra or {}).get("max_model_len") == MAX_MODEL_LEN
+
+
+def test_health_needs_no_key(server):
+    reply = server.request("GET", "/health", key=None)
+    assert reply.status == 200
+    assert reply.body == b""
+    reply = server.request("GET", "/health", key="wrong")
+    assert reply.status in (200, 401)  # never 5xx
+
+
+def test_version(server):
+    reply = server.request("GET", "/version")
+    assert reply.status == 200, reply
+    version = reply.json()["version"]
+    assert isinstance(version, str) and version
+
+
+def test_json_content_type(server):
+    reply = server.request("GET", "/v1/models")
+    assert reply.status == 200
+    assert reply.headers["content-type"].startswith("application/json")
+
+
+def test_keep_alive_serves_several_requests(server):
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=30)
+    try:
+        for _ in range(3):
+            conn.request("GET", "/v1/models",
+                         headers={"Authorization": f"Bearer {server.api_key}"})
+            resp = conn.getresponse()
+            assert resp.status == 200
+            assert resp.read()
+    finally:
+        conn.close()
+
+
+def test_served_model_names_positional_model_and_env_key(start_server):
+    env = dict(os.environ, S4KV_API_KEY="from-env")
+    srv = start_server(["--served-model-name", "tiny", "tiny-alias", "--kv-cache-memory",
+                        "16MiB", "--max-model-len", "256", "--max-num-seqs", "4"],
+                       api_key=None, env=env, positional_model=True)
+    client = srv.client(api_key="from-env")
+    assert [m.id for m in client.models.list().data] == ["tiny", "tiny-alias"]
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="models/s4kv-tiny", prompt="The city", max_tokens=2)
+    with pytest.raises(openai.AuthenticationError):
+        srv.client(api_key="other").models.list()
+    reported = {name: client.completions.create(model=name, prompt="The city",
+                                                max_tokens=2).model
+                for name in ("tiny", "tiny-alias")}
+    # As vLLM does (and openai_serving.h promises), responses name the first served name.
+    assert reported == {"tiny": "tiny", "tiny-alias": "tiny"}
