@@ -25,8 +25,12 @@ ApiError type_error(std::string_view field, std::string_view expected, const Ord
 // Not an int64: names the actual type, and the value when it is a number (1.5, 1e30).
 ApiError int_error(std::string_view field, const OrderedJson& got) {
   if (!got.is_number()) return type_error(field, "integer", got);
-  return bad_request(std::string(field) + ": expected integer (signed 64-bit), got " +
-                         std::string(json_kind(got)) + " " + got.dump() + ".",
+  const double d = got.get<double>();
+  const bool integral = std::isfinite(d) && d == std::floor(d);
+  return bad_request(std::string(field) + ": expected " +
+                         (integral ? "an integer within the signed 64-bit range"
+                                   : "integer, got fractional number") +
+                         (integral ? ", got " : " ") + got.dump() + ".",
                      std::string(field));
 }
 

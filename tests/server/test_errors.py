@@ -181,3 +181,18 @@ def test_unknown_fields_are_ignored(client, model):
     r = client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=2,
                                        extra_body={"no_such_field": {"x": 1}})
     assert r.choices[0].finish_reason in ("stop", "length")
+
+
+def test_json_nesting_over_64_is_400(server, model):
+    # The body object is level 1; an ignored field nested to level 64 is served, 65 is refused.
+    def body(levels):
+        return ('{"model": "%s", "prompt": "hi", "max_tokens": 1, "extra": %s%s}'
+                % (model, "[" * (levels - 1), "]" * (levels - 1)))
+    reply = server.request("POST", "/v1/completions", body(64),
+                           headers={"Content-Type": "application/json"})
+    assert reply.status == 200, reply.json()
+    reply = server.request("POST", "/v1/completions", body(65),
+                           headers={"Content-Type": "application/json"})
+    err = assert_error_shape(reply, 400)
+    assert "nesting deeper than 64" in err["message"], err
+    assert server.request("GET", "/health", key=None).status == 200
