@@ -431,5 +431,46 @@ TEST(AsyncEngine, IdleEngineKeepsBeating) {
   EXPECT_EQ(h->sample(series("vllm:num_requests_running")), "0");
 }
 
+TEST(AsyncEngine, StepLongerThanHeartbeatTimeoutIsUnhealthyUntilItBeatsAgain) {
+  // A 3,000-token prefill runs as one step of several hundred milliseconds on the CPU; with a
+  // heartbeat timeout of 150 ms (above the 100 ms idle wake-up) healthy() must turn false
+  // during that step while the state stays kReady, and true again once the loop beats.
+  AsyncEngineOptions options;
+  options.heartbeat_timeout = milliseconds(150);
+  auto h = start(options);
+  std::vector<int32_t> prompt;
+  while (prompt.size() < 3000) {
+    const auto ids = h->encode("The history of the city and the river, told again. ");
+    prompt.insert(prompt.end(), ids.begin(), ids.end());
+  }
+  prompt.resize(3000);
+  Stream s;
+  EngineRequest r;
+  r.id = "cmpl-stall";
+  r.prompt_token_ids = prompt;
+  r.params = greedy(1);
+  r.channel = s.channel();
+  const Clock::time_point t0 = Clock::now();
+  ASSERT_TRUE(h->engine->submit(std::move(r)).is_ok());
+  bool saw_unhealthy = false;
+  while (!saw_unhealthy && Clock::now() - t0 < kDeadline) {
+    if (!h->engine->healthy()) saw_unhealthy = true;
+    s.drain();
+    if (Stream::ended(s.events())) break;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  ASSERT_TRUE(s.wait_end());
+  const auto step = std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
+  ASSERT_GT(step, milliseconds(300)) << "the prefill was too quick to test the heartbeat";
+  EXPECT_TRUE(saw_unhealthy) << "a " << step.count() << " ms step left healthy() true";
+  EXPECT_EQ(h->engine->state(), EngineState::kReady);
+  bool healthy_again = false;
+  for (int i = 0; i < 200 && !healthy_again; ++i) {
+    healthy_again = h->engine->healthy();
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_TRUE(healthy_again);
+}
+
 }  // namespace
 }  // namespace s4kv::server
