@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli/command.h"
@@ -18,6 +19,7 @@
 #include "common/log.h"
 #include "server/api_server.h"
 #include "server/async_engine.h"
+#include "server/cors.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "tokenizer/chat_template.h"
@@ -42,6 +44,12 @@ struct ServeOptions {
   double shutdown_timeout = 30.0;
   double gpu_memory_utilization = 0.9;
   std::string generation_config = "auto";
+  // JSON arrays of strings, as vllm serve takes them.
+  std::string allowed_origins = R"(["*"])";
+  std::string allowed_methods = R"(["*"])";
+  std::string allowed_headers = R"(["*"])";
+  bool allow_credentials = false;
+  server::CorsOptions cors;  // the four above, parsed
 };
 
 Status check_options(ServeOptions& o) {
@@ -66,6 +74,15 @@ Status check_options(ServeOptions& o) {
     if (const char* env = std::getenv("S4KV_API_KEY")) o.api_key = env;
   }
   if (o.served_model_names.empty()) o.served_model_names.push_back(o.engine.model);
+  for (auto [text, flag, out] :
+       {std::tuple{&o.allowed_origins, "--allowed-origins", &o.cors.allowed_origins},
+        std::tuple{&o.allowed_methods, "--allowed-methods", &o.cors.allowed_methods},
+        std::tuple{&o.allowed_headers, "--allowed-headers", &o.cors.allowed_headers}}) {
+    auto list = server::parse_cors_list(*text, flag);
+    if (!list.is_ok()) return list.status();
+    *out = std::move(list).value();
+  }
+  o.cors.allow_credentials = o.allow_credentials;
   return Status::ok();
 }
 
@@ -106,7 +123,7 @@ int serve(ServeOptions& o) {
   auto max_request_bytes = parse_bytes(o.max_request_bytes, "--max-request-bytes");
   if (!max_request_bytes.is_ok()) return fail(max_request_bytes.status().message());
 
-  server::ApiServer api({o.served_model_names, o.api_key, kVersion});
+  server::ApiServer api({o.served_model_names, o.api_key, kVersion, o.cors});
   server::HttpServerOptions http_options;
   http_options.host = o.host;
   http_options.port = o.port;
@@ -194,6 +211,16 @@ void add_serve_command(CLI::App& app) {
                   "auto: sampling defaults from generation_config.json; vllm: none")
       ->check(CLI::IsMember({"auto", "vllm"}))
       ->capture_default_str();
+  sub->add_option("--allowed-origins", o->allowed_origins,
+                  "CORS: origins allowed, a JSON array of strings")
+      ->capture_default_str();
+  sub->add_option("--allowed-methods", o->allowed_methods,
+                  "CORS: methods allowed, a JSON array of strings")
+      ->capture_default_str();
+  sub->add_option("--allowed-headers", o->allowed_headers,
+                  "CORS: request headers allowed, a JSON array of strings")
+      ->capture_default_str();
+  sub->add_flag("--allow-credentials", o->allow_credentials, "CORS: allow credentials");
   sub->callback([o] {
     try {
       exit_code() = serve(*o);

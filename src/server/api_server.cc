@@ -69,7 +69,8 @@ HttpResponse json_response(const OrderedJson& body, int status) {
   return r;
 }
 
-ApiServer::ApiServer(ApiServerOptions options) : options_(std::move(options)) {
+ApiServer::ApiServer(ApiServerOptions options)
+    : options_(std::move(options)), cors_(options_.cors) {
   S4KV_CHECK(!options_.served_model_names.empty(), "ApiServer: no served model name");
   created_ = std::chrono::duration_cast<std::chrono::seconds>(
                  std::chrono::system_clock::now().time_since_epoch())
@@ -101,6 +102,13 @@ bool ApiServer::authorized(const HttpRequest& request) const {
 }
 
 void ApiServer::handle(HttpRequest request, std::shared_ptr<HttpExchange> exchange) {
+  if (std::optional<HttpResponse> answer = cors_.preflight(request)) {
+    exchange->respond(std::move(*answer));
+    return;
+  }
+  if (Headers cors = cors_.response_headers(request); !cors.empty()) {
+    exchange = with_extra_headers(std::move(exchange), std::move(cors));
+  }
   try {
     route(request, exchange);
   } catch (const std::exception& e) {

@@ -1,7 +1,7 @@
 // ApiServer: the routes of the OpenAI-compatible API and everything around the two generation
-// endpoints: API-key authentication, routing (404 unknown path, 405 wrong method), request
-// body parsing with a nesting limit, GET /health, /metrics, /v1/models, /version, and
-// POST /tokenize, /detokenize with vLLM's shapes. Chat and completions go to OpenAiServing.
+// endpoints: CORS (cors.h), API-key authentication, routing (404 unknown path, 405 wrong method),
+// request body parsing with a nesting limit, GET /health, /metrics, /v1/models, /version, and POST
+// /tokenize, /detokenize with vLLM's shapes. Chat and completions go to OpenAiServing.
 //
 // Life cycle: constructed before the model loads (every route but /health and /version
 // answers 503 while loading), set_engine() once the engine runs, set_draining() at shutdown
@@ -18,6 +18,7 @@
 #include "common/json.h"
 #include "server/api_error.h"
 #include "server/async_engine.h"
+#include "server/cors.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_serving.h"
@@ -29,6 +30,7 @@ struct ApiServerOptions {
   std::vector<std::string> served_model_names;  // non-empty; the first is the primary name
   std::string api_key;                          // empty: no authentication
   std::string version;                          // GET /version
+  CorsOptions cors;                             // vLLM's defaults: every origin
 };
 
 class ApiServer {
@@ -65,6 +67,7 @@ class ApiServer {
   std::unique_ptr<ApiError> check_model(const OrderedJson& body) const;
 
   ApiServerOptions options_;
+  CorsPolicy cors_;
   int64_t created_ = 0;  // unix time of start-up, reported by /v1/models
   mutable std::mutex mu_;
   std::shared_ptr<const Serving> serving_;  // null while loading
