@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/check_model.h"
 #include "cli/command.h"
@@ -16,6 +18,17 @@
 namespace {
 
 constexpr const char* kVersion = "0.1.0";
+
+// vllm serve's two-letter short options, which CLI11 cannot name: spelled out before parsing.
+std::string expand_short_alias(const std::string& arg) {
+  for (const auto& [alias, name] :
+       {std::pair{"-tp", "--tensor-parallel-size"}, std::pair{"-pp", "--pipeline-parallel-size"}}) {
+    const std::string a(alias);
+    if (arg == a) return name;
+    if (arg.rfind(a + "=", 0) == 0) return std::string(name) + arg.substr(a.size());
+  }
+  return arg;
+}
 
 }  // namespace
 
@@ -42,8 +55,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  std::vector<std::string> args(argv, argv + argc);
+  std::vector<char*> expanded;
+  for (std::string& a : args) {
+    a = expand_short_alias(a);
+    expanded.push_back(a.data());
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(argc, expanded.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

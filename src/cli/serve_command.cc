@@ -50,6 +50,12 @@ struct ServeOptions {
   std::string allowed_headers = R"(["*"])";
   bool allow_credentials = false;
   server::CorsOptions cors;  // the four above, parsed
+  bool disable_log_requests = false;
+  bool enable_log_requests = false;  // the default here; accepted for vllm serve's newer flag
+  bool disable_log_stats = false;
+  int tensor_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+  bool trust_remote_code = false;
 };
 
 Status check_options(ServeOptions& o) {
@@ -64,6 +70,14 @@ Status check_options(ServeOptions& o) {
     return invalid_argument("--port=" + std::to_string(o.port) + ": expected 0..65535");
   }
   if (o.max_queued_requests < 1) return invalid_argument("--max-queued-requests must be >= 1");
+  if (o.tensor_parallel_size != 1 || o.pipeline_parallel_size != 1) {
+    return invalid_argument(
+        "--tensor-parallel-size and --pipeline-parallel-size must be 1: "
+        "S4 KV serves a model on one device");
+  }
+  if (o.disable_log_requests && o.enable_log_requests) {
+    return invalid_argument("--disable-log-requests and --enable-log-requests contradict");
+  }
   if (!(o.shutdown_timeout >= 0.0 && o.shutdown_timeout <= 86400.0)) {
     return invalid_argument("--shutdown-timeout must be in [0, 86400] seconds");
   }
@@ -118,6 +132,9 @@ int wait_for_signal() {
 int serve(ServeOptions& o) {
   if (Status s = check_options(o); !s.is_ok()) return fail(s.message());
   if (Status s = install_signal_handlers(); !s.is_ok()) return fail(s.message());
+  if (o.trust_remote_code) {
+    log_info("server", "--trust-remote-code has no effect: no code from a checkpoint runs here");
+  }
   auto args = engine_args(o.engine);
   if (!args.is_ok()) return fail(args.status().message());
   auto max_request_bytes = parse_bytes(o.max_request_bytes, "--max-request-bytes");
@@ -158,6 +175,8 @@ int serve(ServeOptions& o) {
                           llm->engine->max_model_len());
   server::AsyncEngineOptions engine_options;
   engine_options.max_queued_requests = o.max_queued_requests;
+  engine_options.log_requests = !o.disable_log_requests;
+  if (o.disable_log_stats) engine_options.stats_interval = std::chrono::milliseconds(0);
   server::AsyncEngine engine(std::move(llm).value(), engine_options, metrics);
   api.set_engine(engine, metrics, tmpl ? &*tmpl : nullptr);
   log_info("server", "ready: model " + o.served_model_names.front() + ", max_model_len " +
@@ -221,6 +240,20 @@ void add_serve_command(CLI::App& app) {
                   "CORS: request headers allowed, a JSON array of strings")
       ->capture_default_str();
   sub->add_flag("--allow-credentials", o->allow_credentials, "CORS: allow credentials");
+  sub->add_flag("--disable-log-requests", o->disable_log_requests,
+                "no log line per finished request");
+  sub->add_flag("--enable-log-requests", o->enable_log_requests,
+                "a log line per finished request (the default)");
+  sub->add_flag("--disable-log-stats", o->disable_log_stats, "no throughput line every 10 s");
+  sub->add_option("--tensor-parallel-size", o->tensor_parallel_size,
+                  "must be 1 (one device); -tp also works")
+      ->capture_default_str();
+  sub->add_option("--pipeline-parallel-size", o->pipeline_parallel_size,
+                  "must be 1 (one device); -pp also works")
+      ->capture_default_str();
+  sub->add_flag("--trust-remote-code", o->trust_remote_code,
+                "accepted for vllm serve's command lines; no effect: the architectures are built "
+                "in and no code from a checkpoint ever runs");
   sub->callback([o] {
     try {
       exit_code() = serve(*o);

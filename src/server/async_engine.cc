@@ -80,6 +80,7 @@ AsyncEngine::AsyncEngine(engine::LlmEngine engine, AsyncEngineOptions options, M
              "AsyncEngine needs a loaded engine");
   max_model_len_ = engine_.engine->max_model_len();
   vocab_size_ = engine_.engine->vocab_size();
+  if (options_.stats_interval.count() > 0) stats_.emplace(options_.stats_interval, Clock::now());
   beat();
   publish_state();
   thread_ = std::thread([this] { run(); });
@@ -219,6 +220,7 @@ void AsyncEngine::add_one(uint64_t ticket, EngineRequest request) {
   live->arrival = request.arrival;
   live->num_prompt_tokens = num_prompt_tokens;
   metrics_.add_prompt_tokens(num_prompt_tokens);
+  if (stats_) stats_->add_prompt_tokens(num_prompt_tokens);
   metrics_.observe_queue_time(seconds_between(request.arrival, now));
   ticket_of_[*id] = ticket;
   live_[ticket] = std::move(live);
@@ -251,6 +253,7 @@ void AsyncEngine::observe_tokens(Live& live, const engine::RequestOutput& output
   if (num_new == 0) return;
   live.num_generated += num_new;
   metrics_.add_generation_tokens(num_new);
+  if (stats_) stats_->add_generation_tokens(num_new);
   if (!live.first_token) {
     live.first_token = now;
     metrics_.observe_time_to_first_token(seconds_between(live.arrival, now));
@@ -272,6 +275,13 @@ void AsyncEngine::publish_state() {
   metrics_.set_scheduler_state(s.num_running(), s.num_waiting() + static_cast<int>(inbox),
                                s.kv_cache_usage(), s.num_preemptions_total(),
                                pool.prefix_cache_queries(), pool.prefix_cache_hits());
+  if (stats_) {
+    const EngineSnapshot snapshot{s.num_running(), s.num_waiting() + inbox, s.kv_cache_usage(),
+                                  pool.prefix_cache_queries(), pool.prefix_cache_hits()};
+    if (std::optional<std::string> line = stats_->poll(Clock::now(), snapshot)) {
+      log_info("engine", *line);
+    }
+  }
 }
 
 void AsyncEngine::end_request(uint64_t ticket, std::string_view finish_reason) {
@@ -282,16 +292,18 @@ void AsyncEngine::end_request(uint64_t ticket, std::string_view finish_reason) {
   const double total = seconds_between(live.arrival, now);
   metrics_.on_request_finished(finish_reason, live.num_prompt_tokens, live.num_generated, total);
 
-  char ttft[32] = "-";
-  if (live.first_token) {
-    std::snprintf(ttft, sizeof(ttft), "%.3f s", seconds_between(live.arrival, *live.first_token));
+  if (options_.log_requests) {
+    char ttft[32] = "-";
+    if (live.first_token) {
+      std::snprintf(ttft, sizeof(ttft), "%.3f s", seconds_between(live.arrival, *live.first_token));
+    }
+    char rest[160];
+    std::snprintf(rest, sizeof(rest),
+                  ": prompt %lld tokens, generated %lld tokens, ttft %s, total %.3f s, finish ",
+                  static_cast<long long>(live.num_prompt_tokens),
+                  static_cast<long long>(live.num_generated), ttft, total);
+    log_info("engine", "request " + live.id + rest + std::string(finish_reason));
   }
-  char rest[160];
-  std::snprintf(rest, sizeof(rest),
-                ": prompt %lld tokens, generated %lld tokens, ttft %s, total %.3f s, finish ",
-                static_cast<long long>(live.num_prompt_tokens),
-                static_cast<long long>(live.num_generated), ttft, total);
-  log_info("engine", "request " + live.id + rest + std::string(finish_reason));
 
   ticket_of_.erase(live.engine_id);
   live_.erase(it);

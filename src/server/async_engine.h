@@ -9,7 +9,7 @@
 // and update the other metrics -> beat the heart.
 // Idle, it sleeps on a condition variable (woken by submit/abort, and at least every 100 ms
 // to beat). One log line per finished request: id, prompt and generated tokens, time to
-// first token, total time, finish reason.
+// first token, total time, finish reason; and every stats_interval a throughput line.
 //
 // Request ids given by callers (e.g. "chatcmpl-...") are for logs only; tickets identify
 // requests here.
@@ -34,6 +34,7 @@
 #include "engine/llm_engine.h"
 #include "engine/sampling_params.h"
 #include "server/metrics.h"
+#include "server/stats_logger.h"
 
 namespace s4kv::server {
 
@@ -81,6 +82,11 @@ struct AsyncEngineOptions {
   int64_t max_queued_requests = 1024;
   // healthy() turns false when the engine loop has not beaten for this long.
   std::chrono::milliseconds heartbeat_timeout{30000};
+  // The log line per finished request (--disable-log-requests turns it off).
+  bool log_requests = true;
+  // How often the engine logs its throughput line (stats_logger.h); zero: never
+  // (--disable-log-stats).
+  std::chrono::milliseconds stats_interval{10000};
 };
 
 // The KV capacity gauges of an engine (Metrics' constructor argument), from its resolved
@@ -167,6 +173,7 @@ class AsyncEngine {
   // Engine thread only.
   std::unordered_map<uint64_t, std::unique_ptr<Live>> live_;   // by ticket
   std::unordered_map<engine::RequestId, uint64_t> ticket_of_;  // engine id -> ticket
+  std::optional<StatsLogger> stats_;                           // null: no throughput lines
 
   std::thread thread_;
 };

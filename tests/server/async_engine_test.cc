@@ -472,5 +472,23 @@ TEST(AsyncEngine, StepLongerThanHeartbeatTimeoutIsUnhealthyUntilItBeatsAgain) {
   EXPECT_TRUE(healthy_again);
 }
 
+TEST(AsyncEngine, LogOptionsTurnRequestLinesOffAndStatsLinesOn) {
+  AsyncEngineOptions options;
+  options.log_requests = false;
+  options.stats_interval = milliseconds(200);
+  auto h = start(options);
+  testing::internal::CaptureStderr();
+  Stream s;
+  submit(*h, s, "cmpl-quiet", h->encode("The history of the"), greedy(8));
+  ASSERT_TRUE(s.wait_end());
+  ASSERT_TRUE(eventually([&] { return h->engine->num_unfinished() == 0; }));
+  std::this_thread::sleep_for(milliseconds(700));  // past two intervals: the idle line too
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(log.find("request cmpl-quiet"), std::string::npos) << log;
+  EXPECT_NE(log.find("[engine] Avg prompt throughput: "), std::string::npos) << log;
+  EXPECT_NE(log.find("Running: 0 reqs, Waiting: 0 reqs, KV cache usage: 0.0%"), std::string::npos)
+      << log;
+}
+
 }  // namespace
 }  // namespace s4kv::server

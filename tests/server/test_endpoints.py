@@ -1,13 +1,15 @@
 # The small endpoints of a real `s4kv serve` (GET /v1/models, /health, /version) and the
 # start-up flags that change what they report: --served-model-name, the positional model,
-# S4KV_API_KEY.
+# S4KV_API_KEY; vllm serve's logging and parallelism flags.
 import http.client
 import os
+import subprocess
+import time
 
 import openai
 import pytest
 
-from conftest import MAX_MODEL_LEN
+from conftest import MAX_MODEL_LEN, MODEL, s4kv_binary
 
 
 def test_models_lists_served_name(client, model):
@@ -71,3 +73,39 @@ def test_served_model_names_positional_model_and_env_key(start_server):
                 for name in ("tiny", "tiny-alias")}
     # As vLLM does (and openai_serving.h promises), responses name the first served name.
     assert reported == {"tiny": "tiny", "tiny-alias": "tiny"}
+
+
+def test_vllm_logging_and_parallelism_flags(start_server):
+    # A vllm serve command line: -tp 1, --trust-remote-code and the logging switches start the
+    # server; --disable-log-requests removes the per-request line.
+    srv = start_server(["--kv-cache-memory", "16MiB", "--max-model-len", "256", "--max-num-seqs",
+                        "4", "-tp", "1", "-pp=1", "--trust-remote-code", "--disable-log-requests",
+                        "--disable-log-stats"])
+    r = srv.client().completions.create(model=srv.model, prompt="The city", max_tokens=2)
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert srv.terminate() == 0
+    log = srv.log_tail(100000)
+    assert "[engine] request cmpl-" not in log, log
+    assert "--trust-remote-code has no effect" in log, log
+
+
+def test_default_logs_a_line_per_request(server, client, model):
+    r = client.completions.create(model=model, prompt="The river", max_tokens=3)
+    needle = f"[engine] request {r.id}: prompt {r.usage.prompt_tokens} tokens, generated "
+    deadline = time.monotonic() + 5
+    while needle not in server.log_tail(200000) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert needle in server.log_tail(200000)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-tp", "2"], "--tensor-parallel-size and --pipeline-parallel-size must be 1"),
+    (["--pipeline-parallel-size", "4"], "--tensor-parallel-size and --pipeline-parallel-size"),
+    (["--disable-log-requests", "--enable-log-requests"], "contradict"),
+])
+def test_refused_flags_stop_the_start(args, message):
+    proc = subprocess.run([s4kv_binary(), "serve", MODEL, "--port", "0"] + args,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
