@@ -14,6 +14,8 @@ golden.json describing prompts, positions, versions and the command.
 
 Usage: python3 tools/make_golden.py --model models/s4kv-tiny --heldout heldout_tokens.bin
   --out tests/golden/s4kv-tiny
+A model without held-out text (random weights, tools/make_llama_tiny.py) takes
+--synthetic-seed N instead: the long windows are then seeded random token ids.
 """
 import argparse
 import json
@@ -46,7 +48,10 @@ def pick_positions(n):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
-    ap.add_argument("--heldout", required=True, help="uint16 token file of held-out text")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--heldout", help="uint16 token file of held-out text")
+    src.add_argument("--synthetic-seed", type=int,
+                     help="long windows of seeded random ids (for random-weight models)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
@@ -68,7 +73,6 @@ def main():
     model.eval()
     tok = Tokenizer.from_file(os.path.join(args.model, "tokenizer.json"))
     eot = tok.token_to_id("<|endoftext|>")
-    held = np.fromfile(args.heldout, dtype="<u2").astype(np.int64)
 
     chat = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
             "What is a dictionary?<|im_end|>\n<|im_start|>assistant\n")
@@ -78,13 +82,22 @@ def main():
             "In computer programming, a function is a sequence of instructions that").ids},
         {"name": "chat", "ids": tok.encode(chat).ids},
     ]
-    # Windows of held-out text starting at a document boundary, up to 2048 tokens.
-    starts = np.flatnonzero(held == eot) + 1
-    for n, s in zip((300, 1024, 2048), (starts[3], starts[len(starts) // 2], starts[-40])):
-        s = int(s)
-        if s + n > len(held):
-            s = len(held) - n
-        prompts.append({"name": f"heldout_{n}", "ids": held[s:s + n].tolist()})
+    if args.heldout:
+        # Windows of held-out text starting at a document boundary, up to 2048 tokens.
+        held = np.fromfile(args.heldout, dtype="<u2").astype(np.int64)
+        starts = np.flatnonzero(held == eot) + 1
+        for n, s in zip((300, 1024, 2048), (starts[3], starts[len(starts) // 2], starts[-40])):
+            s = int(s)
+            if s + n > len(held):
+                s = len(held) - n
+            prompts.append({"name": f"heldout_{n}", "ids": held[s:s + n].tolist()})
+    else:
+        # Ordinary (non-special) ids: the tokenizer's added tokens sit at the top of the vocab.
+        rng = np.random.default_rng(args.synthetic_seed)
+        num_ordinary = min(tok.get_added_tokens_decoder())
+        for n in (300, 1024, 2048):
+            ids = rng.integers(0, num_ordinary, size=n).tolist()
+            prompts.append({"name": f"random_{n}", "ids": ids})
 
     tensors, meta = {}, []
     for i, p in enumerate(prompts):

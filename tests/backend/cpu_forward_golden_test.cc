@@ -1,5 +1,7 @@
-// The CPU forward pass of s4kv-tiny against transformers (tests/golden/s4kv-tiny: fp32 compute
-// from the bf16 weights, K after RoPE and V rounded to bf16, i.e. a 16-bit KV cache).
+// The CPU forward pass against transformers (fp32 compute from the bf16 weights, K after RoPE
+// and V rounded to bf16, i.e. a 16-bit KV cache) for two models: the trained s4kv-tiny (Qwen2:
+// q/k/v biases, tied LM head; tests/golden/s4kv-tiny) and the random-weight llama-tiny (Llama:
+// no biases, a separate lm_head, llama3 rope scaling; tests/golden/llama-tiny).
 //
 // For every golden prompt the prompt runs three ways through the paged cache: one prefill;
 // chunked prefill in pieces of 100 tokens (shuffled block ids); prefill of n-1 tokens then one
@@ -22,6 +24,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -37,8 +40,16 @@
 namespace s4kv::backend {
 namespace {
 
-constexpr const char* kModel = "models/s4kv-tiny";
-constexpr const char* kGolden = "tests/golden/s4kv-tiny";
+struct GoldenModel {
+  const char* name;
+  const char* model_dir;
+  const char* golden_dir;
+};
+
+constexpr GoldenModel kGoldenModels[] = {
+    {"s4kv_tiny", "models/s4kv-tiny", "tests/golden/s4kv-tiny"},
+    {"llama_tiny", "tests/golden/llama-tiny/model", "tests/golden/llama-tiny"},
+};
 constexpr int64_t kBlockSize = 32;
 constexpr int64_t kMaxBlocks = 80;  // 2,560 tokens: the longest prompt plus 48 steps
 constexpr int64_t kChunk = 100;
@@ -58,21 +69,18 @@ double rel_l2(const float* ours, const float* ref, int64_t n) {
   return l2(ours, ref, n) / l2(ref, nullptr, n);
 }
 
-class CpuForwardGolden : public ::testing::Test {
+class CpuForwardGolden : public ::testing::TestWithParam<GoldenModel> {
  protected:
-  static void SetUpTestSuite() {
-    auto config = model::load_model_config(kModel);
+  void SetUp() override {
+    const char* dir = GetParam().model_dir;
+    auto config = model::load_model_config(dir);
     ASSERT_TRUE(config.is_ok()) << config.status().message();
-    config_ = new model::ModelConfig(*config);
-    auto weights = model::load_weights(kModel, *config, model::LoadFormat::kAuto);
+    config_ = std::make_unique<model::ModelConfig>(*config);
+    auto weights = model::load_weights(dir, *config, model::LoadFormat::kAuto);
     ASSERT_TRUE(weights.is_ok()) << weights.status().message();
     auto backend = cpu::make_cpu_backend(*config, *weights, {kMaxBlocks, kBlockSize});
     ASSERT_TRUE(backend.is_ok()) << backend.status().message();
-    backend_ = std::move(backend).value().release();
-  }
-  static void TearDownTestSuite() {
-    delete backend_;
-    delete config_;
+    backend_ = std::move(backend).value();
   }
 
   // Runs tokens [begin, end) of a sequence whose first `begin` tokens are cached; returns
@@ -86,17 +94,15 @@ class CpuForwardGolden : public ::testing::Test {
     return {logits.begin(), logits.end()};
   }
 
-  static model::ModelConfig* config_;
-  static Backend* backend_;
+  std::unique_ptr<model::ModelConfig> config_;
+  std::unique_ptr<Backend> backend_;
 };
 
-model::ModelConfig* CpuForwardGolden::config_ = nullptr;
-Backend* CpuForwardGolden::backend_ = nullptr;
-
-TEST_F(CpuForwardGolden, MatchesTransformers) {
-  auto meta = read_json_file(std::string(kGolden) + "/golden.json");
+TEST_P(CpuForwardGolden, MatchesTransformers) {
+  const std::string golden = GetParam().golden_dir;
+  auto meta = read_json_file(golden + "/golden.json");
   ASSERT_TRUE(meta.is_ok()) << meta.status().message();
-  auto file = model::SafetensorsFile::open(std::string(kGolden) + "/logits.safetensors");
+  auto file = model::SafetensorsFile::open(golden + "/logits.safetensors");
   ASSERT_TRUE(file.is_ok()) << file.status().message();
   const int64_t vocab = config_->vocab_size;
   const auto& prompts = meta->at("prompts");
@@ -179,12 +185,16 @@ TEST_F(CpuForwardGolden, MatchesTransformers) {
                  identity, {static_cast<int32_t>(ids.size()) - 1});
     }
     std::printf(
-        "[ golden   ] p%zu %-13s n=%5lld  max rel L2 vs transformers %.3e  chunked vs one "
+        "[ golden   ] %s p%zu %-13s n=%5lld  max rel L2 vs transformers %.3e  chunked vs one "
         "prefill %.2e  decode vs prefill %.2e  greedy %d/%zu%s\n",
-        i, prompts[i].at("name").get<std::string>().c_str(), static_cast<long long>(n), max_rel,
-        max_chunk, decode_rel, matched, greedy.size(), divergence.c_str());
+        GetParam().name, i, prompts[i].at("name").get<std::string>().c_str(),
+        static_cast<long long>(n), max_rel, max_chunk, decode_rel, matched, greedy.size(),
+        divergence.c_str());
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, CpuForwardGolden, ::testing::ValuesIn(kGoldenModels),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace s4kv::backend
