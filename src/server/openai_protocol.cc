@@ -222,9 +222,33 @@ bool refuse_unimplemented(FieldReader& r, const SamplingParams& p) {
           "response_format", "only {\"type\": \"text\"} is supported (no structured output)."));
     }
   }
+  // Known to vLLM or OpenAI and changing the output if honored: refused rather than ignored.
   for (const char* field : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
-                            "structured_outputs", "prompt_logprobs"}) {
+                            "structured_outputs", "prompt_logprobs", "allowed_token_ids",
+                            "bad_words", "truncate_prompt_tokens", "prediction", "audio"}) {
     if (r.find(field) != nullptr) return r.fail(unsupported_field(field, "is not supported."));
+  }
+  // Accepted at their defaults only.
+  for (const auto& [field, default_value] :
+       {std::pair{"use_beam_search", false}, std::pair{"return_tokens_as_token_ids", false},
+        std::pair{"spaces_between_special_tokens", true}}) {
+    bool value = default_value;
+    if (!r.read_bool(field, value)) return false;
+    if (value != default_value) {
+      return r.fail(unsupported_field(
+          field, std::string("is only supported as ") + (default_value ? "true." : "false.")));
+    }
+  }
+  int64_t priority = 0;
+  if (!r.read_int("priority", priority)) return false;
+  if (priority != 0) {
+    return r.fail(
+        unsupported_field("priority", "is only supported as 0 (no priority scheduling)."));
+  }
+  if (const OrderedJson* v = r.find("modalities")) {
+    if (*v != OrderedJson::array({"text"})) {
+      return r.fail(unsupported_field("modalities", "only [\"text\"] is supported."));
+    }
   }
   std::optional<int64_t> best_of;
   if (!r.read_int("best_of", best_of)) return false;

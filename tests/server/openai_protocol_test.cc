@@ -270,9 +270,23 @@ TEST(ChatRequestTest, KnownButUnimplementedFieldsAreRefusedByName) {
   expect_chat_refused(tools + R"("tool_choice": {"type": "function", "function": {"name": "f"}})",
                       "tool_choice");
   expect_chat_refused(R"("tool_choice": "auto")", "tool_choice");  // no tools
+  expect_chat_refused(R"("allowed_token_ids": [1, 2])", "allowed_token_ids");
+  expect_chat_refused(R"("bad_words": ["x"])", "bad_words");
+  expect_chat_refused(R"("truncate_prompt_tokens": 10)", "truncate_prompt_tokens");
+  expect_chat_refused(R"("prediction": {"type": "content", "content": "x"})", "prediction");
+  expect_chat_refused(R"("audio": {"voice": "alloy"})", "audio");
+  expect_chat_refused(R"("use_beam_search": true)", "use_beam_search");
+  expect_chat_refused(R"("return_tokens_as_token_ids": true)", "return_tokens_as_token_ids");
+  expect_chat_refused(R"("spaces_between_special_tokens": false)", "spaces_between_special_tokens");
+  expect_chat_refused(R"("priority": 1)", "priority");
+  expect_chat_refused(R"("priority": "high")", "priority");
+  expect_chat_refused(R"("modalities": ["text", "audio"])", "modalities");
   ApiError error;
   EXPECT_TRUE(parse_chat(R"("response_format": {"type": "text"}, "best_of": 1, "suffix": "x",
-                            "tool_choice": "none", "frequency": 3)",
+                            "tool_choice": "none", "frequency": 3, "use_beam_search": false,
+                            "return_tokens_as_token_ids": false, "priority": 0,
+                            "spaces_between_special_tokens": true, "modalities": ["text"],
+                            "allowed_token_ids": null, "parallel_tool_calls": true)",
                          error)
                   .has_value())
       << error.message;
@@ -353,7 +367,11 @@ TEST(ChatRequestTest, AnyValueOfAnyFieldIsAnswerNotException) {
                                            "best_of",
                                            "functions",
                                            "guided_json",
-                                           "add_special_tokens"};
+                                           "add_special_tokens",
+                                           "allowed_token_ids",
+                                           "use_beam_search",
+                                           "priority",
+                                           "modalities"};
   const std::vector<std::string> values = {"null",
                                            "true",
                                            "-1",

@@ -196,3 +196,22 @@ def test_json_nesting_over_64_is_400(server, model):
     err = assert_error_shape(reply, 400)
     assert "nesting deeper than 64" in err["message"], err
     assert server.request("GET", "/health", key=None).status == 200
+
+
+@pytest.mark.parametrize("extra,param", [
+    ({"allowed_token_ids": [1, 2, 3]}, "allowed_token_ids"),
+    ({"bad_words": ["river"]}, "bad_words"),
+    ({"truncate_prompt_tokens": 8}, "truncate_prompt_tokens"),
+    ({"use_beam_search": True}, "use_beam_search"),
+    ({"priority": 5}, "priority"),
+    ({"guided_choice": ["yes", "no"]}, "guided_choice"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_known_unimplemented_fields_are_400_not_ignored(client, model, extra, param):
+    # Ignoring any of these would change what the client gets without telling it.
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=2,
+                                       extra_body=extra)
+    assert info.value.param == param, info.value.body
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=model, prompt="hi", max_tokens=2, extra_body=extra)
+    assert info.value.param == param, info.value.body

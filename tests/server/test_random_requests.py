@@ -57,7 +57,8 @@ PLAUSIBLE = {
 COMMON_FIELDS = ["model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "n", "stop",
                  "stop_token_ids", "seed", "presence_penalty", "frequency_penalty",
                  "repetition_penalty", "logit_bias", "logprobs", "stream", "stream_options",
-                 "ignore_eos", "min_tokens", "user"]
+                 "ignore_eos", "min_tokens", "user", "priority", "use_beam_search",
+                 "allowed_token_ids", "skip_special_tokens", "include_stop_str_in_output"]
 CHAT_FIELDS = COMMON_FIELDS + ["messages", "max_completion_tokens", "top_logprobs", "tools",
                                "tool_choice", "response_format"]
 COMPLETION_FIELDS = COMMON_FIELDS + ["prompt", "echo"]
