@@ -459,7 +459,7 @@ TEST(AsyncEngine, StepLongerThanHeartbeatTimeoutIsUnhealthyUntilItBeatsAgain) {
     if (Stream::ended(s.events())) break;
     std::this_thread::sleep_for(milliseconds(5));
   }
-  ASSERT_TRUE(s.wait_end());
+  ASSERT_TRUE(s.wait_for([](const auto& ev) { return Stream::ended(ev); }, seconds(300)));
   const auto step = std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
   ASSERT_GT(step, milliseconds(300)) << "the prefill was too quick to test the heartbeat";
   EXPECT_TRUE(saw_unhealthy) << "a " << step.count() << " ms step left healthy() true";
