@@ -1,5 +1,6 @@
 #include "cli/serve_command.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
@@ -122,11 +123,17 @@ Status install_signal_handlers() {
   return Status::ok();
 }
 
+// Polls the pipe with a timeout rather than blocking in read(): a runtime that defers signal
+// handlers to the receiving thread's next library call (ThreadSanitizer does) then still runs
+// the handler within the timeout.
 int wait_for_signal() {
+  pollfd fd{g_signal_pipe[0], POLLIN, 0};
   unsigned char byte = 0;
-  while (::read(g_signal_pipe[0], &byte, 1) != 1) {
+  while (true) {
+    if (::poll(&fd, 1, /*timeout_ms=*/200) == 1 && ::read(g_signal_pipe[0], &byte, 1) == 1) {
+      return byte;
+    }
   }
-  return byte;
 }
 
 int serve(ServeOptions& o) {
