@@ -28,6 +28,10 @@ constexpr Route kRoutes[] = {
     {"/version", "GET"},
     {"/tokenize", "POST"},
     {"/detokenize", "POST"},
+    // Amazon SageMaker's container contract, as vllm serve has it.
+    {"/ping", "GET"},
+    {"/ping", "POST"},
+    {"/invocations", "POST"},
 };
 
 // Compares without an early exit, so the time taken does not reveal how much of a guess
@@ -121,9 +125,11 @@ void ApiServer::handle(HttpRequest request, std::shared_ptr<HttpExchange> exchan
 void ApiServer::route(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange) {
   std::string allow;
   bool path_known = false;
+  bool method_allowed = false;
   for (const Route& r : kRoutes) {
     if (r.path != request.path) continue;
     path_known = true;
+    method_allowed = method_allowed || r.method == request.method;
     allow += (allow.empty() ? "" : ", ") + std::string(r.method);
   }
   if (!path_known) {
@@ -143,10 +149,14 @@ void ApiServer::route(const HttpRequest& request, const std::shared_ptr<HttpExch
         error_response(api_error(401, "invalid or missing API key (Authorization: Bearer <key>)")));
     return;
   }
-  if (allow.find(request.method) == std::string::npos) {
+  if (!method_allowed) {
     ApiError e = api_error(405, "method " + request.method + " not allowed on " + request.path);
     e.headers.emplace_back("Allow", allow);
     exchange->respond(error_response(e));
+    return;
+  }
+  if (request.path == "/ping") {  // SageMaker's health check: /health's answer
+    exchange->respond(health());
     return;
   }
   if (request.path == "/version") {
@@ -180,11 +190,23 @@ void ApiServer::route(const HttpRequest& request, const std::shared_ptr<HttpExch
     exchange->respond(error_response(bad_request("the request body must be a JSON object")));
     return;
   }
-  if (request.path == "/v1/chat/completions") {
+  std::string_view path = request.path;
+  if (path == "/invocations") {  // SageMaker: chat when the body has messages, else completions
+    if (body->contains("messages")) {
+      path = "/v1/chat/completions";
+    } else if (body->contains("prompt")) {
+      path = "/v1/completions";
+    } else {
+      exchange->respond(error_response(bad_request(
+          "/invocations needs \"messages\" (chat completions) or \"prompt\" (completions)")));
+      return;
+    }
+  }
+  if (path == "/v1/chat/completions") {
     s->openai->chat_completions(*body, exchange);
-  } else if (request.path == "/v1/completions") {
+  } else if (path == "/v1/completions") {
     s->openai->completions(*body, exchange);
-  } else if (request.path == "/tokenize") {
+  } else if (path == "/tokenize") {
     exchange->respond(tokenize(*s, *body));
   } else {
     exchange->respond(detokenize(*s, *body));

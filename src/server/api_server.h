@@ -2,6 +2,9 @@
 // endpoints: CORS (cors.h), API-key authentication, routing (404 unknown path, 405 wrong method),
 // request body parsing with a nesting limit, GET /health, /metrics, /v1/models, /version, and POST
 // /tokenize, /detokenize with vLLM's shapes. Chat and completions go to OpenAiServing.
+// SageMaker's routes as vLLM has them: GET|POST /ping answers as /health (behind the API key
+// when one is set, like every route but /health); POST /invocations is chat completions when
+// the body has "messages", completions when it has "prompt".
 //
 // Life cycle: constructed before the model loads (every route but /health and /version
 // answers 503 while loading), set_engine() once the engine runs, set_draining() at shutdown

@@ -103,6 +103,22 @@ TEST(ApiServerTest, UnknownPathIs404AndWrongMethodIs405WithAllow) {
   EXPECT_EQ(header(wrong, "Allow"), "POST");
   EXPECT_EQ(call(api, "POST", "/health").status, 405);
   EXPECT_EQ(call(api, "DELETE", "/v1/models").status, 405);
+  // Methods match whole: a prefix of an allowed one is not allowed.
+  EXPECT_EQ(call(api, "GE", "/v1/models").status, 405);
+  EXPECT_EQ(call(api, "POS", "/v1/completions").status, 405);
+}
+
+TEST(ApiServerTest, SageMakerRoutes) {
+  ApiServer open_api({{"tiny"}, "", "0.1.0"});
+  EXPECT_EQ(call(open_api, "GET", "/ping").status, 503);  // loading, as /health
+  EXPECT_EQ(call(open_api, "POST", "/ping").status, 503);
+  EXPECT_EQ(call(open_api, "PUT", "/ping").status, 405);
+  EXPECT_EQ(call(open_api, "GET", "/invocations").status, 405);
+  EXPECT_EQ(call(open_api, "POST", "/invocations").status, 503);
+  ApiServer keyed({{"tiny"}, "secret", "0.1.0"});
+  EXPECT_EQ(call(keyed, "GET", "/ping").status, 401);
+  EXPECT_EQ(call(keyed, "GET", "/ping", "Bearer secret").status, 503);
+  EXPECT_EQ(call(keyed, "POST", "/invocations").status, 401);
 }
 
 TEST(ApiServerTest, ErrorResponseCarriesHeadersAndShape) {

@@ -9,7 +9,7 @@ import time
 import openai
 import pytest
 
-from conftest import MAX_MODEL_LEN, MODEL, s4kv_binary
+from conftest import MAX_MODEL_LEN, MODEL, assert_error_shape, parse_sse, s4kv_binary
 
 
 def test_models_lists_served_name(client, model):
@@ -109,3 +109,28 @@ def test_refused_flags_stop_the_start(args, message):
     assert proc.returncode == 2, proc
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
+
+
+def test_sagemaker_ping_and_invocations(server, model):
+    # vllm serve's SageMaker routes: /ping answers as /health (behind the key here, like every
+    # route but /health); /invocations is chat with "messages", completions with "prompt".
+    for method in ("GET", "POST"):
+        assert server.request(method, "/ping").status == 200
+    assert server.request("GET", "/ping", key=None).status == 401
+    chat = server.request("POST", "/invocations", {
+        "model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
+        "temperature": 0})
+    assert chat.status == 200, chat
+    assert chat.json()["object"] == "chat.completion"
+    direct = server.request("POST", "/v1/chat/completions", {
+        "model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3,
+        "temperature": 0})
+    assert chat.json()["choices"][0]["message"] == direct.json()["choices"][0]["message"]
+    text = server.request("POST", "/invocations", {"model": model, "prompt": "The city",
+                                                   "max_tokens": 3, "stream": True})
+    assert text.status == 200, text
+    events = parse_sse(text.body)
+    assert events[0]["object"] == "text_completion"
+    reply = server.request("POST", "/invocations", {"model": model, "input": "hi"})
+    err = assert_error_shape(reply, 400)
+    assert "messages" in err["message"] and "prompt" in err["message"], err
