@@ -220,7 +220,6 @@ void AsyncEngine::add_one(uint64_t ticket, EngineRequest request) {
   live->arrival = request.arrival;
   live->num_prompt_tokens = num_prompt_tokens;
   metrics_.add_prompt_tokens(num_prompt_tokens);
-  if (stats_) stats_->add_prompt_tokens(num_prompt_tokens);
   metrics_.observe_queue_time(seconds_between(request.arrival, now));
   ticket_of_[*id] = ticket;
   live_[ticket] = std::move(live);
@@ -253,7 +252,6 @@ void AsyncEngine::observe_tokens(Live& live, const engine::RequestOutput& output
   if (num_new == 0) return;
   live.num_generated += num_new;
   metrics_.add_generation_tokens(num_new);
-  if (stats_) stats_->add_generation_tokens(num_new);
   if (!live.first_token) {
     live.first_token = now;
     metrics_.observe_time_to_first_token(seconds_between(live.arrival, now));
@@ -275,12 +273,14 @@ void AsyncEngine::publish_state() {
   metrics_.set_scheduler_state(s.num_running(), s.num_waiting() + static_cast<int>(inbox),
                                s.kv_cache_usage(), s.num_preemptions_total(),
                                pool.prefix_cache_queries(), pool.prefix_cache_hits());
-  if (stats_) {
-    const EngineSnapshot snapshot{s.num_running(), s.num_waiting() + inbox, s.kv_cache_usage(),
-                                  pool.prefix_cache_queries(), pool.prefix_cache_hits()};
-    if (std::optional<std::string> line = stats_->poll(Clock::now(), snapshot)) {
-      log_info("engine", *line);
-    }
+  const Clock::time_point now = Clock::now();
+  if (stats_ && stats_->due(now)) {
+    const auto [prompt_tokens, generation_tokens] = metrics_.token_totals();
+    const EngineSnapshot snapshot{s.num_running(),          s.num_waiting() + inbox,
+                                  s.kv_cache_usage(),       pool.prefix_cache_queries(),
+                                  pool.prefix_cache_hits(), prompt_tokens,
+                                  generation_tokens};
+    if (std::optional<std::string> line = stats_->poll(now, snapshot)) log_info("engine", *line);
   }
 }
 

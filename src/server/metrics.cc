@@ -183,6 +183,11 @@ void Metrics::add_generation_tokens(int64_t n) {
   generation_tokens_total_ += n;
 }
 
+std::pair<int64_t, int64_t> Metrics::token_totals() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {prompt_tokens_total_, generation_tokens_total_};
+}
+
 void Metrics::observe_time_to_first_token(double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   time_to_first_token_.observe(seconds);

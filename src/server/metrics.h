@@ -27,6 +27,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace s4kv::server {
@@ -77,6 +78,8 @@ class Metrics {
   void on_request_finished(std::string_view finished_reason, int64_t num_prompt_tokens,
                            int64_t num_generation_tokens, double e2e_seconds);
 
+  // Any thread: vllm:prompt_tokens_total and vllm:generation_tokens_total.
+  std::pair<int64_t, int64_t> token_totals() const;
   // Any thread: the exposition text (Content-Type: text/plain; version=0.0.4).
   std::string render() const;
 

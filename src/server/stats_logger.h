@@ -20,28 +20,27 @@ struct EngineSnapshot {
   double kv_cache_usage = 0.0;       // 0..1
   int64_t prefix_cache_queries = 0;  // totals since start, in tokens
   int64_t prefix_cache_hits = 0;
+  int64_t prompt_tokens = 0;      // totals since start (vllm:prompt_tokens_total)
+  int64_t generation_tokens = 0;  // vllm:generation_tokens_total
 };
 
+// Rates and the hit rate are differences between the snapshot at one line and at the last.
 class StatsLogger {
  public:
   using Clock = std::chrono::steady_clock;
 
   StatsLogger(std::chrono::milliseconds interval, Clock::time_point start);
 
-  void add_prompt_tokens(int64_t n) { prompt_tokens_ += n; }
-  void add_generation_tokens(int64_t n) { generation_tokens_ += n; }
-
-  // The line due at `now`: once `interval` has passed since the last one, when there was
-  // activity in it or the engine is busy, or the previous line reported activity.
+  // Whether `interval` has passed since the last line (take a snapshot only then).
+  bool due(Clock::time_point now) const { return now - last_time_ >= interval_; }
+  // The line due at `now`: once due, when there was activity since the last line or the engine
+  // is busy, or the previous line reported activity.
   std::optional<std::string> poll(Clock::time_point now, const EngineSnapshot& s);
 
  private:
   std::chrono::milliseconds interval_;
-  Clock::time_point last_;
-  int64_t prompt_tokens_ = 0;      // since the last line
-  int64_t generation_tokens_ = 0;  // since the last line
-  int64_t last_queries_ = 0;       // prefix-cache totals at the last line
-  int64_t last_hits_ = 0;
+  Clock::time_point last_time_;
+  EngineSnapshot last_;  // the counters at the last line
   bool last_was_active_ = false;
 };
 
