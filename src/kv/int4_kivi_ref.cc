@@ -56,7 +56,22 @@ void write_codes(const Int4KiviLayout& l, const float* x, ParamsAt params_at, st
   }
 }
 
-// Dequantizes a codes part into out ([B, D]); params_at(t, c) as for write_codes.
+// A group's scale and zero widened to fp32 once, for every element of the group.
+struct WideParams {
+  float scale = 0.0f;
+  float zero = 0.0f;
+};
+
+WideParams widen(Int4Params p) { return {fp16_to_float(p.scale), fp16_to_float(p.zero)}; }
+
+// The dequantization rule on widened parameters (int4_dequant_ref is this on one element).
+float dequant(float q, WideParams p) {
+  const float scaled = q * p.scale;
+  return scaled + p.zero;
+}
+
+// Dequantizes a codes part into out ([B, D]); params_at(t, c) gives the widened group of
+// (t, c).
 template <typename ParamsAt>
 void read_codes(const Int4KiviLayout& l, const std::byte* codes, ParamsAt params_at, float* out) {
   const int words = l.words_per_token();
@@ -67,7 +82,8 @@ void read_codes(const Int4KiviLayout& l, const std::byte* codes, ParamsAt params
       const std::array<uint8_t, 8> q = unpack_int4x8(word);
       for (int j = 0; j < kInt4CodesPerWord; ++j) {
         const int c = w * kInt4CodesPerWord + j;
-        out[t * l.head_dim + c] = int4_dequant_ref(q[static_cast<size_t>(j)], params_at(t, c));
+        out[t * l.head_dim + c] =
+            dequant(static_cast<float>(q[static_cast<size_t>(j)]), params_at(t, c));
       }
     }
   }
@@ -104,10 +120,7 @@ uint8_t int4_code_ref(float x, Int4Params p) {
   return static_cast<uint8_t>(std::fmin(std::fmax(r, 0.0f), 15.0f));
 }
 
-float int4_dequant_ref(uint8_t q, Int4Params p) {
-  const float scaled = static_cast<float>(q) * fp16_to_float(p.scale);
-  return scaled + fp16_to_float(p.zero);
-}
+float int4_dequant_ref(uint8_t q, Int4Params p) { return dequant(static_cast<float>(q), widen(p)); }
 
 void quantize_keys_block_ref(const Int4KiviLayout& l, std::span<const float> keys,
                              std::span<std::byte> block) {
@@ -157,11 +170,12 @@ void dequantize_keys_block_ref(const Int4KiviLayout& l, std::span<const std::byt
                                std::span<float> keys) {
   check_input(l, keys.size(), block.size());
   const std::byte* b = block.data();
+  std::vector<WideParams> params(static_cast<size_t>(l.head_dim));
+  for (size_t c = 0; c < params.size(); ++c) {
+    params[c] = widen(load_params(b, l.k_scale_offset, l.k_zero_offset, c));
+  }
   read_codes(
-      l, b + l.k_codes_offset,
-      [&](int, int c) {
-        return load_params(b, l.k_scale_offset, l.k_zero_offset, static_cast<size_t>(c));
-      },
+      l, b + l.k_codes_offset, [&](int, int c) { return params[static_cast<size_t>(c)]; },
       keys.data());
 }
 
@@ -170,11 +184,14 @@ void dequantize_values_block_ref(const Int4KiviLayout& l, std::span<const std::b
   check_input(l, values.size(), block.size());
   const std::byte* b = block.data();
   const int groups = l.num_value_groups();
+  std::vector<WideParams> params(static_cast<size_t>(l.block_size * groups));
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i] = widen(load_params(b, l.v_scale_offset, l.v_zero_offset, i));
+  }
   read_codes(
       l, b + l.v_codes_offset,
       [&](int t, int c) {
-        const auto i = static_cast<size_t>(t * groups + c / l.value_group_size);
-        return load_params(b, l.v_scale_offset, l.v_zero_offset, i);
+        return params[static_cast<size_t>(t * groups + c / l.value_group_size)];
       },
       values.data());
 }

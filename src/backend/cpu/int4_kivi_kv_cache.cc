@@ -6,7 +6,7 @@
 
 #include "backend/cpu/paged_kv_cache.h"
 #include "common/check.h"
-#include "kv/int4_kivi_dequant.h"
+#include "kv/int4_kivi_ref.h"
 
 namespace s4kv::backend::cpu {
 
@@ -80,15 +80,15 @@ void Int4KiviKvCache::gather(int64_t layer, const ForwardBatch& batch, int64_t s
   for (int64_t i = 0; i < num_full; ++i) {
     const auto blk = block(layer, table[i], kv_head);
     float* k = keys + i * block_size_ * d;
-    kv::dequantize_keys_block(layout_, blk, std::span<float>(k, block_elems));
+    kv::dequantize_keys_block_ref(layout_, blk, std::span<float>(k, block_elems));
     if (!keys_post_rope_) {
       for (int64_t t = 0; t < block_size_; ++t) {
         const int64_t pos = i * block_size_ + t;
         rope_rotate(k + t * d, k + t * d, rope_.cos(pos), rope_.sin(pos), d);
       }
     }
-    kv::dequantize_values_block(layout_, blk,
-                                std::span<float>(values + i * block_size_ * d, block_elems));
+    kv::dequantize_values_block_ref(layout_, blk,
+                                    std::span<float>(values + i * block_size_ * d, block_elems));
   }
   for (int64_t p = num_full * block_size_; p < n; ++p) {
     const uint16_t* kr = k_row(layer, batch, seq, p) + kv_head * d;
