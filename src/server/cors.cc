@@ -111,12 +111,7 @@ std::optional<HttpResponse> CorsPolicy::preflight(const HttpRequest& request) co
     return r;
   }
   r.body = "OK";
-  if (echo_origin()) {
-    r.headers.emplace_back("Access-Control-Allow-Origin", std::string(*origin));
-    r.headers.emplace_back("Vary", "Origin");
-  } else {
-    r.headers.emplace_back("Access-Control-Allow-Origin", "*");
-  }
+  add_allow_origin(*origin, r.headers);
   r.headers.emplace_back("Access-Control-Allow-Methods", join(methods_));
   if (any_header_) {
     if (!requested_headers.empty()) {
@@ -126,8 +121,7 @@ std::optional<HttpResponse> CorsPolicy::preflight(const HttpRequest& request) co
     r.headers.emplace_back("Access-Control-Allow-Headers", join(headers_));
   }
   r.headers.emplace_back("Access-Control-Max-Age", kMaxAgeSeconds);
-  if (options_.allow_credentials)
-    r.headers.emplace_back("Access-Control-Allow-Credentials", "true");
+  add_allow_credentials(r.headers);
   return r;
 }
 
@@ -135,14 +129,22 @@ Headers CorsPolicy::response_headers(const HttpRequest& request) const {
   Headers h;
   const std::optional<std::string_view> origin = request.header("origin");
   if (!origin || !origin_allowed(*origin)) return h;
+  add_allow_origin(*origin, h);
+  add_allow_credentials(h);
+  return h;
+}
+
+void CorsPolicy::add_allow_origin(std::string_view origin, Headers& h) const {
   if (echo_origin()) {
-    h.emplace_back("Access-Control-Allow-Origin", std::string(*origin));
+    h.emplace_back("Access-Control-Allow-Origin", std::string(origin));
     h.emplace_back("Vary", "Origin");
   } else {
     h.emplace_back("Access-Control-Allow-Origin", "*");
   }
+}
+
+void CorsPolicy::add_allow_credentials(Headers& h) const {
   if (options_.allow_credentials) h.emplace_back("Access-Control-Allow-Credentials", "true");
-  return h;
 }
 
 Result<std::vector<std::string>> parse_cors_list(std::string_view text, std::string_view flag) {

@@ -41,6 +41,9 @@ class CorsPolicy {
   // "*", or the request's origin when origins are listed or credentials are allowed (a
   // browser refuses "*" on a credentialed request).
   bool echo_origin() const { return !any_origin_ || options_.allow_credentials; }
+  // Access-Control-Allow-Origin (and Vary when echoed) for an allowed origin.
+  void add_allow_origin(std::string_view origin, Headers& h) const;
+  void add_allow_credentials(Headers& h) const;
 
   CorsOptions options_;
   bool any_origin_ = false;
