@@ -5,6 +5,7 @@
 # and the KV cache is empty.
 import json
 import random
+import socket
 
 from conftest import MAX_MODEL_LEN, assert_error_shape, metric_value, parse_metrics, \
     parse_sse, wait_metric
@@ -140,7 +141,6 @@ def test_random_requests_never_break_the_server(server, model):
 
 def raw_exchange(server, data, timeout=5.0):
     """Sends raw bytes, half-closes, reads until the server closes or the timeout passes."""
-    import socket
     with socket.create_connection((server.host, server.port), timeout=timeout) as sock:
         try:
             sock.sendall(data)
