@@ -3,6 +3,7 @@
 // -ffp-contract=off and without fast-math) and of x87 excess precision.
 #include "kv/int4_kivi_ref.h"
 
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -188,11 +189,12 @@ void dequantize_values_block_ref(const Int4KiviLayout& l, std::span<const std::b
   for (size_t i = 0; i < params.size(); ++i) {
     params[i] = widen(load_params(b, l.v_scale_offset, l.v_zero_offset, i));
   }
+  // Gv is a power of two (32, 64 or 128): the group of channel c is c >> shift.
+  const int shift = std::countr_zero(static_cast<unsigned>(l.value_group_size));
+  S4KV_CHECK(l.value_group_size == 1 << shift, "value group size ", l.value_group_size);
   read_codes(
       l, b + l.v_codes_offset,
-      [&](int t, int c) {
-        return params[static_cast<size_t>(t * groups + c / l.value_group_size)];
-      },
+      [&](int t, int c) { return params[static_cast<size_t>(t * groups + (c >> shift))]; },
       values.data());
 }
 
