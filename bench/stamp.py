@@ -32,7 +32,9 @@ def main():
         data = json.load(f)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+    # Results being written are not a change to the code that produced them.
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            ":(exclude)bench/results"],
                            capture_output=True, text=True).stdout.strip()
     data["provenance"] = {
         "command": args.command,
