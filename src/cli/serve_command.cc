@@ -195,9 +195,12 @@ int serve(ServeOptions& o) {
   log_info("server", std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + ": shutting down; " +
                          std::to_string(engine.num_unfinished()) + " requests get up to " +
                          std::to_string(timeout.count()) + " ms to finish");
-  http.stop_accepting();
-  api.set_draining();
+  // The engine refuses new work before /health turns 503, and both before the listener
+  // closes: a connected client that sees /health 503 (with Connection: close) gets 503 for
+  // new work too. Connections stay open until their next response.
   engine.begin_drain();
+  api.set_draining();
+  http.stop_accepting();
   engine.shutdown(std::chrono::steady_clock::now() + timeout);
   if (!http.wait_idle(std::chrono::steady_clock::now() + kFlushTimeout)) {
     log_warn("server", "closing connections whose responses did not finish");

@@ -123,21 +123,25 @@ void ApiServer::handle(HttpRequest request, std::shared_ptr<HttpExchange> exchan
 }
 
 void ApiServer::route(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange) {
+  // HEAD is answered as GET; the HTTP layer sends the response without its body.
+  const std::string_view method =
+      request.method == "HEAD" ? std::string_view("GET") : std::string_view(request.method);
   std::string allow;
   bool path_known = false;
   bool method_allowed = false;
   for (const Route& r : kRoutes) {
     if (r.path != request.path) continue;
     path_known = true;
-    method_allowed = method_allowed || r.method == request.method;
+    method_allowed = method_allowed || r.method == method;
     allow += (allow.empty() ? "" : ", ") + std::string(r.method);
+    if (r.method == "GET") allow += ", HEAD";
   }
   if (!path_known) {
     exchange->respond(error_response(api_error(404, "no route for " + request.path)));
     return;
   }
   if (request.path == "/health") {
-    exchange->respond(request.method == "GET" ? health() : [&] {
+    exchange->respond(method == "GET" ? health() : [&] {
       ApiError e = api_error(405, "method " + request.method + " not allowed on /health");
       e.headers.emplace_back("Allow", allow);
       return error_response(e);

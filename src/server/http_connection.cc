@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "server/api_error.h"
+#include "server/http_framing.h"
 
 namespace s4kv::server::http_internal {
 namespace {
@@ -97,26 +98,57 @@ class Exchange final : public HttpExchange {
 
 void Connection::start_request() {
   mode_ = Mode::kRequest;
+  head_ = false;
   const auto& o = core_->options;
   parser_.emplace();
   parser_->header_limit(static_cast<std::uint32_t>(
       std::min<size_t>(o.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
   parser_->body_limit(o.max_request_bytes);
   arm_timer(Phase::kHeader, o.header_timeout);
-  http::async_read_header(socket_, buffer_, *parser_,
-                          [self = shared_from_this()](error_code ec, size_t) {
-                            if (self->mode_ != Mode::kClosed) self->on_header(ec);
-                          });
+  parse_header();
 }
 
-void Connection::on_header(error_code ec) {
-  if (ec) return on_request_error(ec);
+// Parses the header from the buffer, reading more until it is complete. (Not Beast's
+// async_read_header: the raw header bytes are needed to refuse obsolete line folding,
+// which Beast unfolds silently.)
+void Connection::parse_header() {
+  if (buffer_.size() > 0) {
+    error_code ec;
+    const size_t used = parser_->put(buffer_.data(), ec);
+    if (ec && ec != http::error::need_more) return on_request_error(ec);
+    if (!ec && parser_->is_header_done()) {
+      head_ = parser_->get().method() == http::verb::head;
+      const std::string_view header(static_cast<const char*>(buffer_.data().data()), used);
+      const bool folded = has_obs_fold(header);
+      buffer_.consume(used);
+      if (folded) {
+        disarm_timer();
+        return send_error(400, "obsolete line folding in the request header");
+      }
+      return on_header();
+    }
+  }
+  read_more();  // on_read_more comes back here
+}
+
+void Connection::on_header() {
   disarm_timer();
   const auto& req = parser_->get();
   const auto num_fields = static_cast<size_t>(std::distance(req.begin(), req.end()));
   if (num_fields > core_->options.max_header_count) {
     return send_error(431, "too many header fields: " + std::to_string(num_fields) + " (limit " +
                                std::to_string(core_->options.max_header_count) + ")");
+  }
+  std::vector<std::string_view> codings;
+  for (auto [it, end] = req.equal_range(http::field::transfer_encoding); it != end; ++it) {
+    codings.emplace_back(it->value().data(), it->value().size());
+  }
+  const bool has_length = req.find(http::field::content_length) != req.end();
+  if (auto e = check_transfer_encoding(codings, has_length, req.version())) {
+    return send_error(e->status, e->message);
+  }
+  if (!codings.empty() && !parser_->chunked()) {  // Beast framed it otherwise: never serve it
+    return send_error(400, "malformed Transfer-Encoding");
   }
   if (parser_->is_done()) return dispatch();
   arm_timer(Phase::kBody, core_->options.body_timeout);
@@ -239,6 +271,9 @@ void Connection::on_read_more(error_code ec, size_t n) {
       }
       log_info(kLog, remote_ + ": client went away during the exchange (" + ec.message() + ")");
       return close();
+    case Mode::kRequest:
+      if (ec) return on_request_error(ec);
+      return parse_header();
     case Mode::kIdle:
       if (buffer_.size() > 0) return start_request();
       return close();  // EOF, reset, or the idle timeout cancelled the read
@@ -266,6 +301,7 @@ std::unique_ptr<http::response<http::string_body>> Connection::make_response(Htt
   set_fields(*msg, r.status, r.content_type, r.headers, keep_alive_);
   msg->body() = std::move(r.body);
   msg->prepare_payload();
+  if (head_) msg->body().clear();  // HEAD: GET's Content-Length, no body
   return msg;
 }
 
@@ -280,11 +316,12 @@ void Connection::respond(const ExchangeState* st, HttpResponse response) {
 void Connection::begin_stream(const ExchangeState* st, int status, const std::string& content_type,
                               const Headers& headers) {
   if (!is_current(st, Reply::kNone, "begin_stream")) return;
-  keep_alive_ = keep_alive_ && core_->accepting && chunked_;
+  // A HEAD answer has no body, so neither framing header: the connection can stay open.
+  keep_alive_ = keep_alive_ && core_->accepting && (chunked_ || head_);
   auto head = std::make_unique<StreamHead>();
   head->msg.version(version_);
   set_fields(head->msg, status, content_type, headers, keep_alive_);
-  if (chunked_) head->msg.chunked(true);
+  if (chunked_ && !head_) head->msg.chunked(true);
   head->sr.emplace(head->msg);
   out_.push_back(OutItem{.head = std::move(head)});
   reply_ = Reply::kStreaming;
@@ -293,16 +330,19 @@ void Connection::begin_stream(const ExchangeState* st, int status, const std::st
 
 void Connection::write(const ExchangeState* st, std::string data) {
   // An empty chunk would read as the terminating one.
-  if (data.empty() || !is_current(st, Reply::kStreaming, "write")) return;
+  if (data.empty() || !is_current(st, Reply::kStreaming, "write") || head_) return;
   out_.push_back(OutItem{.chunk = std::move(data)});
   pump_writes();
 }
 
 void Connection::end_stream(const ExchangeState* st) {
   if (!is_current(st, Reply::kStreaming, "end_stream")) return;
-  out_.push_back(OutItem{.last = true});
   reply_ = Reply::kEnding;
-  pump_writes();
+  if (!head_) {
+    out_.push_back(OutItem{.last = true});
+    return pump_writes();
+  }
+  if (!writing_ && out_.empty()) finish_exchange();  // else on_written finishes it
 }
 
 void Connection::on_disconnect(const std::shared_ptr<ExchangeState>& st, std::function<void()> fn) {
@@ -356,7 +396,9 @@ void Connection::on_written(error_code ec) {
 void Connection::finish_exchange() {
   reply_ = Reply::kNone;
   end_exchange(false);
-  if (!keep_alive_ || !core_->accepting) return linger_close();
+  // A response sent without "Connection: close" promised the client a next request, even
+  // when stop_accepting() came while it was being written.
+  if (!keep_alive_) return linger_close();
   go_idle();
 }
 

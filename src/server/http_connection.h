@@ -112,9 +112,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Strand strand() { return socket_.get_executor(); }
   void set_id(uint64_t id) { id_ = id; }
   void start() { start_request(); }
-  void on_stop_accepting() {
-    if (mode_ == Mode::kIdle) close();
-  }
   // Closes the socket; an exchange in progress counts as disconnected. Idempotent.
   void close();
 
@@ -148,7 +145,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   };
 
   void start_request();
-  void on_header(error_code ec);
+  void parse_header();
+  void on_header();
   void read_body();
   void on_request_error(error_code ec);
   void send_error(int status, const std::string& message);
@@ -184,6 +182,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<ExchangeState> current_;  // the exchange in progress; null when none
   Reply reply_ = Reply::kNone;
   bool keep_alive_ = false;
+  bool head_ = false;    // the request is HEAD: responses go out without a body
   bool chunked_ = true;  // HTTP/1.0 clients get a raw stream ended by the close
   unsigned version_ = 11;
   std::deque<OutItem> out_;  // front is being written while writing_

@@ -129,7 +129,6 @@ void HttpServer::Impl::stop_accepting() {
     acceptor.close(ignored);
     retry_timer.cancel();
   });
-  for (auto& c : core->connections()) core->post(c->strand(), [c] { c->on_stop_accepting(); });
   log_info(kLog, "no longer accepting connections");
 }
 

@@ -7,12 +7,17 @@
 // the connection closed: request line plus headers over max_header_bytes or more than
 // max_header_count fields -> 431; a body (Content-Length or chunked) over max_request_bytes
 // -> 413; headers not complete within header_timeout (slow clients) -> connection closed;
-// a body not complete within body_timeout -> 408; malformed HTTP -> 400.
+// a body not complete within body_timeout -> 408; malformed HTTP -> 400; framing other than
+// one Content-Length or exactly "Transfer-Encoding: chunked" -> 400 or 501 (http_framing.h).
+//
+// HEAD requests go to the handler like any other; their response goes out without a body (a
+// full response keeps the Content-Length of its body; a stream sends its head only).
 //
 // Threads: each connection runs on its own strand; an exchange's members (except post) are
 // called on that strand only. A handler may keep the exchange and answer later from another
 // thread by post()ing onto it. Keep-alive is supported; after stop_accepting() every
-// response carries "Connection: close".
+// response carries "Connection: close", and connections stay open until their next response
+// has gone out (so that clients already connected can observe a drain).
 #pragma once
 
 #include <chrono>
@@ -114,8 +119,9 @@ class HttpServer {
   // The port bound (after start; resolves port 0).
   int port() const;
 
-  // Closes the listening socket: new connections are refused; open ones finish their current
-  // exchange and are then closed (idle keep-alive connections at once).
+  // Closes the listening socket: new connections are refused; open ones, idle keep-alive ones
+  // included, are closed after their next response (which carries "Connection: close"), at
+  // the idle timeout, or at stop().
   void stop_accepting();
   // Exchanges begun and not yet ended (handlers working, streams open).
   size_t num_active_exchanges() const;

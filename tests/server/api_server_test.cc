@@ -137,5 +137,27 @@ TEST(ApiServerTest, ErrorResponseCarriesHeadersAndShape) {
   EXPECT_NE(error_body(bad_request(std::string("bad \xff byte"))).find("bad"), std::string::npos);
 }
 
+TEST(ApiServerTest, HeadIsAnsweredAsGetWhereGetIs) {
+  ApiServer api({{"tiny"}, "secret", "0.1.0"});
+  // As GET (the HTTP layer drops the body): /health without the key, the others with it.
+  EXPECT_EQ(call(api, "HEAD", "/health").status, 503);  // loading, as GET
+  const HttpResponse version = call(api, "HEAD", "/version", "Bearer secret");
+  EXPECT_EQ(version.status, 200);
+  EXPECT_EQ(version.body, call(api, "GET", "/version", "Bearer secret").body);
+  EXPECT_EQ(call(api, "HEAD", "/version").status, 401);
+  EXPECT_EQ(call(api, "HEAD", "/v1/models", "Bearer secret").status, 503);
+  EXPECT_EQ(call(api, "HEAD", "/ping", "Bearer secret").status, 503);
+  EXPECT_EQ(call(api, "HEAD", "/nothing", "Bearer secret").status, 404);
+  // Not where only POST is; GET routes list HEAD in Allow.
+  const HttpResponse post_only = call(api, "HEAD", "/v1/completions", "Bearer secret");
+  EXPECT_EQ(post_only.status, 405);
+  EXPECT_EQ(header(post_only, "Allow"), "POST");
+  const HttpResponse get_only = call(api, "POST", "/version", "Bearer secret");
+  EXPECT_EQ(get_only.status, 405);
+  EXPECT_EQ(header(get_only, "Allow"), "GET, HEAD");
+  EXPECT_EQ(header(call(api, "PUT", "/health"), "Allow"), "GET, HEAD");
+  EXPECT_EQ(header(call(api, "PUT", "/ping", "Bearer secret"), "Allow"), "GET, HEAD, POST");
+}
+
 }  // namespace
 }  // namespace s4kv::server
