@@ -110,13 +110,16 @@ void Connection::start_request() {
 
 // Parses the header from the buffer, reading more until it is complete. (Not Beast's
 // async_read_header: the raw header bytes are needed to refuse obsolete line folding,
-// which Beast unfolds silently.)
+// which Beast unfolds silently.) Beast takes a header whole: put() consumes nothing until
+// the empty line that ends it has arrived, then all of it.
 void Connection::parse_header() {
   if (buffer_.size() > 0) {
     error_code ec;
     const size_t used = parser_->put(buffer_.data(), ec);
     if (ec && ec != http::error::need_more) return on_request_error(ec);
-    if (!ec && parser_->is_header_done()) {
+    if (ec) {
+      buffer_.consume(used);  // 0 (see above); consumed as Beast's own read loop does
+    } else if (parser_->is_header_done()) {
       head_ = parser_->get().method() == http::verb::head;
       const std::string_view header(static_cast<const char*>(buffer_.data().data()), used);
       const bool folded = has_obs_fold(header);
