@@ -28,6 +28,8 @@ std::string error_type_for_status(int status) {
       return "RequestHeaderFieldsTooLargeError";
     case 500:
       return "InternalServerError";
+    case 501:
+      return "NotImplementedError";
     case 503:
       return "ServiceUnavailableError";
     default:
