@@ -52,6 +52,8 @@ void StepLatch::release() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     armed_ = false;
+    held_ = false;
+    ++generation_;
   }
   cv_.notify_all();
 }
@@ -64,10 +66,11 @@ bool StepLatch::wait_held(std::chrono::steady_clock::duration timeout) {
 void StepLatch::pass() {
   std::unique_lock<std::mutex> lock(mu_);
   if (!armed_) return;
+  armed_ = false;  // one arm holds one call
   held_ = true;
+  const uint64_t generation = generation_;
   cv_.notify_all();
-  cv_.wait(lock, [this] { return !armed_; });
-  held_ = false;
+  cv_.wait(lock, [&] { return generation_ != generation; });
 }
 
 FakeBackend::FakeBackend(const KvCacheConfig& kv, int64_t vocab_size,

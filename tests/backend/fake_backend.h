@@ -49,15 +49,15 @@ int32_t fake_next_token(std::span<const int32_t> tokens, int64_t vocab_size);
 std::vector<int32_t> fake_greedy(std::vector<int32_t> prompt, int64_t max_tokens,
                                  int64_t vocab_size);
 
-// Holds forward() calls while armed. Test thread: arm(), then wait_held() (the engine thread is
-// inside forward()), then release().
+// Holds one forward() call per arm(). Test thread: arm(), then wait_held() (the engine thread is
+// inside forward()), then release(); arm() again right after release() holds the next call.
 class StepLatch {
  public:
   void arm();
-  void release();
+  void release();  // lets the held call go (and disarms when nothing is held yet)
   // True once a forward() call is held; false when the timeout passes first.
   bool wait_held(std::chrono::steady_clock::duration timeout);
-  // FakeBackend::forward: blocks while armed.
+  // FakeBackend::forward: when armed, blocks until the next release().
   void pass();
 
  private:
@@ -65,6 +65,7 @@ class StepLatch {
   std::condition_variable cv_;
   bool armed_ = false;
   bool held_ = false;
+  uint64_t generation_ = 0;  // release() count
 };
 
 // What a test sees of a FakeBackend it handed to an engine (which owns the backend).
