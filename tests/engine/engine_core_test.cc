@@ -10,7 +10,7 @@
 //     the prompt;
 //   - batch against alone, or under preemption (a decode row against a recompute prefill):
 //     only GEMM shapes differ, so fp32 rounding and the bf16 K/V roundings it can flip;
-//     kTinyMargin, 5x twice the largest logprob change measured between such runs (1.9e-2
+//     kTinyMargin, 5x twice the largest logprob change measured between such runs (2.2e-2
 //     nats, tests/server/test_concurrency.py). Neither depends on one machine's BLAS.
 #include <gtest/gtest.h>
 
@@ -30,7 +30,7 @@ namespace {
 
 constexpr const char* kModel = "models/s4kv-tiny";
 constexpr const char* kGolden = "tests/golden/s4kv-tiny";
-constexpr float kTinyMargin = 0.19f;
+constexpr float kTinyMargin = 0.22f;
 
 // One sequence's whole output, gathered from the step deltas.
 struct Seq {

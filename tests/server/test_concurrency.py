@@ -7,9 +7,10 @@
 # kernel and the fp32 reduction order per shape (and per CPU and thread count), so logits differ
 # by fp32 rounding; such a difference can also flip the bf16 rounding of one K/V element, which
 # moves later logits a little more, and the drift carries into every later step through the
-# K/V written meanwhile. Measured on s4kv-tiny with this test (an AMD EPYC, OpenBLAS Cooperlake
-# kernels, 2 threads): max |concurrent - sequential| logprob of the top-2 tokens over all
-# agreeing steps 1.9e-2 nats (MEASURED_DRIFT_NATS). A greedy pick can only change where the
+# K/V written meanwhile. Measured on s4kv-tiny with this test on an AMD EPYC (max |concurrent -
+# sequential| logprob of the top-2 tokens over all agreeing steps): 1.9e-2 nats with OpenBLAS's
+# Cooperlake kernels (2 threads or 1), 2.2e-2 with Haswell's, 0 with Sandybridge's
+# (MEASURED_DRIFT_NATS: the largest). A greedy pick can only change where the
 # sequential run's top-2 margin is below twice the largest logit change, so a divergence is
 # accepted only at a near-tie: the sequential run's top-1 minus top-2 logprob at the first
 # differing token below NEAR_TIE_NATS (5x twice the measured drift), and the comparison stops
@@ -62,7 +63,7 @@ def run_threads(fn, n):
     return results
 
 
-MEASURED_DRIFT_NATS = 1.9e-2
+MEASURED_DRIFT_NATS = 2.2e-2
 NEAR_TIE_NATS = 5 * 2 * MEASURED_DRIFT_NATS
 
 
