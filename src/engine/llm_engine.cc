@@ -41,7 +41,9 @@ Result<LlmEngine> load_llm_engine(const EngineArgs& args) {
   S4KV_ASSIGN_OR_RETURN(e.tokenizer, load_tokenizer(e.model_dir));
   S4KV_ASSIGN_OR_RETURN(e.generation_config, read_generation_config(e.model_dir, mc.vocab_size));
   std::unique_ptr<backend::Backend> backend;
-  {
+  if (args.backend_factory) {
+    S4KV_ASSIGN_OR_RETURN(backend, args.backend_factory(mc, resolved.kv));
+  } else {
     // The backend converts the weights to its own format; the file maps go with this scope.
     S4KV_ASSIGN_OR_RETURN(const model::ModelWeights weights,
                           model::load_weights(e.model_dir, mc, args.load_format, args.config.seed));

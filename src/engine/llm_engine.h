@@ -5,6 +5,7 @@
 // a Status whose message is the one line start-up prints.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,11 @@ struct EngineArgs {
   model::LoadFormat load_format = model::LoadFormat::kAuto;
   std::string device = "auto";  // "auto" | "cpu"
   EngineConfig config;
+  // Tests only (a fake backend for exact engine tests): when set, builds the backend in place
+  // of --device's from the model's config and the resolved KV cache; no weights are loaded.
+  std::function<Result<std::unique_ptr<backend::Backend>>(const model::ModelConfig&,
+                                                          const backend::KvCacheConfig&)>
+      backend_factory;
 };
 
 // An engine with what its callers need around it. The tokenizer is declared before the

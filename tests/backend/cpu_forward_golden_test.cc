@@ -3,21 +3,22 @@
 // q/k/v biases, tied LM head; tests/golden/s4kv-tiny) and the random-weight llama-tiny (Llama:
 // no biases, a separate lm_head, llama3 rope scaling; tests/golden/llama-tiny).
 //
-// For every golden prompt the prompt runs three ways through the paged cache: one prefill;
-// chunked prefill in pieces of 100 tokens (shuffled block ids); prefill of n-1 tokens then one
-// decode step. The three must agree with each other within fp32 noise, relative L2 <= 1e-4:
-// different GEMM shapes (one decode row against a prefill) round differently in fp32, and
-// such a difference can flip the bf16 rounding of a K/V element; measured up to 2.5e-5 with
-// the bf16 cache against 1.0e-6 with an fp16 one. Chunked and one prefill agree bit for bit
-// with OpenBLAS 0.3.21. And the logits at the stored positions must be within relative L2 ||ours -
-// ref|| / ||ref||
-// <= 1e-3 of transformers'. Then greedy decoding for 48 steps must reproduce `p{i}.greedy`.
-//
-// Greedy rule: a divergence at step k is accepted (and the comparison stops there, since the
-// continuations differ afterwards) only where the golden margin (top-1 minus top-2 logit) is
-// smaller than twice the largest logit error our rows can have: 2 * 1e-3 * ||our logits row||,
-// 1e-3 being the relative L2 tolerance above (any logit's error is at most the row's L2 error).
-// Anywhere else a divergence fails the test.
+// Every golden prompt runs three ways through the paged cache, one test each so that a failure
+// names its path: OnePrefill; ChunkedPrefill (pieces of 100 tokens, shuffled block ids);
+// PrefillThenDecode (prefill of n-1 tokens, then one decode step for the last position). Each
+// path is held to the same contract, the only one that holds on every x86-64 CPU:
+//   - its logits at the stored positions are within relative L2 ||ours - ref|| / ||ref|| <= 1e-3
+//     of transformers' (fp32 rounding of a different implementation, plus the bf16 rounding
+//     of K/V that such a difference can flip);
+//   - greedy decoding from its cache for 48 steps reproduces `p{i}.greedy`, where a divergence
+//     at step k is accepted (and the comparison stops there, the continuations differing
+//     afterwards) only if the golden margin (top-1 minus top-2 logit) is below twice the largest
+//     logit error our row can have: 2 * 1e-3 * ||our logits row|| (any logit's error is at most
+//     the row's L2 error). Anywhere else a divergence fails the test.
+// The paths are not compared with each other: they differ only in GEMM shapes, and OpenBLAS
+// picks a kernel and a reduction order per shape, CPU and thread count, so their mutual
+// difference (0 on one machine, 1.5e-4..4.3e-4 relative L2 on another) is no property of this
+// code. The attention kernel is per row and does not depend on the batch (cpu_kv_dtypes_test).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -54,7 +55,6 @@ constexpr int64_t kBlockSize = 32;
 constexpr int64_t kMaxBlocks = 80;  // 2,560 tokens: the longest prompt plus 48 steps
 constexpr int64_t kChunk = 100;
 constexpr double kGoldenTol = 1e-3;
-constexpr double kSelfTol = 1e-4;
 
 double l2(const float* a, const float* b, int64_t n) {
   double s = 0;
@@ -69,8 +69,12 @@ double rel_l2(const float* ours, const float* ref, int64_t n) {
   return l2(ours, ref, n) / l2(ref, nullptr, n);
 }
 
+enum class Path;
+
 class CpuForwardGolden : public ::testing::TestWithParam<GoldenModel> {
  protected:
+  void check_path(Path path);
+
   void SetUp() override {
     const char* dir = GetParam().model_dir;
     auto config = model::load_model_config(dir);
@@ -98,7 +102,10 @@ class CpuForwardGolden : public ::testing::TestWithParam<GoldenModel> {
   std::unique_ptr<Backend> backend_;
 };
 
-TEST_P(CpuForwardGolden, MatchesTransformers) {
+enum class Path { kOnePrefill, kChunkedPrefill, kPrefillThenDecode };
+
+// Runs every golden prompt along `path` and checks it against transformers.
+void CpuForwardGolden::check_path(Path path) {
   const std::string golden = GetParam().golden_dir;
   auto meta = read_json_file(golden + "/golden.json");
   ASSERT_TRUE(meta.is_ok()) << meta.status().message();
@@ -111,6 +118,7 @@ TEST_P(CpuForwardGolden, MatchesTransformers) {
   std::iota(identity.begin(), identity.end(), 0);
   shuffled = identity;
   std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(42));
+  const std::vector<int32_t>& table = path == Path::kOnePrefill ? identity : shuffled;
 
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::string p = "p" + std::to_string(i) + ".";
@@ -122,49 +130,44 @@ TEST_P(CpuForwardGolden, MatchesTransformers) {
     const auto margin = file->find(p + "greedy_margin")->to_vector<float>();
     const auto n = static_cast<int64_t>(ids.size());
     const auto k = static_cast<int64_t>(positions.size());
+    ASSERT_GE(n, 2);
+    ASSERT_EQ(positions.back(), n - 1) << "the last stored position starts the greedy run";
 
-    // 1. One prefill.
-    const auto full = step(ids, 0, n, identity, positions);
+    // Our logits rows, each with its index into the stored positions.
+    std::vector<float> rows;
+    std::vector<int64_t> row_of;
+    if (path == Path::kOnePrefill) {
+      rows = step(ids, 0, n, table, positions);
+      for (int64_t r = 0; r < k; ++r) row_of.push_back(r);
+    } else if (path == Path::kChunkedPrefill) {
+      for (int64_t begin = 0; begin < n; begin += kChunk) {
+        const int64_t end = std::min(n, begin + kChunk);
+        std::vector<int32_t> want;
+        for (int64_t r = 0; r < k; ++r) {
+          if (positions[r] >= begin && positions[r] < end) {
+            want.push_back(positions[r]);
+            row_of.push_back(r);
+          }
+        }
+        const auto chunk = step(ids, begin, end, table, want);
+        rows.insert(rows.end(), chunk.begin(), chunk.end());
+      }
+    } else {
+      (void)step(ids, 0, n - 1, table, {});
+      rows = step(ids, n - 1, n, table, {static_cast<int32_t>(n - 1)});
+      row_of.push_back(k - 1);
+    }
+    ASSERT_EQ(rows.size(), row_of.size() * static_cast<size_t>(vocab));
     double max_rel = 0;
-    for (int64_t r = 0; r < k; ++r) {
-      const double e = rel_l2(full.data() + r * vocab, ref.data() + r * vocab, vocab);
+    for (size_t c = 0; c < row_of.size(); ++c) {
+      const int64_t r = row_of[c];
+      const double e = rel_l2(rows.data() + c * vocab, ref.data() + r * vocab, vocab);
       max_rel = std::max(max_rel, e);
       EXPECT_LE(e, kGoldenTol) << "position " << positions[r];
     }
 
-    // 2. Chunked prefill, shuffled block ids.
-    double max_chunk = 0;
-    for (int64_t begin = 0; begin < n; begin += kChunk) {
-      const int64_t end = std::min(n, begin + kChunk);
-      std::vector<int32_t> want;
-      std::vector<int64_t> rows;
-      for (int64_t r = 0; r < k; ++r) {
-        if (positions[r] >= begin && positions[r] < end) {
-          want.push_back(positions[r]);
-          rows.push_back(r);
-        }
-      }
-      const auto chunk = step(ids, begin, end, shuffled, want);
-      for (size_t c = 0; c < rows.size(); ++c) {
-        const double e = rel_l2(chunk.data() + c * vocab, full.data() + rows[c] * vocab, vocab);
-        max_chunk = std::max(max_chunk, e);
-      }
-    }
-    EXPECT_LE(max_chunk, kSelfTol);
-
-    // 3. Prefill of n-1, then one decode step; the decode step's row is the last position.
-    double decode_rel = 0;
-    const float* full_last = full.data() + (k - 1) * vocab;
-    if (n > 1) {
-      (void)step(ids, 0, n - 1, shuffled, {});
-      const auto last = step(ids, n - 1, n, shuffled, {static_cast<int32_t>(n - 1)});
-      decode_rel = rel_l2(last.data(), full_last, vocab);
-      EXPECT_LE(decode_rel, kSelfTol);
-    }
-
-    // Greedy continuation from the one-prefill cache (identity blocks: rewrite them first).
-    (void)step(ids, 0, n, identity, {});
-    std::vector<float> row(full_last, full_last + vocab);
+    // Greedy continuation from this path's cache, starting at its last row (position n-1).
+    std::vector<float> row(rows.end() - vocab, rows.end());
     int matched = 0;
     std::string divergence;
     for (size_t s = 0; s < greedy.size(); ++s) {
@@ -181,17 +184,24 @@ TEST_P(CpuForwardGolden, MatchesTransformers) {
       ++matched;
       if (s + 1 == greedy.size()) break;
       ids.push_back(next);
-      row = step(ids, static_cast<int64_t>(ids.size()) - 1, static_cast<int64_t>(ids.size()),
-                 identity, {static_cast<int32_t>(ids.size()) - 1});
+      row = step(ids, static_cast<int64_t>(ids.size()) - 1, static_cast<int64_t>(ids.size()), table,
+                 {static_cast<int32_t>(ids.size()) - 1});
     }
+    static constexpr const char* kNames[] = {"one prefill", "chunked prefill", "prefill+decode"};
     std::printf(
-        "[ golden   ] %s p%zu %-13s n=%5lld  max rel L2 vs transformers %.3e  chunked vs one "
-        "prefill %.2e  decode vs prefill %.2e  greedy %d/%zu%s\n",
-        GetParam().name, i, prompts[i].at("name").get<std::string>().c_str(),
-        static_cast<long long>(n), max_rel, max_chunk, decode_rel, matched, greedy.size(),
-        divergence.c_str());
+        "[ golden   ] %s %-15s p%zu %-13s n=%5lld  max rel L2 vs transformers %.3e  "
+        "greedy %d/%zu%s\n",
+        GetParam().name, kNames[static_cast<int>(path)], i,
+        prompts[i].at("name").get<std::string>().c_str(), static_cast<long long>(n), max_rel,
+        matched, greedy.size(), divergence.c_str());
   }
 }
+
+TEST_P(CpuForwardGolden, OnePrefill) { check_path(Path::kOnePrefill); }
+
+TEST_P(CpuForwardGolden, ChunkedPrefill) { check_path(Path::kChunkedPrefill); }
+
+TEST_P(CpuForwardGolden, PrefillThenDecode) { check_path(Path::kPrefillThenDecode); }
 
 INSTANTIATE_TEST_SUITE_P(Models, CpuForwardGolden, ::testing::ValuesIn(kGoldenModels),
                          [](const auto& info) { return std::string(info.param.name); });

@@ -1,17 +1,22 @@
 // s4kv-tiny through the CPU backend with --kv-cache-dtype int4_kivi and fp8_e4m3, against the
 // 16-bit cache (tests/golden/s4kv-tiny prompts):
 //   (a) a sequence shorter than one block gives bit-identical logits to the 16-bit cache: one
-//       prefill, chunked prefill and decode steps, at B = 64 and 128;
+//       prefill, chunked prefill and decode steps, at B = 64 and 128 (both backends run the
+//       same GEMM shapes on the same inputs, and the int4_kivi residual holds exactly the
+//       16-bit values, so this is a property of the code, not of a BLAS);
 //   (d) one prefill vs chunked vs token by token: near-identical logits (not identical: a later
 //       chunk sees the earlier chunks' full blocks quantized, one prefill sees them 16-bit, so
 //       K/V of later layers differ legitimately; cpu_kv_dtypes_test checks that the same K/V
 //       give the same pool bytes whatever the fill order);
-//   (f) shuffled block ids and residual slot: bit-identical logits;
-//   (e) fidelity on the 2,048-token prompt, two-pass: a 1,024-token prefix prefilled, then the
-//       remaining tokens teacher-forced one decode step at a time (so every step reads the
-//       prefix from the cache it wrote). Prints mean KL(16-bit || other), top-1 agreement and
-//       the agreement where the 16-bit model is confident, for fp8 and int4_kivi at B = 64,
-//       Gv 32/64/128 (and post-RoPE keys, for comparison); asserts loose sanity bounds.
+//   (f) shuffled block ids and residual slot: bit-identical logits (same shapes, same inputs);
+//   (e) fidelity, two-pass: a 1,024-token prefix of the 2,048-token prompt prefilled (16 blocks
+//       quantized), then 256 tokens teacher-forced one decode step at a time (so every step
+//       reads the prefix from the cache it wrote, and 4 more blocks fill and quantize). Prints
+//       mean KL(16-bit || other), top-1 agreement and the agreement where the 16-bit model is
+//       confident, for fp8 and the default int4_kivi layout (B = 64, Gv = 128); asserts loose
+//       sanity bounds. The sweep over block sizes, value group sizes and post-RoPE keys is the
+//       benchmark bench/kv_fidelity_sweep_bench.cc; the other layouts' code paths are checked
+//       exactly on random data in cpu_kv_dtypes_test.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,7 +42,8 @@ constexpr const char* kModel = "models/s4kv-tiny";
 constexpr const char* kGolden = "tests/golden/s4kv-tiny/logits.safetensors";
 constexpr int64_t kMaxTokens = 2560;
 constexpr int32_t kSlot = 3;
-constexpr int64_t kPrefix = 1024;  // (e): prefix prefilled, the rest decoded token by token
+constexpr int64_t kPrefix = 1024;     // (e): prefix prefilled,
+constexpr int64_t kDecodeRows = 256;  // then this many tokens decoded one at a time
 
 struct Kv {
   kv::KvCacheDtype dtype = kv::KvCacheDtype::k16Bit;
@@ -184,10 +190,10 @@ TEST_F(CpuKvDtypesGolden, FillOrderGivesNearIdenticalLogitsAndLayoutNone) {
       "by token %.3e; argmax %s\n",
       static_cast<long long>(n), e_chunked, e_token,
       argmax(one) == argmax(chunked) && argmax(one) == argmax(by_token) ? "equal" : "differs");
+  // No argmax assertion: within these bounds the top token can differ only at a near-tie
+  // (margin < 2 * 0.05 * ||row||), where either answer is right.
   EXPECT_LE(e_chunked, 0.05);
   EXPECT_LE(e_token, 0.05);
-  EXPECT_EQ(argmax(chunked), argmax(one));
-  EXPECT_EQ(argmax(by_token), argmax(one));
 }
 
 // Two-pass logits of prompt p5: [kPrefix, n) teacher-forced decode rows after a prefix prefill.
@@ -197,7 +203,7 @@ std::vector<std::vector<float>> two_pass(
                                const std::vector<int32_t>&, bool, int32_t)) {
   std::vector<std::vector<float>> rows;
   rows.push_back(step(backend, ids, 0, kPrefix, table, false, kSlot));
-  for (auto p = kPrefix; p + 1 < static_cast<int64_t>(ids.size()); ++p) {
+  for (auto p = kPrefix; p < kPrefix + kDecodeRows; ++p) {
     rows.push_back(step(backend, ids, p, p + 1, table, false, kSlot));
   }
   return rows;
@@ -213,7 +219,7 @@ std::vector<double> log_softmax(const std::vector<float>& x) {
 }
 
 // (e)
-TEST_F(CpuKvDtypesGolden, FidelityOnTheLongPrompt) {
+TEST_F(CpuKvDtypesGolden, FidelityOfTheDefaultLayoutsTwoPass) {
   const auto& ids = prompts_[5];
   ASSERT_EQ(ids.size(), 2048u);
   const auto table = identity(64);
@@ -226,14 +232,10 @@ TEST_F(CpuKvDtypesGolden, FidelityOnTheLongPrompt) {
   struct Case {
     const char* name;
     Kv kv;
-    bool asserted;
   };
   const Case cases[] = {
-      {"fp8_e4m3", {kv::KvCacheDtype::kFp8E4M3, 64}, true},
-      {"int4_kivi B64 Gv128", {kv::KvCacheDtype::kInt4Kivi, 64, 128}, true},
-      {"int4_kivi B64 Gv64", {kv::KvCacheDtype::kInt4Kivi, 64, 64}, true},
-      {"int4_kivi B64 Gv32", {kv::KvCacheDtype::kInt4Kivi, 64, 32}, true},
-      {"int4 post-RoPE Gv128", {kv::KvCacheDtype::kInt4Kivi, 64, 128, true}, false},
+      {"fp8_e4m3", {kv::KvCacheDtype::kFp8E4M3, 64}},
+      {"int4_kivi B64 Gv128", {kv::KvCacheDtype::kInt4Kivi, 64, 128}},
   };
   for (const Case& c : cases) {
     auto backend = make(c.kv);
@@ -262,10 +264,8 @@ TEST_F(CpuKvDtypesGolden, FidelityOnTheLongPrompt) {
         c.name, static_cast<long long>(rows.size()), mean_kl, top1,
         static_cast<double>(confident_agree) / static_cast<double>(confident),
         static_cast<long long>(confident));
-    if (c.asserted) {
-      EXPECT_LT(mean_kl, 0.05) << c.name;
-      EXPECT_GE(top1, 0.9) << c.name;
-    }
+    EXPECT_LT(mean_kl, 0.05) << c.name;
+    EXPECT_GE(top1, 0.9) << c.name;
   }
 }
 

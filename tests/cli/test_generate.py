@@ -83,10 +83,9 @@ def test_jsonl_batch_of_four():
     assert out[2]["num_prompt_tokens"] > 5  # the chat template wrapped the message
     assert len(out[3]["texts"]) == 2 and out[3]["finish_reasons"] == ["length", "length"]
     assert out[3]["num_generated_tokens"] == 10
-    # The same greedy request alone gives the same text as in the batch.
-    alone = run("--model", MODEL, "--prompt", "The history of the", "--max-tokens", "10",
-                "--temperature", "0", "--kv-cache-dtype", "auto")
-    assert alone.stdout.rstrip("\n") == out[0]["text"]
+    # Not compared with the same request run alone: batched GEMMs round differently from a
+    # single row's (per CPU and BLAS kernel), so a near-tie may flip. That a batch never mixes
+    # requests is tested exactly with a fake backend (tests/server/async_engine_fake_test.cc).
 
 
 @pytest.mark.parametrize("args,stdin,needle", [

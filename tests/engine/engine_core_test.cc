@@ -3,12 +3,19 @@
 // n > 1, aborts, stop conditions, request refusals, and the int4_kivi residual-slot path.
 //
 // Greedy comparisons accept a divergence only at a step whose margin (top-1 minus top-2 logit
-// of the run compared against) is below kTinyMargin: two correct fp32 implementations that
-// round differently (different GEMM shapes, a decode row against a recompute prefill) may
-// pick differently at a near-tie, and their continuations differ from then on.
+// of the run compared against) is below a bound set by what makes the two runs differ, and
+// stop there (the continuations differ from then on):
+//   - against transformers: the golden contract (cpu_forward_golden_test) lets any logit be
+//     off by up to 1e-3 * ||logits row||, so the bound is 2e-3 * the largest golden row norm of
+//     the prompt;
+//   - batch against alone, or under preemption (a decode row against a recompute prefill):
+//     only GEMM shapes differ, so fp32 rounding and the bf16 K/V roundings it can flip;
+//     kTinyMargin, 5x twice the largest logprob change measured between such runs (2.2e-2
+//     nats, tests/server/test_concurrency.py). Neither depends on one machine's BLAS.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -23,7 +30,7 @@ namespace {
 
 constexpr const char* kModel = "models/s4kv-tiny";
 constexpr const char* kGolden = "tests/golden/s4kv-tiny";
-constexpr float kTinyMargin = 0.02f;
+constexpr float kTinyMargin = 0.22f;
 
 // One sequence's whole output, gathered from the step deltas.
 struct Seq {
@@ -99,11 +106,12 @@ RequestId add(EngineCore& core, std::vector<int32_t> ids, const SamplingParams& 
 // Greedy `ours` against `ref` (whose margins decide where a divergence is acceptable).
 // Returns the number of steps that agree before the first (accepted) divergence.
 size_t expect_same_greedy(const std::vector<int32_t>& ours, const std::vector<int32_t>& ref,
-                          const std::vector<float>& ref_margins, const std::string& what) {
+                          const std::vector<float>& ref_margins, const std::string& what,
+                          float bound = kTinyMargin) {
   EXPECT_EQ(ours.size(), ref.size()) << what;
   for (size_t s = 0; s < std::min(ours.size(), ref.size()); ++s) {
     if (ours[s] == ref[s]) continue;
-    EXPECT_LT(s < ref_margins.size() ? ref_margins[s] : 1e9f, kTinyMargin)
+    EXPECT_LT(s < ref_margins.size() ? ref_margins[s] : 1e9f, bound)
         << what << ": greedy step " << s << " ours " << ours[s] << " ref " << ref[s];
     return s;
   }
@@ -129,9 +137,19 @@ TEST(EngineCoreGolden, GreedyMatchesTransformersInOneBatch) {
   const Outputs out = run(*e.engine);
   for (const auto& [id, seqs] : out) {
     const std::string p = "p" + std::to_string(prompt_of.at(id)) + ".";
+    const auto logits = file->find(p + "logits")->to_vector<float>();
+    const size_t vocab = static_cast<size_t>(e.model_config.vocab_size);
+    double max_norm = 0;
+    for (size_t r = 0; r * vocab < logits.size(); ++r) {
+      double sq = 0;
+      for (size_t v = 0; v < vocab; ++v)
+        sq += double{logits[r * vocab + v]} * logits[r * vocab + v];
+      max_norm = std::max(max_norm, std::sqrt(sq));
+    }
     const size_t matched =
         expect_same_greedy(seqs[0].ids, file->find(p + "greedy")->to_vector<int32_t>(),
-                           file->find(p + "greedy_margin")->to_vector<float>(), p);
+                           file->find(p + "greedy_margin")->to_vector<float>(), p,
+                           static_cast<float>(2e-3 * max_norm));
     std::printf("[ golden   ] %s greedy %zu/48 as transformers\n", p.c_str(), matched);
     EXPECT_EQ(seqs[0].finish, FinishReason::kLength);
   }

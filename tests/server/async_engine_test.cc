@@ -1,8 +1,10 @@
 // AsyncEngine on the bundled s4kv-tiny model (CPU backend): a request's events equal a direct
 // EngineCore run; concurrent submitters all finish; abort frees the KV and stops events;
 // queue limit, drain and shutdown refuse or end requests with the right Status; metrics
-// counters equal what the channels saw; the per-request log line; healthy() and heartbeat.
+// counters equal what the channels saw; the per-request log line; healthy() while idle.
 // Requests are awaited through their channel's notify with deadlines of seconds, never sleeps.
+// Exact isolation of concurrent requests and a step held past the heartbeat timeout are tested
+// with the FakeBackend in async_engine_fake_test.cc.
 #include "server/async_engine.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "engine_stream.h"
+
 namespace s4kv::server {
 namespace {
 
@@ -21,7 +25,9 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-constexpr auto kDeadline = seconds(30);
+using test_util::eventually;
+using test_util::kDeadline;
+using test_util::Stream;
 
 engine::EngineArgs args(int max_num_seqs = 8) {
   engine::EngineArgs a;
@@ -78,83 +84,6 @@ std::string series(const std::string& name, const std::string& extra = "") {
   return name + "{model_name=\"s4kv-tiny\"" + (extra.empty() ? "" : "," + extra) + "}";
 }
 
-// One request's consumer: collects its events as the engine thread notifies.
-class Stream {
- public:
-  // The notify callback owns the signal: the engine thread may still be inside it after the
-  // consumer has seen the last event and destroyed the Stream.
-  Stream()
-      : signal_(std::make_shared<Signal>()),
-        channel_(std::make_shared<RequestChannel>([signal = signal_] {
-          {
-            std::lock_guard<std::mutex> lock(signal->mu);
-            signal->signaled = true;
-          }
-          signal->cv.notify_all();
-        })) {}
-
-  std::shared_ptr<RequestChannel> channel() const { return channel_; }
-
-  // Takes events until `done` holds for them or the deadline passes; returns `done`.
-  template <typename Pred>
-  bool wait_for(Pred done, Clock::duration timeout = kDeadline) {
-    const Clock::time_point deadline = Clock::now() + timeout;
-    while (true) {
-      drain();
-      if (done(events_)) return true;
-      std::unique_lock<std::mutex> lock(signal_->mu);
-      if (!signal_->cv.wait_until(lock, deadline, [this] { return signal_->signaled; })) {
-        lock.unlock();
-        drain();
-        return done(events_);
-      }
-      signal_->signaled = false;
-    }
-  }
-  bool wait_end() {
-    return wait_for([](const auto& ev) { return ended(ev); });
-  }
-  bool wait_tokens(size_t n) {
-    return wait_for([this, n](const auto&) { return ids().size() >= n; });
-  }
-
-  void drain() {
-    for (EngineEvent& e : channel_->take()) events_.push_back(std::move(e));
-  }
-  static bool ended(const std::vector<EngineEvent>& ev) {
-    return !ev.empty() && (ev.back().error || (ev.back().output && ev.back().output->finished));
-  }
-  const std::vector<EngineEvent>& events() const { return events_; }
-  std::vector<int32_t> ids() const {
-    std::vector<int32_t> out;
-    for (const EngineEvent& e : events_) {
-      if (!e.output) continue;
-      for (const auto& co : e.output->outputs) {
-        out.insert(out.end(), co.token_ids.begin(), co.token_ids.end());
-      }
-    }
-    return out;
-  }
-  std::string text() const {
-    std::string out;
-    for (const EngineEvent& e : events_) {
-      if (!e.output) continue;
-      for (const auto& co : e.output->outputs) out += co.text;
-    }
-    return out;
-  }
-
- private:
-  struct Signal {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool signaled = false;
-  };
-  std::shared_ptr<Signal> signal_;
-  std::shared_ptr<RequestChannel> channel_;
-  std::vector<EngineEvent> events_;
-};
-
 uint64_t submit(Harness& h, Stream& s, const std::string& id, std::vector<int32_t> prompt,
                 const engine::SamplingParams& params) {
   EngineRequest r;
@@ -165,17 +94,6 @@ uint64_t submit(Harness& h, Stream& s, const std::string& id, std::vector<int32_
   auto ticket = h.engine->submit(std::move(r));
   S4KV_CHECK(ticket.is_ok(), ticket.status().message());
   return *ticket;
-}
-
-// Polls `cond` until it holds or the deadline passes.
-template <typename Cond>
-bool eventually(Cond cond, Clock::duration timeout = kDeadline) {
-  const Clock::time_point deadline = Clock::now() + timeout;
-  while (!cond()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return true;
 }
 
 TEST(AsyncEngine, GreedyEventsEqualDirectEngineCoreRunAndAreCounted) {
@@ -429,47 +347,6 @@ TEST(AsyncEngine, IdleEngineKeepsBeating) {
   }
   EXPECT_GT(num_checks, 10);
   EXPECT_EQ(h->sample(series("vllm:num_requests_running")), "0");
-}
-
-TEST(AsyncEngine, StepLongerThanHeartbeatTimeoutIsUnhealthyUntilItBeatsAgain) {
-  // A 3,000-token prefill runs as one step of several hundred milliseconds on the CPU; with a
-  // heartbeat timeout of 150 ms (above the 100 ms idle wake-up) healthy() must turn false
-  // during that step while the state stays kReady, and true again once the loop beats.
-  AsyncEngineOptions options;
-  options.heartbeat_timeout = milliseconds(150);
-  auto h = start(options);
-  std::vector<int32_t> prompt;
-  while (prompt.size() < 3000) {
-    const auto ids = h->encode("The history of the city and the river, told again. ");
-    prompt.insert(prompt.end(), ids.begin(), ids.end());
-  }
-  prompt.resize(3000);
-  Stream s;
-  EngineRequest r;
-  r.id = "cmpl-stall";
-  r.prompt_token_ids = prompt;
-  r.params = greedy(1);
-  r.channel = s.channel();
-  const Clock::time_point t0 = Clock::now();
-  ASSERT_TRUE(h->engine->submit(std::move(r)).is_ok());
-  bool saw_unhealthy = false;
-  while (!saw_unhealthy && Clock::now() - t0 < kDeadline) {
-    if (!h->engine->healthy()) saw_unhealthy = true;
-    s.drain();
-    if (Stream::ended(s.events())) break;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  ASSERT_TRUE(s.wait_for([](const auto& ev) { return Stream::ended(ev); }, seconds(300)));
-  const auto step = std::chrono::duration_cast<milliseconds>(Clock::now() - t0);
-  ASSERT_GT(step, milliseconds(300)) << "the prefill was too quick to test the heartbeat";
-  EXPECT_TRUE(saw_unhealthy) << "a " << step.count() << " ms step left healthy() true";
-  EXPECT_EQ(h->engine->state(), EngineState::kReady);
-  bool healthy_again = false;
-  for (int i = 0; i < 200 && !healthy_again; ++i) {
-    healthy_again = h->engine->healthy();
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  EXPECT_TRUE(healthy_again);
 }
 
 TEST(AsyncEngine, LogOptionsTurnRequestLinesOffAndStatsLinesOn) {

@@ -1,8 +1,10 @@
 // Responses of the OpenAI routes: body and chunk shapes (openai_response.h), a request in
 // flight (openai_run.h) driven by scripted engine events through a fake HttpExchange, and
-// OpenAiServing on the real AsyncEngine with the bundled tiny model (streamed text equals
-// non-streamed text; disconnects abort). The fake exchange runs posted functions on the test
-// thread, one at a time, as a strand would; waits poll with deadlines of seconds.
+// OpenAiServing on the real AsyncEngine with the bundled tiny model's config and tokenizer over
+// the FakeBackend (streamed text equals non-streamed text exactly: the fake's logits do not
+// depend on how the engine thread happens to batch the requests; disconnects abort, with the
+// step after the first token held by the backend's latch). The fake exchange runs posted functions
+// on the test thread, one at a time, as a strand would; waits poll with deadlines of seconds.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -16,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "fake_backend.h"
 #include "server/openai_response.h"
 #include "server/openai_run.h"
 #include "server/openai_serving.h"
@@ -466,6 +469,7 @@ class ServingTest : public ::testing::Test {
     a.model = kModelDir;
     a.config.kv_cache_memory_bytes = int64_t{64} << 20;
     a.config.max_model_len = 512;
+    a.backend_factory = backend::testing::fake_backend_factory(probe_);
     auto e = engine::load_llm_engine(a);
     ASSERT_TRUE(e.is_ok()) << e.status().message();
     metrics_ = std::make_unique<Metrics>("s4kv-tiny", kv_capacity_info(*e), 512);
@@ -477,6 +481,7 @@ class ServingTest : public ::testing::Test {
                                                std::vector<std::string>{"s4kv-tiny"});
   }
   void TearDown() override {
+    probe_->latch.release();
     serving_.reset();
     if (engine_) engine_->shutdown(std::chrono::steady_clock::now() + kDeadline);
   }
@@ -510,6 +515,8 @@ class ServingTest : public ::testing::Test {
     return out;
   }
 
+  std::shared_ptr<backend::testing::FakeBackendProbe> probe_ =
+      std::make_shared<backend::testing::FakeBackendProbe>();
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<AsyncEngine> engine_;
   std::unique_ptr<tokenizer::ChatTemplate> template_;
@@ -575,12 +582,17 @@ TEST_F(ServingTest, RefusalsBeforeTheEngine) {
 
 TEST_F(ServingTest, DisconnectAbortsTheEngineRequest) {
   auto ex = std::make_shared<FakeExchange>();
+  probe_->latch.arm();  // hold the prefill step
   serving_->completions(J(R"({"prompt": "Once", "max_tokens": 400, "ignore_eos": true,
                               "stream": true})"),
                         ex);
+  ASSERT_TRUE(probe_->latch.wait_held(kDeadline));
+  probe_->latch.release();
+  probe_->latch.arm();  // and the first decode step: the request cannot finish meanwhile
   ASSERT_TRUE(ex->run_until([&] { return !ex->body.empty(); }));
   ex->disconnect();
-  ex->run_pending();
+  ex->run_pending();  // the abort is queued while the step is held
+  probe_->latch.release();
   const auto deadline = std::chrono::steady_clock::now() + kDeadline;
   while (engine_->num_unfinished() > 0 && std::chrono::steady_clock::now() < deadline) {
     ex->run_pending();
@@ -588,6 +600,7 @@ TEST_F(ServingTest, DisconnectAbortsTheEngineRequest) {
   }
   EXPECT_EQ(engine_->num_unfinished(), 0);
   EXPECT_FALSE(ex->ended);
+  EXPECT_EQ(probe_->num_stale_reads.load(), 0);
 }
 
 }  // namespace

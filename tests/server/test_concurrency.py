@@ -1,6 +1,26 @@
-# Many clients at once against a real `s4kv serve`: 32 concurrent greedy streams produce what
-# they produce alone, and streams cut off mid-way free their engine requests and KV blocks
-# at once (vllm:num_requests_running and vllm:kv_cache_usage_perc back to 0 within 1 s).
+# Many clients against a real `s4kv serve`: 32 concurrent greedy streams produce what they
+# produce alone, and streams cut off mid-way free their engine requests and KV blocks at once
+# (vllm:num_requests_running and vllm:kv_cache_usage_perc back to 0 within 1 s).
+#
+# Concurrent vs sequential is not bit-exact, and cannot be on any CPU: a stream batched with
+# others runs its tokens through GEMMs of another shape than alone, and OpenBLAS picks the
+# kernel and the fp32 reduction order per shape (and per CPU and thread count), so logits differ
+# by fp32 rounding; such a difference can also flip the bf16 rounding of one K/V element, which
+# moves later logits a little more, and the drift carries into every later step through the
+# K/V written meanwhile. Measured on s4kv-tiny with this test on an AMD EPYC (max |concurrent -
+# sequential| logprob of the top-2 tokens over all agreeing steps): 1.9e-2 nats with OpenBLAS's
+# Cooperlake kernels (2 threads or 1), 2.2e-2 with Haswell's, 0 with Sandybridge's
+# (MEASURED_DRIFT_NATS: the largest). A greedy pick can only change where the
+# sequential run's top-2 margin is below twice the largest logit change, so a divergence is
+# accepted only at a near-tie: the sequential run's top-1 minus top-2 logprob at the first
+# differing token below NEAR_TIE_NATS (5x twice the measured drift), and the comparison stops
+# there; anywhere else it fails. The test also asserts the premise of that rule: the drift at
+# agreeing steps stays below NEAR_TIE_NATS / 2.
+# (The exact property, that concurrent requests never see each other's state, is tested one
+# level down with a batch-invariant fake backend: tests/server/async_engine_fake_test.cc.)
+# The prompts and outputs stay under one KV block (64 tokens): int4_kivi attends the 16-bit
+# residual only, and the prefix cache has no full block to hit, so the repeated prompts do not
+# read quantized blocks that their first run did not.
 import http.client
 import json
 import socket
@@ -43,33 +63,75 @@ def run_threads(fn, n):
     return results
 
 
+MEASURED_DRIFT_NATS = 2.2e-2
+NEAR_TIE_NATS = 5 * 2 * MEASURED_DRIFT_NATS
+
+
 def generate(client, model, i, stream):
-    """Even i: chat; odd i: completions. Returns (text, finish_reason)."""
+    """Even i: chat; odd i: completions. Returns (text, finish_reason, steps), steps being one
+    [(token, logprob)] per generated token: the sampled token first, then the runner-up."""
     kwargs = {"model": model, "temperature": 0, "max_tokens": MAX_TOKENS, "stream": stream}
     if i % 2 == 0:
         r = client.chat.completions.create(
-            messages=[{"role": "user", "content": prompt(i)}], **kwargs)
-        if not stream:
-            return r.choices[0].message.content, r.choices[0].finish_reason
-        deltas = [(c.delta.content, c.finish_reason) for chunk in r for c in chunk.choices]
+            messages=[{"role": "user", "content": prompt(i)}], logprobs=True, top_logprobs=2,
+            **kwargs)
+        choices = [r.choices[0]] if not stream else [c for chunk in r for c in chunk.choices]
+        text = "".join((c.message.content if not stream else c.delta.content) or ""
+                       for c in choices)
+        steps = [[(e.token, e.logprob)] + [(t.token, t.logprob) for t in e.top_logprobs[1:2]]
+                 for c in choices if c.logprobs for e in c.logprobs.content]
     else:
-        r = client.completions.create(prompt=prompt(i), **kwargs)
-        if not stream:
-            return r.choices[0].text, r.choices[0].finish_reason
-        deltas = [(c.text, c.finish_reason) for chunk in r for c in chunk.choices]
-    reasons = [reason for _, reason in deltas if reason]
+        r = client.completions.create(prompt=prompt(i), logprobs=2, **kwargs)
+        choices = [r.choices[0]] if not stream else [c for chunk in r for c in chunk.choices]
+        text = "".join(c.text or "" for c in choices)
+        steps = []
+        for c in choices:
+            if not c.logprobs:
+                continue
+            for tok, lp, top in zip(c.logprobs.tokens, c.logprobs.token_logprobs,
+                                    c.logprobs.top_logprobs):
+                others = sorted(((v, t) for t, v in top.items() if t != tok), reverse=True)
+                # Both top tokens read as `tok`: the dict holds one entry; the tie is invisible.
+                steps.append([(tok, lp)] + ([(t, v) for v, t in others[:1]] or [(tok, lp)]))
+    reasons = [c.finish_reason for c in choices if c.finish_reason]
     assert len(reasons) == 1, reasons
-    return "".join(text or "" for text, _ in deltas), reasons[0]
+    return text, reasons[0], steps
+
+
+def compare(seq, conc):
+    """Returns (first differing step or None, max |logprob difference| before it)."""
+    (_, _, a), (_, _, b) = seq, conc
+    worst = 0.0
+    for k, (sa, sb) in enumerate(zip(a, b)):
+        if sa[0][0] != sb[0][0] or (len(sa) == 2 and sa[0][0] == sa[1][0]):
+            return k, worst  # differing, or two top tokens of one text (a flip not visible)
+        same = {t: v for t, v in sa}
+        worst = max([worst] + [abs(same[t] - v) for t, v in sb if t in same])
+    return (None if len(a) == len(b) else min(len(a), len(b))), worst
 
 
 def test_concurrent_streams_equal_sequential(client, model):
     sequential = [generate(client, model, i, stream=False) for i in range(NUM_CLIENTS)]
     # The tiny model's chat answers repeat a lot; its completions do not.
-    assert len({text for text, _ in sequential}) >= NUM_CLIENTS // 2, "prompts not distinct"
+    assert len({text for text, _, _ in sequential}) >= NUM_CLIENTS // 2, "prompts not distinct"
+    assert all(len(steps) == MAX_TOKENS or reason == "stop"
+               for _, reason, steps in sequential), "logprobs missing"
     concurrent = run_threads(lambda i: generate(client, model, i, stream=True), NUM_CLIENTS)
-    mismatches = [(i, sequential[i], concurrent[i]) for i in range(NUM_CLIENTS)
-                  if sequential[i] != concurrent[i]]
-    assert not mismatches, f"{len(mismatches)} of {NUM_CLIENTS} differ: {mismatches[:3]}"
+    worst, near_ties, failures = 0.0, [], []
+    for i in range(NUM_CLIENTS):
+        k, drift = compare(sequential[i], concurrent[i])
+        worst = max(worst, drift)
+        if k is None:
+            assert sequential[i][:2] == concurrent[i][:2], (i, sequential[i][:2], concurrent[i][:2])
+            continue
+        top = sequential[i][2][k] if k < len(sequential[i][2]) else []
+        margin = top[0][1] - top[1][1] if len(top) == 2 else float("inf")
+        (near_ties if margin < NEAR_TIE_NATS else failures).append((i, k, margin))
+    print(f"\nconcurrent vs sequential: max |logprob difference| {worst:.2e} nats at agreeing "
+          f"steps; near-tie divergences (stream, step, margin): {near_ties}")
+    assert not failures, (f"streams diverged at a margin >= {NEAR_TIE_NATS} nats "
+                          f"(stream, step, margin): {failures}")
+    assert worst < NEAR_TIE_NATS / 2, f"rounding drift {worst} above {NEAR_TIE_NATS / 2}"
 
 
 def open_stream(server, model, i):
