@@ -91,6 +91,7 @@ class BoundedBuilder {
     std::string segment;                 // how the parent names this value: "key" or "[3]"
     bool keyed = false;                  // segment is an object key (not an index)
     std::string pending_key;             // objects: the key whose value comes next
+    size_t max_elements = 0;             // arrays: 0 no limit
     std::optional<size_t> duplicate_at;  // allowed duplicate: its position
     std::unordered_map<std::string, size_t> keys;  // objects: key -> position
   };
@@ -101,14 +102,20 @@ class BoundedBuilder {
     }
     std::string segment;
     bool keyed = false;
+    size_t max_elements = limits_.max_array_elements;
     if (!frames_.empty()) {
       const Frame& parent = frames_.back();
       keyed = parent.value->is_object();
       segment = keyed ? path_key(parent.pending_key) : "[" + std::to_string(parent.count) + "]";
+      if (keyed && frames_.size() == 1 && container.is_array()) {
+        for (const JsonFieldLimit& l : limits_.field_limits) {
+          if (l.key == parent.pending_key) max_elements = l.max_elements;
+        }
+      }
     }
     J* v = add(std::move(container));
     if (v == nullptr) return false;
-    frames_.push_back(Frame{v, 0, std::move(segment), keyed, {}, std::nullopt, {}});
+    frames_.push_back(Frame{v, 0, std::move(segment), keyed, {}, max_elements, std::nullopt, {}});
     return true;
   }
 
@@ -126,9 +133,9 @@ class BoundedBuilder {
     }
     Frame& f = frames_.back();
     if (f.value->is_array()) {
-      if (limits_.max_array_elements > 0 && f.count >= limits_.max_array_elements) {
-        fail(describe_path(frames_.size()) + " has more than " +
-             std::to_string(limits_.max_array_elements) + " elements");
+      if (f.max_elements > 0 && f.count >= f.max_elements) {
+        fail(describe_path(frames_.size()) + " has more than " + std::to_string(f.max_elements) +
+             " elements");
         return nullptr;
       }
       ++f.count;

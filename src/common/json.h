@@ -9,6 +9,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -22,11 +23,18 @@ using Json = nlohmann::json;
 // (find, operator[], at) scan the object; parse_ordered_json bounds its size.
 using OrderedJson = nlohmann::ordered_json;
 
+// A tighter element limit for the array under one key of the top-level object.
+struct JsonFieldLimit {
+  std::string_view key;  // "messages"
+  size_t max_elements = 0;
+};
+
 struct JsonLimits {
   int max_depth = 64;  // nesting of arrays and objects
   bool allow_duplicate_keys = false;
-  size_t max_object_keys = 0;     // keys of one object; 0: no limit
-  size_t max_array_elements = 0;  // elements of one array; 0: no limit
+  size_t max_object_keys = 0;                    // keys of one object; 0: no limit
+  size_t max_array_elements = 0;                 // elements of one array; 0: no limit
+  std::span<const JsonFieldLimit> field_limits;  // must outlive the parse
 };
 
 // Where a limit was violated, for error messages that name a field.
