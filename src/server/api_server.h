@@ -51,8 +51,9 @@ class ApiServer {
   void set_engine(AsyncEngine& engine, Metrics& metrics,
                   const tokenizer::ChatTemplate* chat_template);
   // Shutdown began: /health answers 503; requests with a body are refused (503), and this
-  // returns once those already on the worker pool have been handed on (answered or
-  // submitted), so that none touches the engine after its shutdown.
+  // returns once those already on the worker pool have been handed on (answered, or their
+  // run posted to their strand, where a draining engine refuses it), so that no worker
+  // touches the engine or the chat template after the caller has destroyed them.
   void set_draining();
 
   // The HttpHandler.
