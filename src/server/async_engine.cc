@@ -3,10 +3,13 @@
 // Invariants: only the engine thread calls EngineCore and touches live_/ticket_of_; a ticket
 // is in live_ exactly while its request is in the EngineCore; num_unfinished_ counts tickets
 // handed out by submit() whose request has not ended (finished, aborted, refused), and it
-// drops only after the request's last event is pushed. Metrics: prompt tokens and queue time
-// (arrival to add_request: the inbox wait, not the scheduler's waiting queue) when a request
-// is added; generation tokens, time to first token and inter-token latency per step; finish
-// counters and e2e latency when it ends.
+// drops only after the request's last event is pushed. Admission counts sequences: the
+// inbox's (num_submitted_seqs_) plus num_waiting_, which after every step is the unfinished
+// sequences of live_ (num_unfinished_seqs_, lowered before the gauges are published) minus
+// the running ones. Metrics: prompt tokens and queue time (arrival to add_request: the inbox
+// wait, not the scheduler's waiting queue) when a request is added; generation tokens, time
+// to first token and inter-token latency per step; finish counters and e2e latency when it
+// ends.
 // Threads: submit/abort/begin_drain/shutdown from any thread (inbox under mu_); run() and
 // everything it calls on the engine thread.
 #include "server/async_engine.h"
