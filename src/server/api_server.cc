@@ -10,7 +10,6 @@
 namespace s4kv::server {
 namespace {
 
-constexpr int kMaxBodyDepth = 64;  // JSON nesting of a request body
 constexpr size_t kMaxTokenizeTokens = 1u << 20;
 
 struct Route {
@@ -76,6 +75,7 @@ HttpResponse json_response(const OrderedJson& body, int status) {
 ApiServer::ApiServer(ApiServerOptions options)
     : options_(std::move(options)), cors_(options_.cors) {
   S4KV_CHECK(!options_.served_model_names.empty(), "ApiServer: no served model name");
+  pool_ = std::make_unique<WorkPool>(options_.num_request_workers, options_.max_queued_work);
   created_ = std::chrono::duration_cast<std::chrono::seconds>(
                  std::chrono::system_clock::now().time_since_epoch())
                  .count();
@@ -90,6 +90,11 @@ void ApiServer::set_engine(AsyncEngine& engine, Metrics& metrics,
   s->openai = std::make_unique<OpenAiServing>(engine, chat_template, options_.served_model_names);
   std::lock_guard<std::mutex> lock(mu_);
   serving_ = std::move(s);
+}
+
+void ApiServer::set_draining() {
+  draining_.store(true);
+  pool_->drain();
 }
 
 std::shared_ptr<const ApiServer::Serving> ApiServer::serving() const {
@@ -122,7 +127,7 @@ void ApiServer::handle(HttpRequest request, std::shared_ptr<HttpExchange> exchan
   }
 }
 
-void ApiServer::route(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange) {
+void ApiServer::route(HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange) {
   // HEAD is answered as GET; the HTTP layer sends the response without its body.
   const std::string_view method =
       request.method == "HEAD" ? std::string_view("GET") : std::string_view(request.method);
@@ -183,18 +188,43 @@ void ApiServer::route(const HttpRequest& request, const std::shared_ptr<HttpExch
     exchange->respond(models(*s));
     return;
   }
-  // The rest take a JSON object body.
-  auto body =
-      parse_ordered_json(request.body, "request body", JsonLimits{.max_depth = kMaxBodyDepth});
+  // The rest take a JSON object body, handled on the worker pool.
+  const bool queued =
+      pool_->try_post([this, s, path = request.path, text = std::move(request.body), exchange] {
+        try {
+          serve_body(*s, path, text, exchange);
+        } catch (const std::exception& e) {  // last resort, as in handle()
+          log_error("api", "unhandled error on POST " + path + ": " + e.what());
+          exchange->respond(error_response(api_error(500, "internal server error")));
+        }
+      });
+  if (!queued) {
+    if (draining_.load()) {
+      exchange->respond(error_response(api_error(503, "the server is shutting down")));
+      return;
+    }
+    ApiError e =
+        api_error(503, "the server is busy preparing " + std::to_string(options_.max_queued_work) +
+                           " other requests; retry later");
+    e.headers.emplace_back("Retry-After", "1");
+    exchange->respond(error_response(e));
+  }
+}
+
+void ApiServer::serve_body(const Serving& s, std::string_view path, const std::string& text,
+                           const std::shared_ptr<HttpExchange>& exchange) const {
+  JsonViolation where;
+  auto body = parse_ordered_json(text, "request body", kRequestJsonLimits, &where);
   if (!body.is_ok()) {
-    exchange->respond(error_response(bad_request(body.status().message())));
+    std::optional<std::string> param;
+    if (!where.top_level_key.empty()) param = where.top_level_key;
+    exchange->respond(error_response(bad_request(body.status().message(), std::move(param))));
     return;
   }
   if (!body->is_object()) {
     exchange->respond(error_response(bad_request("the request body must be a JSON object")));
     return;
   }
-  std::string_view path = request.path;
   if (path == "/invocations") {  // SageMaker: chat when the body has messages, else completions
     if (body->contains("messages")) {
       path = "/v1/chat/completions";
@@ -207,13 +237,13 @@ void ApiServer::route(const HttpRequest& request, const std::shared_ptr<HttpExch
     }
   }
   if (path == "/v1/chat/completions") {
-    s->openai->chat_completions(*body, exchange);
+    s.openai->chat_completions(*body, exchange);
   } else if (path == "/v1/completions") {
-    s->openai->completions(*body, exchange);
+    s.openai->completions(*body, exchange);
   } else if (path == "/tokenize") {
-    exchange->respond(tokenize(*s, *body));
+    exchange->respond(tokenize(s, *body));
   } else {
-    exchange->respond(detokenize(*s, *body));
+    exchange->respond(detokenize(s, *body));
   }
 }
 

@@ -9,7 +9,10 @@
 // Life cycle: constructed before the model loads (every route but /health and /version
 // answers 503 while loading), set_engine() once the engine runs, set_draining() at shutdown
 // (/health 503). handle() runs on the HTTP I/O threads, many at once; the state it reads is
-// published once under a mutex and immutable after.
+// published once under a mutex and immutable after. The routes with a JSON body (chat,
+// completions, /tokenize, /detokenize, /invocations) are parsed, checked, rendered and
+// tokenized on a bounded worker pool (work_pool.h), so the I/O threads stay free for /health,
+// /metrics and streams; when its queue is full the request gets 503 with Retry-After at once.
 #pragma once
 
 #include <atomic>
@@ -25,6 +28,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_serving.h"
+#include "server/work_pool.h"
 #include "tokenizer/chat_template.h"
 
 namespace s4kv::server {
@@ -34,6 +38,8 @@ struct ApiServerOptions {
   std::string api_key;                          // empty: no authentication
   std::string version;                          // GET /version
   CorsOptions cors;                             // vLLM's defaults: every origin
+  int num_request_workers = 4;                  // the worker pool's threads
+  size_t max_queued_work = 64;                  // requests waiting for a worker; over: 503
 };
 
 class ApiServer {
@@ -44,8 +50,11 @@ class ApiServer {
   // chat_template may be null (chat requests then get a 400).
   void set_engine(AsyncEngine& engine, Metrics& metrics,
                   const tokenizer::ChatTemplate* chat_template);
-  // Shutdown began: /health answers 503.
-  void set_draining() { draining_.store(true); }
+  // Shutdown began: /health answers 503; requests with a body are refused (503), and this
+  // returns once those already on the worker pool have been handed on (answered, or their
+  // run posted to their strand, where a draining engine refuses it), so that no worker
+  // touches the engine or the chat template after the caller has destroyed them.
+  void set_draining();
 
   // The HttpHandler.
   void handle(HttpRequest request, std::shared_ptr<HttpExchange> exchange);
@@ -60,7 +69,10 @@ class ApiServer {
 
   bool authorized(const HttpRequest& request) const;
   std::shared_ptr<const Serving> serving() const;
-  void route(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange);
+  void route(HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange);
+  // On the worker pool: the JSON body of a POST route, parsed and served.
+  void serve_body(const Serving& s, std::string_view path, const std::string& text,
+                  const std::shared_ptr<HttpExchange>& exchange) const;
 
   HttpResponse health() const;
   HttpResponse models(const Serving& s) const;
@@ -75,6 +87,7 @@ class ApiServer {
   mutable std::mutex mu_;
   std::shared_ptr<const Serving> serving_;  // null while loading
   std::atomic<bool> draining_{false};
+  std::unique_ptr<WorkPool> pool_;
 };
 
 // An ApiError as an HttpResponse (its status, extra headers and error_body).

@@ -3,14 +3,18 @@
 // Invariants: only the engine thread calls EngineCore and touches live_/ticket_of_; a ticket
 // is in live_ exactly while its request is in the EngineCore; num_unfinished_ counts tickets
 // handed out by submit() whose request has not ended (finished, aborted, refused), and it
-// drops only after the request's last event is pushed. Metrics: prompt tokens and queue time
-// (arrival to add_request: the inbox wait, not the scheduler's waiting queue) when a request
-// is added; generation tokens, time to first token and inter-token latency per step; finish
-// counters and e2e latency when it ends.
+// drops only after the request's last event is pushed. Admission counts sequences: the
+// inbox's (num_submitted_seqs_) plus num_waiting_, which after every step is the unfinished
+// sequences of live_ (num_unfinished_seqs_, lowered before the gauges are published) minus
+// the running ones. Metrics: prompt tokens and queue time (arrival to add_request: the inbox
+// wait, not the scheduler's waiting queue) when a request is added; generation tokens, time
+// to first token and inter-token latency per step; finish counters and e2e latency when it
+// ends.
 // Threads: submit/abort/begin_drain/shutdown from any thread (inbox under mu_); run() and
 // everything it calls on the engine thread.
 #include "server/async_engine.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <utility>
 
@@ -43,6 +47,7 @@ struct AsyncEngine::Live {
   Clock::time_point last_token;
   int64_t num_prompt_tokens = 0;
   int64_t num_generated = 0;
+  int64_t num_unfinished_seqs = 0;                  // of its n sequences
   std::optional<engine::FinishReason> seq0_finish;  // sequence 0's, once it has ended
 };
 
@@ -88,9 +93,20 @@ AsyncEngine::AsyncEngine(engine::LlmEngine engine, AsyncEngineOptions options, M
 
 AsyncEngine::~AsyncEngine() { shutdown(Clock::now()); }
 
-Result<uint64_t> AsyncEngine::submit(EngineRequest request) {
-  S4KV_CHECK(request.channel != nullptr, "submit without a channel");
-  uint64_t ticket = 0;
+Result<std::vector<uint64_t>> AsyncEngine::submit_all(std::vector<EngineRequest> requests) {
+  int64_t num_seqs = 0;
+  for (const EngineRequest& r : requests) {
+    S4KV_CHECK(r.channel != nullptr, "submit without a channel");
+    num_seqs += std::max<int64_t>(r.params.n, 1);
+  }
+  const int64_t limit = options_.max_queued_requests;
+  if (num_seqs > limit) {
+    return invalid_argument("the request makes " + std::to_string(num_seqs) +
+                            " sequences (prompts x n) and at most " + std::to_string(limit) +
+                            " may wait (--max-queued-requests)");
+  }
+  std::vector<uint64_t> tickets;
+  tickets.reserve(requests.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
     const EngineState state = state_.load();
@@ -98,17 +114,29 @@ Result<uint64_t> AsyncEngine::submit(EngineRequest request) {
       return Status(StatusCode::kUnavailable, "the server is draining and takes no new requests");
     }
     if (state == EngineState::kStopped || stop_) return shutting_down();
-    const int64_t waiting = static_cast<int64_t>(submitted_.size()) + num_waiting_.load();
-    if (waiting >= options_.max_queued_requests) {
+    const int64_t waiting = num_submitted_seqs_ + num_waiting_.load();
+    if (waiting + num_seqs > limit) {
       return Status(StatusCode::kResourceExhausted,
-                    "too many requests waiting (" + std::to_string(waiting) + "); retry later");
+                    "too many sequences waiting (" + std::to_string(waiting) + " + " +
+                        std::to_string(num_seqs) + " of this request > " + std::to_string(limit) +
+                        ", --max-queued-requests); retry later");
     }
-    ticket = next_ticket_++;
-    submitted_.emplace_back(ticket, std::move(request));
-    num_unfinished_.fetch_add(1);
+    for (EngineRequest& r : requests) {
+      tickets.push_back(next_ticket_++);
+      submitted_.emplace_back(tickets.back(), std::move(r));
+    }
+    num_submitted_seqs_ += num_seqs;
+    num_unfinished_.fetch_add(static_cast<int64_t>(tickets.size()));
   }
   wake_.notify_one();
-  return ticket;
+  return tickets;
+}
+
+Result<uint64_t> AsyncEngine::submit(EngineRequest request) {
+  std::vector<EngineRequest> one;
+  one.push_back(std::move(request));
+  S4KV_ASSIGN_OR_RETURN(std::vector<uint64_t> tickets, submit_all(std::move(one)));
+  return tickets.front();
 }
 
 void AsyncEngine::abort(uint64_t ticket) {
@@ -160,6 +188,7 @@ void AsyncEngine::run() {
       std::vector<engine::RequestOutput> outputs = core.step();
       // Gauges first: a consumer woken by its event already reads the state after the step
       // (submit's queue limit among them).
+      count_finished_sequences(outputs);
       publish_state();
       dispatch(outputs);
       continue;
@@ -182,7 +211,8 @@ bool AsyncEngine::take_inbox() {
     submitted.swap(submitted_);
     aborted.swap(aborted_);
     stop = stop_;
-    if (!stop) num_waiting_.fetch_add(static_cast<int64_t>(submitted.size()));
+    if (!stop) num_waiting_.fetch_add(num_submitted_seqs_);
+    num_submitted_seqs_ = 0;
   }
   if (stop) {
     // Never added: they end here with the shutdown error, as the live ones will.
@@ -219,6 +249,8 @@ void AsyncEngine::add_one(uint64_t ticket, EngineRequest request) {
   live->engine_id = *id;
   live->arrival = request.arrival;
   live->num_prompt_tokens = num_prompt_tokens;
+  live->num_unfinished_seqs = std::max<int64_t>(request.params.n, 1);
+  num_unfinished_seqs_ += live->num_unfinished_seqs;
   metrics_.add_prompt_tokens(num_prompt_tokens);
   metrics_.observe_queue_time(seconds_between(request.arrival, now));
   ticket_of_[*id] = ticket;
@@ -238,6 +270,20 @@ void AsyncEngine::dispatch(std::vector<engine::RequestOutput>& outputs) {
     if (finished) {
       end_request(ticket, engine::finish_reason_name(
                               live.seq0_finish.value_or(engine::FinishReason::kStop)));
+    }
+  }
+}
+
+void AsyncEngine::count_finished_sequences(const std::vector<engine::RequestOutput>& outputs) {
+  for (const engine::RequestOutput& output : outputs) {
+    const auto it = ticket_of_.find(output.request_id);
+    if (it == ticket_of_.end()) continue;  // dispatch() checks it
+    Live& live = *live_.at(it->second);
+    for (const engine::CompletionOutput& co : output.outputs) {
+      if (co.finish_reason && live.num_unfinished_seqs > 0) {
+        --live.num_unfinished_seqs;
+        --num_unfinished_seqs_;
+      }
     }
   }
 }
@@ -268,7 +314,8 @@ void AsyncEngine::publish_state() {
     std::lock_guard<std::mutex> lock(mu_);
     inbox = static_cast<int64_t>(submitted_.size());
   }
-  num_waiting_.store(s.num_waiting());
+  // Not running: waiting or preempted in the scheduler, or held until their prompt is in.
+  num_waiting_.store(std::max<int64_t>(num_unfinished_seqs_ - s.num_running(), 0));
   const kv::BlockPool& pool = s.kv_cache_manager().pool();
   metrics_.set_scheduler_state(s.num_running(), s.num_waiting() + static_cast<int>(inbox),
                                s.kv_cache_usage(), s.num_preemptions_total(),
@@ -305,6 +352,7 @@ void AsyncEngine::end_request(uint64_t ticket, std::string_view finish_reason) {
     log_info("engine", "request " + live.id + rest + std::string(finish_reason));
   }
 
+  num_unfinished_seqs_ -= live.num_unfinished_seqs;
   ticket_of_.erase(live.engine_id);
   live_.erase(it);
   finish_ticket();

@@ -77,8 +77,10 @@ struct EngineRequest {
 enum class EngineState { kReady, kDraining, kStopped };
 
 struct AsyncEngineOptions {
-  // Requests waiting (submitted, not yet running) beyond which submit() refuses with
-  // kResourceExhausted (HTTP 503 with Retry-After).
+  // Sequences waiting (submitted, not yet running: a request of n sequences counts n) that
+  // the engine takes at most (--max-queued-requests). A submission that does not fit now is
+  // refused with kResourceExhausted (HTTP 503 with Retry-After); one that can never fit (more
+  // sequences than this) with kInvalidArgument (HTTP 400).
   int64_t max_queued_requests = 1024;
   // healthy() turns false when the engine loop has not beaten for this long.
   std::chrono::milliseconds heartbeat_timeout{30000};
@@ -101,8 +103,13 @@ class AsyncEngine {
   AsyncEngine(const AsyncEngine&) = delete;
   AsyncEngine& operator=(const AsyncEngine&) = delete;
 
-  // Any thread. Queues a request and returns its ticket. kUnavailable while draining or
-  // stopped; kResourceExhausted when max_queued_requests are already waiting.
+  // Any thread. Queues the requests together (one API request's prompts), all or none, and
+  // returns their tickets in order. Admission counts sequences (params.n per request): the
+  // requests are refused when the sequences already waiting plus theirs exceed
+  // max_queued_requests (kResourceExhausted), or when theirs alone do (kInvalidArgument).
+  // kUnavailable while draining or stopped.
+  Result<std::vector<uint64_t>> submit_all(std::vector<EngineRequest> requests);
+  // submit_all of one request.
   Result<uint64_t> submit(EngineRequest request);
   // Any thread. Ends the request in the engine and frees its KV blocks; no event follows.
   // Unknown or finished tickets are ignored.
@@ -128,6 +135,8 @@ class AsyncEngine {
   const std::string& model_dir() const { return engine_.model_dir; }
   int64_t max_model_len() const { return max_model_len_; }
   int64_t vocab_size() const { return vocab_size_; }
+  // Most sequences that may wait (AsyncEngineOptions::max_queued_requests).
+  int64_t max_queued_sequences() const { return options_.max_queued_requests; }
 
  private:
   struct Live;  // engine-thread bookkeeping of one request
@@ -137,6 +146,8 @@ class AsyncEngine {
   // requests then get `stopping` as their error).
   bool take_inbox();
   void add_one(uint64_t ticket, EngineRequest request);
+  // Sequences this step finished leave num_unfinished_seqs_ (before publish_state).
+  void count_finished_sequences(const std::vector<engine::RequestOutput>& outputs);
   void dispatch(std::vector<engine::RequestOutput>& outputs);
   void observe_tokens(Live& live, const engine::RequestOutput& output,
                       std::chrono::steady_clock::time_point now);
@@ -156,6 +167,7 @@ class AsyncEngine {
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::deque<std::pair<uint64_t, EngineRequest>> submitted_;
+  int64_t num_submitted_seqs_ = 0;  // sequences of submitted_
   std::vector<uint64_t> aborted_;
   bool stop_ = false;
   uint64_t next_ticket_ = 1;
@@ -164,8 +176,10 @@ class AsyncEngine {
   std::mutex shutdown_mu_;  // serializes shutdown() callers
 
   std::atomic<EngineState> state_{EngineState::kReady};
-  // Requests taken from the inbox and waiting in the scheduler: raised as the inbox is taken,
-  // set to the scheduler's count after every step. submit() adds the inbox's size.
+  // Sequences taken from the inbox and not running (waiting or preempted in the scheduler,
+  // or held by the engine until their prompt is computed): raised as the inbox is taken, set
+  // after every step to num_unfinished_seqs_ minus the scheduler's running count. submit_all()
+  // adds the inbox's sequences.
   std::atomic<int64_t> num_waiting_{0};
   std::atomic<int64_t> num_unfinished_{0};
   std::atomic<int64_t> last_beat_ns_{0};  // steady_clock, nanoseconds
@@ -174,6 +188,7 @@ class AsyncEngine {
   std::unordered_map<uint64_t, std::unique_ptr<Live>> live_;   // by ticket
   std::unordered_map<engine::RequestId, uint64_t> ticket_of_;  // engine id -> ticket
   std::optional<StatsLogger> stats_;                           // null: no throughput lines
+  int64_t num_unfinished_seqs_ = 0;  // sequences of live_ that have not finished
 
   std::thread thread_;
 };

@@ -75,7 +75,7 @@ std::optional<OrderedJson> tool_arguments(const OrderedJson& function, const std
   }
   const std::string& s = it->get_ref<const std::string&>();
   if (s.find_first_not_of(kWhitespace) == std::string::npos) return OrderedJson::object();
-  auto parsed = parse_ordered_json(s, "arguments");
+  auto parsed = parse_ordered_json(s, "arguments", kRequestJsonLimits);
   if (!parsed.is_ok()) {
     error = message_error(where, "is not valid JSON: " + parsed.status().message());
     return std::nullopt;
@@ -192,6 +192,12 @@ std::optional<OrderedJson> normalize_chat_messages(const OrderedJson& messages, 
   }
   if (messages.empty()) {
     error = bad_request("messages: at least one message is required.", "messages");
+    return std::nullopt;
+  }
+  if (messages.size() > kMaxMessages) {
+    error = bad_request("messages: at most " + std::to_string(kMaxMessages) +
+                            " messages per request, got " + std::to_string(messages.size()) + ".",
+                        "messages");
     return std::nullopt;
   }
   OrderedJson out = OrderedJson::array();

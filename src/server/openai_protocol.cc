@@ -34,6 +34,13 @@ ApiError int_error(std::string_view field, const OrderedJson& got) {
                      std::string(field));
 }
 
+// A list or object over its limit: "stop: at most 4 stop strings per request, got 5."
+ApiError too_many(std::string_view field, size_t limit, std::string_view what, size_t got) {
+  return bad_request(std::string(field) + ": at most " + std::to_string(limit) + " " +
+                         std::string(what) + " per request, got " + std::to_string(got) + ".",
+                     std::string(field));
+}
+
 ApiError unsupported_field(std::string_view field, std::string_view detail) {
   return bad_request(std::string(field) + ": " + std::string(detail), std::string(field));
 }
@@ -121,6 +128,9 @@ bool read_stop(FieldReader& r, SamplingParams& p) {
     return true;
   }
   if (!v->is_array()) return r.fail(type_error("stop", "string or array of strings", *v));
+  if (v->size() > kMaxStopStrings) {
+    return r.fail(too_many("stop", kMaxStopStrings, "stop strings", v->size()));
+  }
   for (const OrderedJson& s : *v) {
     if (!s.is_string()) return r.fail(type_error("stop", "array of strings", s));
     p.stop.push_back(s.get<std::string>());
@@ -132,6 +142,9 @@ bool read_stop_token_ids(FieldReader& r, SamplingParams& p) {
   const OrderedJson* v = r.find("stop_token_ids");
   if (v == nullptr) return true;
   if (!v->is_array()) return r.fail(type_error("stop_token_ids", "array of integers", *v));
+  if (v->size() > kMaxStopTokenIds) {
+    return r.fail(too_many("stop_token_ids", kMaxStopTokenIds, "stop token ids", v->size()));
+  }
   for (const OrderedJson& id : *v) {
     int64_t i = 0;
     if (!as_int64(id, i)) return r.fail(type_error("stop_token_ids", "array of integers", id));
@@ -144,6 +157,9 @@ bool read_logit_bias(FieldReader& r, SamplingParams& p) {
   const OrderedJson* v = r.find("logit_bias");
   if (v == nullptr) return true;
   if (!v->is_object()) return r.fail(type_error("logit_bias", "object", *v));
+  if (v->size() > kMaxLogitBias) {
+    return r.fail(too_many("logit_bias", kMaxLogitBias, "entries", v->size()));
+  }
   for (const auto& [key, bias] : v->items()) {
     int64_t id = 0;
     const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
@@ -278,6 +294,7 @@ bool validate_params(FieldReader& r, const ModelContext& model, const SamplingPa
 bool read_tools(FieldReader& r, ChatRequest& req) {
   if (const OrderedJson* v = r.find("tools")) {
     if (!v->is_array()) return r.fail(type_error("tools", "array", *v));
+    if (v->size() > kMaxTools) return r.fail(too_many("tools", kMaxTools, "tools", v->size()));
     for (const OrderedJson& tool : *v) {
       const bool ok = tool.is_object() && (!tool.contains("type") || tool["type"] == "function") &&
                       tool.contains("function") && tool["function"].is_object() &&
@@ -388,9 +405,7 @@ bool read_prompts(FieldReader& r, const ModelContext& model, std::vector<Complet
     return read_token_ids(r, *v, model, out.back().token_ids);
   }
   if (v->size() > kMaxPrompts) {
-    return r.fail(bad_request("prompt: at most " + std::to_string(kMaxPrompts) +
-                                  " prompts per request, got " + std::to_string(v->size()) + ".",
-                              "prompt"));
+    return r.fail(too_many("prompt", kMaxPrompts, "prompts", v->size()));
   }
   for (const OrderedJson& item : *v) {
     if (first.is_string() && item.is_string()) {
@@ -453,12 +468,18 @@ std::optional<ChatRequest> parse_chat_request(const OrderedJson& body, const Mod
   if (!normalized) return std::nullopt;
   req.messages = std::move(*normalized);
   std::optional<int64_t> max_completion_tokens;
-  const bool ok =
-      read_sampling(r, model, req.params) && r.read_int("max_tokens", req.params.max_tokens) &&
-      r.read_int("max_completion_tokens", max_completion_tokens) && read_chat_logprobs(r, req) &&
-      read_stream(r, req.stream, req.stream_options) && read_tools(r, req) &&
-      read_chat_template_options(r, req) && refuse_unimplemented(r, req.params);
+  bool echo = false;  // vLLM's: prepend the final message's text; not implemented
+  const bool ok = r.read_bool("echo", echo) && read_sampling(r, model, req.params) &&
+                  r.read_int("max_tokens", req.params.max_tokens) &&
+                  r.read_int("max_completion_tokens", max_completion_tokens) &&
+                  read_chat_logprobs(r, req) && read_stream(r, req.stream, req.stream_options) &&
+                  read_tools(r, req) && read_chat_template_options(r, req) &&
+                  refuse_unimplemented(r, req.params);
   if (!ok) return std::nullopt;
+  if (echo) {
+    error = unsupported_field("echo", "is only supported as false on chat completions.");
+    return std::nullopt;
+  }
   if (max_completion_tokens) req.params.max_tokens = max_completion_tokens;
   if (!validate_params(r, model, req.params)) return std::nullopt;
   return req;

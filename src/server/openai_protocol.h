@@ -24,7 +24,31 @@
 
 namespace s4kv::server {
 
-// Most prompts one completions request may carry (each becomes an engine request).
+// Request limits (docs/server.md, "Limits"), each refused with a 400 naming the field.
+// JSON bodies, while parsing (JsonLimits): nesting, keys of one object, elements of one array.
+inline constexpr int kMaxBodyDepth = 64;
+inline constexpr size_t kMaxObjectKeys = 1024;
+inline constexpr size_t kMaxArrayElements = size_t{1} << 20;
+// Fields, before any rendering or tokenizing. Messages, stop strings and tools as OpenAI
+// limits them; n up to engine::kMaxN (128, OpenAI's).
+inline constexpr size_t kMaxMessages = 2048;
+inline constexpr size_t kMaxStopStrings = 4;
+inline constexpr size_t kMaxStopTokenIds = 1024;
+inline constexpr size_t kMaxLogitBias = 1024;
+inline constexpr size_t kMaxTools = 128;
+// The array limits of fields hold while parsing too, so that a body of 200k messages stops
+// being parsed at the 2049th.
+inline constexpr JsonFieldLimit kRequestFieldLimits[] = {{"messages", kMaxMessages},
+                                                         {"stop", kMaxStopStrings},
+                                                         {"stop_token_ids", kMaxStopTokenIds},
+                                                         {"tools", kMaxTools}};
+inline constexpr JsonLimits kRequestJsonLimits{.max_depth = kMaxBodyDepth,
+                                               .allow_duplicate_keys = false,
+                                               .max_object_keys = kMaxObjectKeys,
+                                               .max_array_elements = kMaxArrayElements,
+                                               .field_limits = kRequestFieldLimits};
+// Most prompts one completions request may carry (each becomes an engine request); prompts
+// x n must also fit --max-queued-requests (OpenAiServing).
 inline constexpr size_t kMaxPrompts = 1024;
 // OpenAI's (and vLLM's) default max_tokens for /v1/completions; chat's default is the rest
 // of the context.

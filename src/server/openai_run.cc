@@ -71,6 +71,8 @@ class OpenAiRun : public std::enable_shared_from_this<OpenAiRun> {
 void OpenAiRun::start(std::vector<PromptRun> prompts) {
   choices_.resize(prompts.size() * static_cast<size_t>(options_.n));
   finished_.assign(prompts.size(), false);
+  std::vector<EngineRequest> requests;
+  requests.reserve(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     PromptRun& p = prompts[i];
     usage_.prompt_tokens += static_cast<int64_t>(p.prompt.token_ids.size());
@@ -82,16 +84,20 @@ void OpenAiRun::start(std::vector<PromptRun> prompts) {
     request.prompt_token_ids = std::move(p.prompt.token_ids);
     request.params = std::move(p.params);
     request.channel = channel;
-    Result<uint64_t> ticket = engine_.submit(std::move(request));
-    if (!ticket.is_ok()) {
-      for (const uint64_t t : tickets_) engine_.abort(t);
-      end();
-      respond_error(*exchange_, from_status(ticket.status()));
-      return;
-    }
+    requests.push_back(std::move(request));
     channels_.push_back(std::move(channel));
-    tickets_.push_back(*ticket);
   }
+  Result<std::vector<uint64_t>> tickets = engine_.submit(std::move(requests));
+  if (!tickets.is_ok()) {
+    end();
+    // Invalid: more sequences than may ever wait (OpenAiServing checks it before tokenizing).
+    const bool invalid = tickets.status().code() == StatusCode::kInvalidArgument;
+    respond_error(
+        *exchange_,
+        from_status(tickets.status(), invalid ? std::optional<std::string>("n") : std::nullopt));
+    return;
+  }
+  tickets_ = std::move(tickets).value();
   exchange_->on_disconnect([weak = weak_from_this()] {
     if (auto self = weak.lock()) self->on_disconnect();
   });
@@ -281,8 +287,9 @@ void OpenAiRun::end() {
 }  // namespace
 
 EngineLink engine_link(AsyncEngine& engine) {
-  return EngineLink{[&engine](EngineRequest r) { return engine.submit(std::move(r)); },
-                    [&engine](uint64_t ticket) { engine.abort(ticket); }};
+  return EngineLink{
+      [&engine](std::vector<EngineRequest> r) { return engine.submit_all(std::move(r)); },
+      [&engine](uint64_t ticket) { engine.abort(ticket); }};
 }
 
 void start_openai_run(EngineLink engine, const tokenizer::Tokenizer& tokenizer,

@@ -9,7 +9,7 @@
 // blocks it. Lifetime: each channel's notify holds the run (so it lives while the engine
 // holds a request); the run lets go of its channels when it ends, which breaks that cycle.
 //
-// Errors: a refused submission -> an error response (earlier submissions aborted); an engine
+// Errors: a refused submission -> an error response (nothing was queued); an engine
 // error event before the stream has begun -> an error response; after -> an SSE error event
 // and "data: [DONE]". A client disconnect aborts every unfinished engine request.
 #pragma once
@@ -30,9 +30,10 @@
 
 namespace s4kv::server {
 
-// The engine as a run sees it: AsyncEngine's submit and abort (tests script them).
+// The engine as a run sees it: AsyncEngine's submit_all and abort (tests script them).
 struct EngineLink {
-  std::function<Result<uint64_t>(EngineRequest)> submit;
+  // All of a run's engine requests at once, all or none (admission counts their sequences).
+  std::function<Result<std::vector<uint64_t>>(std::vector<EngineRequest>)> submit;
   std::function<void(uint64_t)> abort;
 };
 EngineLink engine_link(AsyncEngine& engine);

@@ -2,8 +2,10 @@
 // the fields (openai_protocol.h) -> render the chat template (chat) -> tokenize -> check
 // lengths -> submit to the AsyncEngine (one engine request per prompt; n sequences each) ->
 // answer through the HttpExchange, as one JSON body or as SSE chunks ending in
-// "data: [DONE]". A client that disconnects aborts its engine requests. Runs on the
-// exchange's strand; never touches engine state.
+// "data: [DONE]". A client that disconnects aborts its engine requests. The two routes run
+// on any thread (ApiServer calls them on its worker pool: parsing, rendering and tokenizing
+// are the CPU-heavy part of a request); the run is started on the exchange's strand (posted),
+// where its events are handled. Never touches engine state.
 #pragma once
 
 #include <memory>

@@ -1,13 +1,18 @@
 // ApiServer before the engine is set (the loading state): authentication, routing (404, 405
-// with Allow), /health 503, /version, and that model routes answer 503 while loading. The
-// routes that need an engine are covered end to end (test_*.py, a real `s4kv serve`).
+// with Allow), /health 503, /version, and that model routes answer 503 while loading. With
+// the tiny model's engine: bodies are answered from the worker pool (limits refused naming the
+// field, a BOM refused), and a full pool answers 503 with Retry-After at once. The routes'
+// answers are covered end to end (test_*.py, a real `s4kv serve`).
 #include "server/api_server.h"
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "common/json.h"
 
@@ -157,6 +162,108 @@ TEST(ApiServerTest, HeadIsAnsweredAsGetWhereGetIs) {
   EXPECT_EQ(header(get_only, "Allow"), "GET, HEAD");
   EXPECT_EQ(header(call(api, "PUT", "/health"), "Allow"), "GET, HEAD");
   EXPECT_EQ(header(call(api, "PUT", "/ping", "Bearer secret"), "Allow"), "GET, HEAD, POST");
+}
+
+// Records the one response, from whichever thread gives it; posted functions run inline.
+class ThreadedExchange : public HttpExchange {
+ public:
+  void respond(HttpResponse r) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    response_ = std::move(r);
+    responder_ = std::this_thread::get_id();
+    cv_.notify_all();
+  }
+  void begin_stream(int, std::string, Headers) override { ADD_FAILURE() << "unexpected stream"; }
+  void write(std::string) override {}
+  void end_stream() override {}
+  void post(std::function<void()> fn) override { fn(); }
+  void on_disconnect(std::function<void()>) override {}
+  bool disconnected() const override { return false; }
+
+  // The response once given (a default one after 60 s), and whether it came off this thread.
+  std::pair<HttpResponse, bool> wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(60), [this] { return response_.has_value(); });
+    EXPECT_TRUE(response_.has_value());
+    return {response_.value_or(HttpResponse{}), responder_ != std::this_thread::get_id()};
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<HttpResponse> response_;
+  std::thread::id responder_;
+};
+
+class ServingApiServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    engine::EngineArgs a;
+    a.model = "models/s4kv-tiny";
+    a.config.kv_cache_memory_bytes = int64_t{64} << 20;
+    a.config.max_model_len = 256;
+    auto e = engine::load_llm_engine(a);
+    ASSERT_TRUE(e.is_ok()) << e.status().message();
+    metrics_ = std::make_unique<Metrics>("tiny", kv_capacity_info(*e), 256);
+    engine_ = std::make_unique<AsyncEngine>(std::move(e).value(), AsyncEngineOptions{}, *metrics_);
+  }
+  void TearDown() override {
+    if (engine_) engine_->shutdown(std::chrono::steady_clock::now());
+  }
+  std::pair<HttpResponse, bool> post(ApiServer& api, const std::string& path, std::string body) {
+    HttpRequest r;
+    r.method = "POST";
+    r.target = path;
+    r.path = path;
+    r.body = std::move(body);
+    auto ex = std::make_shared<ThreadedExchange>();
+    api.handle(r, ex);
+    return ex->wait();
+  }
+
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<AsyncEngine> engine_;
+};
+
+TEST_F(ServingApiServerTest, BodiesAreHandledOnTheWorkerPoolWithTheirLimits) {
+  ApiServer api({{"tiny"}, "", "0.1.0"});
+  api.set_engine(*engine_, *metrics_, nullptr);
+  const auto [ok, ok_off_thread] = post(api, "/tokenize", R"({"prompt": "Hello"})");
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_TRUE(ok_off_thread);  // answered by a worker, not the calling (I/O) thread
+  std::string keys = R"({"prompt": "x", "ignored": {)";
+  for (int i = 0; i < 100000; ++i) keys += (i ? ",\"" : "\"") + std::to_string(i) + "\":1";
+  const auto [many, many_off_thread] = post(api, "/v1/completions", keys + "}}");
+  EXPECT_EQ(many.status, 400);
+  EXPECT_EQ(error_of(many)["param"], "ignored");
+  EXPECT_NE(error_of(many)["message"].get<std::string>().find("more than 1024 keys"),
+            std::string::npos);
+  EXPECT_TRUE(many_off_thread);
+  const auto [bom, bom_off_thread] =
+      post(api, "/v1/completions", "\xEF\xBB\xBF{\"prompt\": \"x\"}");
+  EXPECT_EQ(bom.status, 400);
+  EXPECT_NE(error_of(bom)["message"].get<std::string>().find("byte order mark"), std::string::npos);
+  const auto [echo, echo_off_thread] =
+      post(api, "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "Hi"}],
+                                           "echo": "yes"})");
+  EXPECT_EQ(echo.status, 400);
+  EXPECT_EQ(error_of(echo)["param"], "echo");
+}
+
+TEST_F(ServingApiServerTest, FullPoolAnswers503WithRetryAfterAtOnce) {
+  ApiServerOptions options{{"tiny"}, "", "0.1.0"};
+  options.num_request_workers = 1;
+  options.max_queued_work = 0;  // no room: every body request finds the queue full
+  ApiServer api(options);
+  api.set_engine(*engine_, *metrics_, nullptr);
+  const auto [r, off_thread] = post(api, "/v1/completions", R"({"prompt": "Hello"})");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_FALSE(off_thread);  // refused by the calling thread itself, not queued
+  EXPECT_EQ(header(r, "Retry-After"), "1");
+  EXPECT_EQ(error_of(r)["type"], "ServiceUnavailableError");
+  // Routes without a body do not need the pool.
+  EXPECT_EQ(call(api, "GET", "/health").status, 200);
+  EXPECT_EQ(call(api, "GET", "/v1/models").status, 200);
 }
 
 }  // namespace

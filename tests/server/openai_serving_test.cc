@@ -140,15 +140,17 @@ class FakeExchange : public HttpExchange {
 struct ScriptedEngine {
   std::vector<EngineRequest> requests;
   std::vector<uint64_t> aborted;
-  std::optional<size_t> refuse_at;  // submit number refused with kResourceExhausted
+  bool refuse = false;  // submissions refused with kResourceExhausted
 
   EngineLink link() {
-    return EngineLink{[this](EngineRequest r) -> Result<uint64_t> {
-                        if (refuse_at && *refuse_at == requests.size()) {
-                          return Status(StatusCode::kResourceExhausted, "queue full");
+    return EngineLink{[this](std::vector<EngineRequest> group) -> Result<std::vector<uint64_t>> {
+                        if (refuse) return Status(StatusCode::kResourceExhausted, "queue full");
+                        std::vector<uint64_t> tickets;
+                        for (EngineRequest& r : group) {
+                          requests.push_back(std::move(r));
+                          tickets.push_back(static_cast<uint64_t>(100 + requests.size() - 1));
                         }
-                        requests.push_back(std::move(r));
-                        return static_cast<uint64_t>(100 + requests.size() - 1);
+                        return tickets;
                       },
                       [this](uint64_t ticket) { aborted.push_back(ticket); }};
   }
@@ -429,17 +431,18 @@ TEST(RunTest, EngineErrorMidStreamIsAnSseErrorThenDone) {
   EXPECT_FALSE(ex->response.has_value());
 }
 
-TEST(RunTest, RefusedSubmissionAbortsEarlierOnesAndAnswers503) {
+TEST(RunTest, RefusedSubmissionQueuesNothingAndAnswers503) {
   auto ex = std::make_shared<FakeExchange>();
   ScriptedEngine engine;
-  engine.refuse_at = 1;
+  engine.refuse = true;
   RunOptions o;
   o.chat = false;
   start_openai_run(engine.link(), tiny_tokenizer(), ex, meta(), o, prompts(3));
   ASSERT_TRUE(ex->response.has_value());
   EXPECT_EQ(ex->response->status, 503);
   EXPECT_EQ(ex->response->headers, (Headers{{"Retry-After", "1"}}));
-  EXPECT_EQ(engine.aborted, std::vector<uint64_t>{100});
+  EXPECT_TRUE(engine.requests.empty());  // the prompts are admitted all or none
+  EXPECT_TRUE(engine.aborted.empty());
 }
 
 TEST(RunTest, DisconnectAbortsUnfinishedRequests) {
@@ -586,6 +589,7 @@ TEST_F(ServingTest, DisconnectAbortsTheEngineRequest) {
   serving_->completions(J(R"({"prompt": "Once", "max_tokens": 400, "ignore_eos": true,
                               "stream": true})"),
                         ex);
+  ex->run_pending();  // the run starts on the exchange's strand
   ASSERT_TRUE(probe_->latch.wait_held(kDeadline));
   probe_->latch.release();
   probe_->latch.arm();  // and the first decode step: the request cannot finish meanwhile
