@@ -125,7 +125,7 @@ def make_request(rng, model):
         body["prompt"] = [words, " ".join(reversed(words.split()))]
     if rng.random() < 0.3:
         body["logprobs"] = rng.randint(0, 5)
-    if rng.random() < 0.1:
+    elif rng.random() < 0.1:  # echo with logprobs needs prompt logprobs: not supported
         body["echo"] = True
     return "/v1/completions", body, stream
 
