@@ -4,7 +4,7 @@
 # clients that send headers byte by byte, or nothing at all (1000 idle connections), are cut by
 # the header timeout while others are served; storms of requests cut mid-body and mid-stream
 # leave nothing running and the KV cache empty; broken model directories stop the start with
-# exit code 2 and one line naming the problem. Bounded: about 40 s, most of it the 10 s header
+# exit code 2 and one line naming the problem. Bounded: 20-30 s, most of it the 10 s header
 # timeout, waited once.
 import concurrent.futures
 import json
