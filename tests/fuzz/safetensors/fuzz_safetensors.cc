@@ -1,11 +1,6 @@
 // libFuzzer target for the safetensors header parser: any bytes must yield either a Status
-// or tensors whose views lie inside the input with exactly numel * dtype_size bytes. Not in
-// the default build: `bash scripts/fuzz.sh [SECONDS]` builds and runs it; by hand:
-//   clang++-14 -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -Isrc \
-//     tests/model/fuzz_safetensors.cc src/model/{safetensors,weights,weight_map}.cc \
-//     src/common/{check,dtype,file,json}.cc -pthread -o fuzz_safetensors
-//   ./fuzz_safetensors -dict=tests/model/data/safetensors.dict -max_total_time=60 corpus/
-// Seed the corpus with tests/model/data/reference.safetensors.
+// or tensors whose views lie inside the input with exactly numel * dtype_size bytes. Built and
+// run by `bash scripts/fuzz.sh` (tests/fuzz/CMakeLists.txt); dictionary safetensors.dict.
 #include <cstddef>
 #include <cstdint>
 #include <span>
