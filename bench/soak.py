@@ -31,6 +31,8 @@ import tempfile
 import threading
 import time
 
+from serve_bench import metric  # the sum of a /metrics family's samples
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_SERVE = ("build/src/cli/s4kv serve models/s4kv-tiny --max-model-len 1024 "
                  "--kv-cache-memory 256MiB --disable-log-requests")
@@ -54,15 +56,6 @@ def rss_kib(pid, field="VmRSS"):
     except OSError:
         pass
     return None
-
-
-def metric(text, name):
-    total, found = 0.0, False
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            total += float(line.rsplit(None, 1)[-1])
-            found = True
-    return total if found else None
 
 
 class Stats:

@@ -118,4 +118,12 @@ bool is_valid_utf8(std::string_view text) {
   return true;
 }
 
+int refuse(const server::ApiError& e) {
+  S4KV_CHECK(e.status >= 400 && e.status <= 599, "error status ", e.status);
+  S4KV_CHECK(!e.message.empty(), "error without a message");
+  auto body = parse_json(server::error_body(e), "error body");
+  S4KV_CHECK(body.is_ok(), "error body is not JSON: ", body.status().message());
+  return 0;
+}
+
 }  // namespace s4kv::fuzz

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "server/api_error.h"
 #include "server/openai_protocol.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -29,6 +30,10 @@ const server::ModelContext& bundled_model_context();
 inline std::string_view as_text(const uint8_t* data, size_t size) {
   return {reinterpret_cast<const char*>(data), size};
 }
+
+// A refusal's checks: a 4xx/5xx status, a message, an error body that is JSON. Returns 0 (what
+// LLVMFuzzerTestOneInput returns).
+int refuse(const server::ApiError& e);
 
 // True when text is well-formed UTF-8 (no surrogates, no overlong forms, at most U+10FFFF).
 bool is_valid_utf8(std::string_view text);

@@ -16,14 +16,6 @@ namespace {
 
 using s4kv::server::ApiError;
 
-int refuse(const ApiError& e) {
-  S4KV_CHECK(e.status >= 400 && e.status <= 599, "error status ", e.status);
-  S4KV_CHECK(!e.message.empty(), "error without a message");
-  auto body = s4kv::parse_json(s4kv::server::error_body(e), "error body");
-  S4KV_CHECK(body.is_ok(), "error body is not JSON: ", body.status().message());
-  return 0;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -31,15 +23,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto& model = s4kv::fuzz::bundled_model_context();
   auto body = s4kv::parse_ordered_json(s4kv::fuzz::as_text(data, size), "request body",
                                        s4kv::JsonLimits{.max_depth = 64});
-  if (!body.is_ok()) return refuse(server::bad_request(body.status().message()));
+  if (!body.is_ok()) return s4kv::fuzz::refuse(server::bad_request(body.status().message()));
   if (!body->is_object()) return 0;
   ApiError error;
   auto request = server::parse_completion_request(*body, model, error);
-  if (!request) return refuse(error);
+  if (!request) return s4kv::fuzz::refuse(error);
   S4KV_CHECK(!request->prompts.empty() && request->prompts.size() <= server::kMaxPrompts,
              request->prompts.size(), " prompts");
   auto prompts = server::completion_prompts(*request, s4kv::fuzz::bundled_tokenizer(), error);
-  if (!prompts) return refuse(error);
+  if (!prompts) return s4kv::fuzz::refuse(error);
   S4KV_CHECK(prompts->size() == request->prompts.size());
   for (const auto& p : *prompts) {
     S4KV_CHECK(!p.token_ids.empty(), "empty prompt accepted");
@@ -47,11 +39,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto max_tokens = server::resolve_request_max_tokens(
         request->params, server::kDefaultCompletionMaxTokens,
         static_cast<int64_t>(p.token_ids.size()), model, "prompt", error);
-    if (!max_tokens) return refuse(error);
+    if (!max_tokens) return s4kv::fuzz::refuse(error);
     auto params = request->params;
     params.max_tokens = *max_tokens;
     const s4kv::Status s = params.validate(model.vocab_size, model.max_model_len);
-    if (!s.is_ok()) return refuse(server::bad_request(s.message()));
+    if (!s.is_ok()) return s4kv::fuzz::refuse(server::bad_request(s.message()));
   }
   return 0;
 }
