@@ -162,13 +162,13 @@ TEST(FidelityEval, TailsWindowMaximaAndBootstrapIntervals) {
 
 TEST(FidelityEval, FirstTokenStartsEveryWindow) {
   FidelityOptions o = small();
-  o.first_token = 7;
-  std::vector<int32_t> tokens(100, 2), firsts;
+  o.first_token = 1;
+  std::vector<int32_t> tokens(100, 0), firsts;
   auto r = evaluate_fidelity(tokens, o, fake(0, false, &firsts), fake(0));
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_EQ(r->num_positions, 3 * 4);
   // Per window: the teacher-forced sequence and the greedy one.
-  EXPECT_EQ(firsts, std::vector<int32_t>(6, 7));
+  EXPECT_EQ(firsts, std::vector<int32_t>(6, 1));
 }
 
 }  // namespace
