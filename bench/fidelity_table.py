@@ -17,12 +17,16 @@ TEXT_ORDER = ["heldout", "fortunes"]
 
 
 def format_key(name):
-    """fp8 first, then the KIVI post-RoPE comparison, then int4 candidates in grid order."""
+    """fp8 first, then the KIVI post-RoPE comparison, then int4 candidates in grid order
+    (B 64 before 32, Gv 128 before 64, plain before sink before Hadamard)."""
     if name == "fp8_e4m3":
-        return (0, name)
+        return (0,)
     if name == "int4_post_rope":
-        return (1, name)
-    return (2, name)
+        return (1,)
+    parts = name.split("_")  # int4_b64_gv128[_sink1][_had]
+    b = int(parts[1][1:]) if len(parts) > 1 and parts[1][1:].isdigit() else 0
+    gv = int(parts[2][2:]) if len(parts) > 2 and parts[2][2:].isdigit() else 0
+    return (2, -b, -gv, "sink1" in parts, "had" in parts, name)
 
 
 def ci(r, key, fmt):

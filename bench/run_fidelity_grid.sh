@@ -72,7 +72,7 @@ for t in $texts; do
 --num-windows $windows --greedy-len $greedy ${FLAGS[$f]} $extra"
       echo "== $m $t $f" >&2
       # shellcheck disable=SC2086
-      $cmd --json "$json.tmp"
+      $cmd --json "$json.tmp" >&2
       python3 bench/stamp.py "$json.tmp" --command "$cmd (text: xz -dc bench/data/$t.txt.xz)"
       mv "$json.tmp" "$json"
     done
