@@ -34,7 +34,10 @@ eval compares formats on the changed model. The script runs a numpy float32 forw
 (Qwen2: RMSNorm, RoPE rotate-half, GQA, SiLU MLP, tied lm_head) over the first --check-tokens
 tokens of bench/data/heldout.txt.xz to measure the sink directions and to verify the effect:
 it prints and writes <out>/<name>/stress.json with the key/value norm ratios, the bias spread of
-post-RoPE keys per block, the attention mass on the sink and the perplexity before and after.
+post-RoPE keys per block, the attention mass on the sink and the perplexity before and after,
+and exits 1 when a model does not show its stress (sink keys/values > 0.8x the ratio, sink
+attention within 20 % of its target, biased layers' keys at the bias's scale, perplexity
+< 25x the base model's).
 
 Deterministic (fixed seeds, float32 numpy, bf16 round-to-nearest-even written by hand): the
 same inputs give byte-identical model.safetensors. Output goes to build/ (git-ignored); nothing
@@ -361,6 +364,21 @@ def main():
         report = verify(name, base, Model(written, cfg), cfg, tokens, params)
         (out / "stress.json").write_text(json.dumps(report, indent=1) + "\n")
         print(json.dumps(report))
+        check(report, a)
+
+
+def check(report, a):
+    """Fails (exit 1) when the written model does not show the stress it is documented to."""
+    layers = report["layers"]
+    if report["name"] == "sink":
+        for row in layers:
+            for key in ("k0_over_median_k", "v0_over_median_v"):
+                assert min(row[key]) > 0.8 * a.sink_ratio, (row["layer"], key, row[key])
+            assert abs(row["attn_on_pos0"] - a.sink_attention) < 0.2 * a.sink_attention, row
+    else:
+        for row in (layers[0], layers[-1]):  # the biased layers: keys of norm ~bias_norm
+            assert row["max_abs_k_rest"] > 0.2 * a.bias_norm, row
+    assert report["ppl_stressed"] < 25 * report["ppl_base"], report["ppl_stressed"]
 
 
 if __name__ == "__main__":
