@@ -54,6 +54,23 @@ Result<Loaded> load(const EvalOptions& o) {
   return l;
 }
 
+constexpr int64_t kDensityContext = 8192;
+
+kv::Int4KiviVariant variant_of(const EvalOptions& o) {
+  return {o.int4_sink_blocks, o.int4_value_hadamard};
+}
+
+// The tested format in words, e.g. "int4_kivi B64 Gv128 sink1 hadamard".
+std::string format_name(kv::KvCacheDtype dtype, const EvalOptions& o) {
+  std::string s(kv::kv_cache_dtype_name(dtype));
+  if (dtype != kv::KvCacheDtype::kInt4Kivi) return s;
+  s += " B" + std::to_string(o.block_size) + " Gv" + std::to_string(o.kivi_group_size);
+  if (o.int4_keys_post_rope) s += " post-rope";
+  if (o.int4_sink_blocks > 0) s += " sink" + std::to_string(o.int4_sink_blocks);
+  if (o.int4_value_hadamard) s += " hadamard";
+  return s;
+}
+
 engine::BackendFactory factory(const Loaded& l, kv::KvCacheDtype dtype, const EvalOptions& o) {
   return [&l, dtype, &o](int64_t num_tokens) {
     backend::KvCacheConfig kv;
@@ -63,7 +80,9 @@ engine::BackendFactory factory(const Loaded& l, kv::KvCacheDtype dtype, const Ev
     kv.value_group_size = o.kivi_group_size;
     kv.int4_keys_post_rope = o.int4_keys_post_rope;
     kv.num_residual_slots = dtype == kv::KvCacheDtype::kInt4Kivi ? 1 : 0;
-    return backend::cpu::make_cpu_backend(l.config, l.weights, kv);
+    backend::cpu::CpuBackendOptions options;
+    if (dtype == kv::KvCacheDtype::kInt4Kivi) options.int4_variant = variant_of(o);
+    return backend::cpu::make_cpu_backend(l.config, l.weights, kv, options);
   };
 }
 
@@ -73,12 +92,25 @@ Status run(const EvalOptions& o) {
   S4KV_ASSIGN_OR_RETURN(const kv::KvCacheDtype test,
                         parse_dtype(o.kv_cache_dtype, "--kv-cache-dtype"));
   S4KV_ASSIGN_OR_RETURN(const kv::KvCacheDtype ref, parse_dtype(o.reference, "--reference"));
+  if (!variant_of(o).is_default() && test != kv::KvCacheDtype::kInt4Kivi) {
+    return invalid_argument(
+        "eval: --int4-sink-blocks and --int4-value-hadamard need --kv-cache-dtype int4_kivi");
+  }
+  // The head dim is checked again when the backend is made.
+  if (Status s = kv::validate_int4_variant(variant_of(o), 128); !s.is_ok()) return s;
+  if (o.bootstrap_resamples < 0) return invalid_argument("eval: --bootstrap-resamples < 0");
   engine::FidelityOptions fo;
+  fo.first_token = o.first_token;
+  fo.bootstrap_resamples = o.bootstrap_resamples;
   fo.prefix_len = o.prefix_len;
   fo.continuation_len = o.continuation_len;
   fo.num_windows = o.num_windows;
   fo.greedy_len = o.greedy_len;
   S4KV_ASSIGN_OR_RETURN(const Loaded l, load(o));
+  if (o.first_token >= l.config.vocab_size) {
+    return invalid_argument("eval: --first-token " + std::to_string(o.first_token) +
+                            " outside the vocabulary");
+  }
   if (o.prefix_len + std::max(o.continuation_len, o.greedy_len) >
       l.config.max_position_embeddings) {
     return invalid_argument(
@@ -89,15 +121,35 @@ Status run(const EvalOptions& o) {
   S4KV_ASSIGN_OR_RETURN(
       const engine::FidelityResult r,
       engine::evaluate_fidelity(l.tokens, fo, factory(l, ref, o), factory(l, test, o)));
+  const auto bytes_at = [&](kv::KvCacheDtype d, int64_t context) {
+    return kv::kv_bytes_at_context(
+        d, context, l.config.num_hidden_layers, l.config.num_key_value_heads, l.config.head_dim,
+        o.block_size, o.kivi_group_size,
+        d == kv::KvCacheDtype::kInt4Kivi ? variant_of(o) : kv::Int4KiviVariant{});
+  };
+  const double bytes_per_token =
+      kv::kv_bytes_per_token(test, l.config.num_hidden_layers, l.config.num_key_value_heads,
+                             l.config.head_dim, o.block_size, o.kivi_group_size);
+  const double density_8k =
+      bytes_at(kv::KvCacheDtype::k16Bit, kDensityContext) / bytes_at(test, kDensityContext);
+  const std::string name = format_name(test, o);
   std::printf(
-      "eval %s vs %s: top1 %.4f, confident top1 %.4f (%.1f%% of positions), mean KL %.5f "
-      "(max %.4f), ppl %.4f -> %.4f (%+.2f%%), greedy match %.2f, first divergence %.1f\n",
-      std::string(kv::kv_cache_dtype_name(test)).c_str(),
-      std::string(kv::kv_cache_dtype_name(ref)).c_str(), r.top1_agreement, r.confident_agreement,
-      100 * r.confident_fraction, r.mean_kl, r.max_kl, r.ppl_reference, r.ppl_test,
-      100 * (r.ppl_test / r.ppl_reference - 1), r.greedy_match_rate, r.mean_first_divergence);
+      "eval %s vs %s: density@8k %.2fx, top1 %.4f, confident top1 %.4f (%.1f%% of positions), "
+      "mean KL %.5f [%.5f, %.5f], p99 KL %.4f [%.4f, %.4f], max KL %.4f [%.4f, %.4f] (2nd "
+      "%.4f, window maxima %.4f..%.4f), ppl %.4f -> %.4f (%+.2f%% [%+.2f, %+.2f]), greedy match "
+      "%.2f, first divergence %.1f\n",
+      name.c_str(), std::string(kv::kv_cache_dtype_name(ref)).c_str(), density_8k, r.top1_agreement,
+      r.confident_agreement, 100 * r.confident_fraction, r.mean_kl, r.mean_kl_ci.lo,
+      r.mean_kl_ci.hi, r.p99_kl, r.p99_kl_ci.lo, r.p99_kl_ci.hi, r.max_kl, r.max_kl_ci.lo,
+      r.max_kl_ci.hi, r.second_max_kl, r.window_max_kl_min, r.max_kl, r.ppl_reference, r.ppl_test,
+      100 * (r.ppl_test / r.ppl_reference - 1), 100 * r.ppl_change_ci.lo, 100 * r.ppl_change_ci.hi,
+      r.greedy_match_rate, r.mean_first_divergence);
   if (!o.json_out.empty()) {
     OrderedJson j = engine::fidelity_to_json(r);
+    j["format"] = name;
+    j["bytes_per_token"] = bytes_per_token;
+    j["bytes_at_8k"] = bytes_at(test, kDensityContext);
+    j["density_8k"] = density_8k;
     j["settings"] = {{"model", o.model},
                      {"text", o.text},
                      {"kv_cache_dtype", kv::kv_cache_dtype_name(test)},
@@ -105,6 +157,10 @@ Status run(const EvalOptions& o) {
                      {"block_size", o.block_size},
                      {"kivi_group_size", o.kivi_group_size},
                      {"int4_keys_post_rope", o.int4_keys_post_rope},
+                     {"int4_sink_blocks", o.int4_sink_blocks},
+                     {"int4_value_hadamard", o.int4_value_hadamard},
+                     {"first_token", o.first_token},
+                     {"bootstrap_resamples", o.bootstrap_resamples},
                      {"prefix_len", o.prefix_len},
                      {"continuation_len", o.continuation_len},
                      {"num_windows", o.num_windows},
@@ -145,6 +201,14 @@ void add_eval_command(CLI::App& app) {
                   "int4_kivi value group Gv (32, 64, 128)");
   sub->add_flag("--int4-keys-post-rope", options->int4_keys_post_rope,
                 "quantize int4 keys after RoPE, as the KIVI paper does (for comparison only)");
+  sub->add_option("--int4-sink-blocks", options->int4_sink_blocks,
+                  "candidate: keep the first N blocks of every sequence 16-bit (0..4)");
+  sub->add_flag("--int4-value-hadamard", options->int4_value_hadamard,
+                "candidate: rotate values by a Hadamard transform before quantizing them");
+  sub->add_option("--first-token", options->first_token,
+                  "token id put first in every window, as a BOS (-1: none)");
+  sub->add_option("--bootstrap-resamples", options->bootstrap_resamples,
+                  "resamples of windows for the 95% intervals (0: none)");
   sub->add_option("--load-format", options->load_format, "auto or dummy")
       ->check(CLI::IsMember({"auto", "dummy"}));
   sub->add_option("--json", options->json_out, "write every metric and the settings here");

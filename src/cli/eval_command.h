@@ -1,6 +1,8 @@
 // `s4kv eval`: measures a KV cache format's fidelity against a reference format with the
-// two-pass method (engine/fidelity_eval.h) on windows of a text file. Prints one summary line;
-// --json writes every metric and the settings. Bad input: exit 2, one `error:` line.
+// two-pass method (engine/fidelity_eval.h) on windows of a text file, and the tested format's
+// bytes per token and density at 8k context. Candidate int4_kivi formats (kv_format.h
+// Int4KiviVariant) are flags. Prints one summary line; --json writes every metric and the
+// settings. Bad input: exit 2, one `error:` line.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,10 @@ struct EvalOptions {
   int block_size = 64;
   int kivi_group_size = 128;         // Gv: channels per value scale/zero
   bool int4_keys_post_rope = false;  // comparison only: the KIVI paper places keys after RoPE
+  int int4_sink_blocks = 0;          // candidate: first blocks of a sequence kept 16-bit
+  bool int4_value_hadamard = false;  // candidate: values Hadamard-rotated before quantization
+  int first_token = -1;              // token put first in every window (a BOS); -1: none
+  int64_t bootstrap_resamples = 1000;
   std::string json_out;
   std::string load_format = "auto";
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 
 #include "backend/forward_batch_builder.h"
 #include "common/check.h"
@@ -53,56 +54,152 @@ size_t argmax(std::span<const float> v) {
   return static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
+// One window's teacher-forced comparison.
+struct WindowStats {
+  std::vector<double> kl;  // per position
+  int64_t top1 = 0, confident = 0, confident_agree = 0;
+  double nll_ref = 0, nll_test = 0;
+};
+
+// The metrics that the bootstrap recomputes on a resample of windows.
+struct Summary {
+  double mean_kl = 0, p99_kl = 0, max_kl = 0, ppl_change = 0, top1 = 0, confident = 0;
+};
+
+// Nearest rank: the ceil(q n)-th smallest of sorted values (n > 0).
+double percentile(const std::vector<double>& sorted, double q) {
+  const auto n = static_cast<double>(sorted.size());
+  const auto rank = static_cast<size_t>(std::max(1.0, std::ceil(q * n)));
+  return sorted[std::min(rank, sorted.size()) - 1];
+}
+
+Summary summarize(const std::vector<const WindowStats*>& windows) {
+  std::vector<double> kl;
+  int64_t top1 = 0, confident = 0, agree = 0;
+  double nll_ref = 0, nll_test = 0;
+  for (const WindowStats* w : windows) {
+    kl.insert(kl.end(), w->kl.begin(), w->kl.end());
+    top1 += w->top1;
+    confident += w->confident;
+    agree += w->confident_agree;
+    nll_ref += w->nll_ref;
+    nll_test += w->nll_test;
+  }
+  Summary r;
+  if (kl.empty()) return r;
+  const auto n = static_cast<double>(kl.size());
+  r.mean_kl = std::accumulate(kl.begin(), kl.end(), 0.0) / n;
+  std::sort(kl.begin(), kl.end());
+  r.p99_kl = percentile(kl, 0.99);
+  r.max_kl = kl.back();
+  r.ppl_change = std::exp((nll_test - nll_ref) / n) - 1;
+  r.top1 = static_cast<double>(top1) / n;
+  r.confident = confident > 0 ? static_cast<double>(agree) / static_cast<double>(confident) : 1;
+  return r;
+}
+
 struct Accumulator {
-  int64_t positions = 0, top1 = 0, confident = 0, confident_agree = 0;
-  double kl_sum = 0, kl_max = 0, nll_ref = 0, nll_test = 0;
-  int64_t windows = 0, greedy_matches = 0;
+  std::vector<WindowStats> windows;
+  int64_t greedy_windows = 0, greedy_matches = 0;
   double first_divergence_sum = 0;
 
+  void begin_window() { windows.emplace_back(); }
+
   void add_step(std::span<const float> ref, std::span<const float> test, int32_t target) {
+    WindowStats& w = windows.back();
     const auto lp = log_softmax(ref);
     const auto lq = log_softmax(test);
     double kl = 0;
     for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
-    kl = std::max(kl, 0.0);  // rounding can leave -1e-17
-    kl_sum += kl;
-    kl_max = std::max(kl_max, kl);
+    w.kl.push_back(std::max(kl, 0.0));  // rounding can leave -1e-17
     const size_t a = argmax(ref);
     const bool agree = a == argmax(test);
-    top1 += agree;
+    w.top1 += agree;
     if (std::exp(lp[a]) >= 0.5) {
-      ++confident;
-      confident_agree += agree;
+      ++w.confident;
+      w.confident_agree += agree;
     }
-    nll_ref -= lp[static_cast<size_t>(target)];
-    nll_test -= lq[static_cast<size_t>(target)];
-    ++positions;
+    w.nll_ref -= lp[static_cast<size_t>(target)];
+    w.nll_test -= lq[static_cast<size_t>(target)];
   }
 
   void add_greedy(std::span<const int32_t> ref, std::span<const int32_t> test) {
     const auto first = std::mismatch(ref.begin(), ref.end(), test.begin()).first - ref.begin();
     first_divergence_sum += static_cast<double>(first);
     greedy_matches += first == static_cast<std::ptrdiff_t>(ref.size());
-    ++windows;
+    ++greedy_windows;
   }
 
-  FidelityResult result() const {
+  FidelityResult result(const FidelityOptions& o) const {
     FidelityResult r;
+    std::vector<const WindowStats*> all;
+    int64_t positions = 0, top1 = 0, confident = 0, agree = 0;
+    double kl_sum = 0, nll_ref = 0, nll_test = 0;
+    std::vector<double> kl, window_max;
+    for (const WindowStats& w : windows) {
+      all.push_back(&w);
+      positions += static_cast<int64_t>(w.kl.size());
+      top1 += w.top1;
+      confident += w.confident;
+      agree += w.confident_agree;
+      nll_ref += w.nll_ref;
+      nll_test += w.nll_test;
+      kl_sum += std::accumulate(w.kl.begin(), w.kl.end(), 0.0);
+      kl.insert(kl.end(), w.kl.begin(), w.kl.end());
+      window_max.push_back(w.kl.empty() ? 0 : *std::max_element(w.kl.begin(), w.kl.end()));
+    }
     const auto n = static_cast<double>(std::max<int64_t>(positions, 1));
-    r.num_windows = windows;
+    r.num_windows = static_cast<int64_t>(windows.size());
     r.num_positions = positions;
     r.top1_agreement = static_cast<double>(top1) / n;
     r.confident_fraction = static_cast<double>(confident) / n;
     r.confident_agreement =
-        confident > 0 ? static_cast<double>(confident_agree) / static_cast<double>(confident) : 1;
+        confident > 0 ? static_cast<double>(agree) / static_cast<double>(confident) : 1;
     r.mean_kl = kl_sum / n;
-    r.max_kl = kl_max;
     r.ppl_reference = std::exp(nll_ref / n);
     r.ppl_test = std::exp(nll_test / n);
-    const auto w = static_cast<double>(std::max<int64_t>(windows, 1));
-    r.greedy_match_rate = static_cast<double>(greedy_matches) / w;
-    r.mean_first_divergence = first_divergence_sum / w;
+    const auto gw = static_cast<double>(std::max<int64_t>(greedy_windows, 1));
+    r.greedy_match_rate = static_cast<double>(greedy_matches) / gw;
+    r.mean_first_divergence = first_divergence_sum / gw;
+    if (kl.empty()) return r;
+    std::sort(kl.begin(), kl.end());
+    r.max_kl = kl.back();
+    r.second_max_kl = kl.size() > 1 ? kl[kl.size() - 2] : 0;
+    r.p99_kl = percentile(kl, 0.99);
+    std::sort(window_max.begin(), window_max.end());
+    r.window_max_kl_min = window_max.front();
+    r.window_max_kl_median = percentile(window_max, 0.5);
+    bootstrap(o, all, r);
     return r;
+  }
+
+  // Resamples windows with replacement; each resample's metrics as on the full sample.
+  static void bootstrap(const FidelityOptions& o, const std::vector<const WindowStats*>& all,
+                        FidelityResult& r) {
+    const int64_t reps = o.bootstrap_resamples;
+    r.bootstrap_resamples = reps;
+    if (reps <= 0) return;
+    std::mt19937_64 rng(o.bootstrap_seed);  // fully specified by the standard: deterministic
+    std::vector<std::vector<double>> m(6);
+    std::vector<const WindowStats*> pick(all.size());
+    for (int64_t i = 0; i < reps; ++i) {
+      for (auto& p : pick) p = all[rng() % all.size()];
+      const Summary s = summarize(pick);
+      for (auto [k, v] : {std::pair{0, s.mean_kl},
+                          {1, s.p99_kl},
+                          {2, s.max_kl},
+                          {3, s.ppl_change},
+                          {4, s.top1},
+                          {5, s.confident}}) {
+        m[static_cast<size_t>(k)].push_back(v);
+      }
+    }
+    Interval* out[] = {&r.mean_kl_ci,    &r.p99_kl_ci, &r.max_kl_ci,
+                       &r.ppl_change_ci, &r.top1_ci,   &r.confident_ci};
+    for (size_t k = 0; k < m.size(); ++k) {
+      std::sort(m[k].begin(), m[k].end());
+      *out[k] = {percentile(m[k], 0.025), percentile(m[k], 0.975)};
+    }
   }
 };
 
@@ -119,6 +216,7 @@ void prefill(SingleSequence& seq, std::span<const int32_t> prefix, int64_t chunk
 void teacher_forced(backend::Backend& ref, backend::Backend& test, std::span<const int32_t> window,
                     const FidelityOptions& o, Accumulator& acc) {
   SingleSequence rs(ref), ts(test);
+  acc.begin_window();
   const auto prefix = window.first(static_cast<size_t>(o.prefix_len));
   std::vector<float> unused;
   prefill(rs, prefix, o.prefill_chunk, &unused);
@@ -178,28 +276,52 @@ Result<FidelityResult> evaluate_fidelity(std::span<const int32_t> tokens, const 
   S4KV_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> ref_backend, reference(max_len));
   S4KV_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> test_backend, test(max_len));
   Accumulator acc;
+  std::vector<int32_t> buf;
   for (int64_t start : starts) {
-    const auto window = tokens.subspan(static_cast<size_t>(start),
-                                       static_cast<size_t>(o.prefix_len + o.continuation_len));
+    // [first_token] + text, prefix_len + continuation_len tokens in all.
+    const auto span = static_cast<size_t>(o.prefix_len + o.continuation_len);
+    buf.clear();
+    if (o.first_token >= 0) buf.push_back(o.first_token);
+    const auto text = tokens.subspan(static_cast<size_t>(start), span - buf.size());
+    buf.insert(buf.end(), text.begin(), text.end());
+    const std::span<const int32_t> window(buf);
     teacher_forced(*ref_backend, *test_backend, window, o, acc);
     const auto prefix = window.first(static_cast<size_t>(o.prefix_len));
     acc.add_greedy(greedy(*ref_backend, prefix, o), greedy(*test_backend, prefix, o));
   }
-  return acc.result();
+  return acc.result(o);
 }
 
+namespace {
+OrderedJson ci(const Interval& i) { return OrderedJson::array({i.lo, i.hi}); }
+}  // namespace
+
 OrderedJson fidelity_to_json(const FidelityResult& r) {
-  return OrderedJson{{"num_windows", r.num_windows},
-                     {"num_positions", r.num_positions},
-                     {"top1_agreement", r.top1_agreement},
-                     {"confident_agreement", r.confident_agreement},
-                     {"confident_fraction", r.confident_fraction},
-                     {"mean_kl", r.mean_kl},
-                     {"max_kl", r.max_kl},
-                     {"ppl_reference", r.ppl_reference},
-                     {"ppl_test", r.ppl_test},
-                     {"greedy_match_rate", r.greedy_match_rate},
-                     {"mean_first_divergence", r.mean_first_divergence}};
+  return OrderedJson{
+      {"num_windows", r.num_windows},
+      {"num_positions", r.num_positions},
+      {"top1_agreement", r.top1_agreement},
+      {"confident_agreement", r.confident_agreement},
+      {"confident_fraction", r.confident_fraction},
+      {"mean_kl", r.mean_kl},
+      {"p99_kl", r.p99_kl},
+      {"max_kl", r.max_kl},
+      {"second_max_kl", r.second_max_kl},
+      {"window_max_kl",
+       {{"min", r.window_max_kl_min}, {"median", r.window_max_kl_median}, {"max", r.max_kl}}},
+      {"ppl_reference", r.ppl_reference},
+      {"ppl_test", r.ppl_test},
+      {"greedy_match_rate", r.greedy_match_rate},
+      {"mean_first_divergence", r.mean_first_divergence},
+      {"ppl_change", r.ppl_test / r.ppl_reference - 1},
+      {"bootstrap_resamples", r.bootstrap_resamples},
+      {"ci95",
+       {{"mean_kl", ci(r.mean_kl_ci)},
+        {"p99_kl", ci(r.p99_kl_ci)},
+        {"max_kl", ci(r.max_kl_ci)},
+        {"ppl_change", ci(r.ppl_change_ci)},
+        {"top1_agreement", ci(r.top1_ci)},
+        {"confident_agreement", ci(r.confident_ci)}}}};
 }
 
 }  // namespace s4kv::engine

@@ -9,6 +9,11 @@
 // reference is confident) and score the true next token (perplexities). Greedy continuations
 // from each prefix measure how soon the formats' outputs part. Works on any Backend through
 // backend.h; one sequence at a time, no scheduler.
+//
+// Besides the means: the 99th percentile and the maximum of the per-position KL, how much the
+// maximum hangs on single positions and windows, and 95 % bootstrap intervals over windows
+// (windows resampled with replacement, a fixed seed: deterministic), so that formats are not
+// told apart on noise.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +35,17 @@ struct FidelityOptions {
   int64_t num_windows = 8;
   int64_t greedy_len = 128;
   int64_t prefill_chunk = 512;  // prefix tokens per forward call
+  // When >= 0, every window starts with this token (a BOS, as a server would put first) and
+  // holds prefix_len - 1 text tokens before the continuation.
+  int32_t first_token = -1;
+  int64_t bootstrap_resamples = 1000;
+  uint64_t bootstrap_seed = 12;
+};
+
+// A 95 % bootstrap interval: the 2.5th and 97.5th percentiles over the resamples.
+struct Interval {
+  double lo = 0;
+  double hi = 0;
 };
 
 // Per-format aggregate over all windows.
@@ -45,6 +61,18 @@ struct FidelityResult {
   double ppl_test = 0;
   double greedy_match_rate = 0;      // windows whose greedy continuations are identical
   double mean_first_divergence = 0;  // first differing greedy index (greedy_len if none)
+
+  // Tails of the per-position KL. p99: nearest rank (the ceil(0.99 n)-th smallest).
+  double p99_kl = 0;
+  double second_max_kl = 0;  // the largest KL at another position than max_kl's
+  // Per-window maxima (max_kl is the largest): how much the maximum depends on the window.
+  double window_max_kl_min = 0;
+  double window_max_kl_median = 0;
+  // Bootstrap over windows (FidelityOptions::bootstrap_resamples); one window: no spread.
+  int64_t bootstrap_resamples = 0;
+  Interval mean_kl_ci, p99_kl_ci, max_kl_ci;
+  Interval ppl_change_ci;  // ppl_test / ppl_reference - 1
+  Interval top1_ci, confident_ci;
 };
 
 // Makes a backend whose KV cache holds at least num_tokens tokens of one sequence.

@@ -74,4 +74,32 @@ double kv_bytes_per_token(KvCacheDtype dtype, int64_t num_layers, int64_t num_kv
   return per_head * static_cast<double>(num_layers) * static_cast<double>(num_kv_heads);
 }
 
+Status validate_int4_variant(const Int4KiviVariant& variant, int64_t head_dim) {
+  if (variant.sink_blocks < 0 || variant.sink_blocks > kMaxSinkBlocks) {
+    return unsupported("unsupported int4 sink_blocks=" + std::to_string(variant.sink_blocks) +
+                       " (supported: 0.." + std::to_string(kMaxSinkBlocks) + ")");
+  }
+  if (variant.value_hadamard && (head_dim <= 0 || (head_dim & (head_dim - 1)) != 0)) {
+    return unsupported("unsupported head_dim=" + std::to_string(head_dim) +
+                       " for the value Hadamard rotation (a power of two)");
+  }
+  return Status::ok();
+}
+
+double kv_bytes_at_context(KvCacheDtype dtype, int64_t context, int64_t num_layers,
+                           int64_t num_kv_heads, int64_t head_dim, int block_size,
+                           int value_group_size, const Int4KiviVariant& variant) {
+  S4KV_CHECK(context >= 0, "context=", context);
+  const double per_token =
+      kv_bytes_per_token(dtype, num_layers, num_kv_heads, head_dim, block_size, value_group_size);
+  if (dtype != KvCacheDtype::kInt4Kivi) return per_token * static_cast<double>(context);
+  const double per_token_16 =
+      kv_bytes_per_token(KvCacheDtype::k16Bit, num_layers, num_kv_heads, head_dim);
+  const int64_t full = context / block_size;
+  const int64_t sink = std::min<int64_t>(full, variant.sink_blocks);
+  const int64_t quantized_tokens = (full - sink) * block_size;
+  return per_token * static_cast<double>(quantized_tokens) +
+         per_token_16 * static_cast<double>(context - quantized_tokens);
+}
+
 }  // namespace s4kv::kv

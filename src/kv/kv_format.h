@@ -47,4 +47,32 @@ double kv_bytes_per_token(KvCacheDtype dtype, int64_t num_layers, int64_t num_kv
                           int64_t head_dim, int block_size = kDefaultBlockSize,
                           int value_group_size = kDefaultValueGroupSize);
 
+// Candidate changes to int4_kivi measured by `s4kv eval` before the format is settled (issue
+// 12, docs/kv-format.md "Candidate formats"); all off is today's int4_kivi, the default.
+struct Int4KiviVariant {
+  // The first sink_blocks blocks of every sequence stay 16-bit (attention sinks), beside the
+  // residual: 0..kMaxSinkBlocks.
+  int sink_blocks = 0;
+  // Values rotated by the normalized head_dim-point Hadamard transform (kv/hadamard.h) before
+  // per-token quantization; attention rotates its output back once per head.
+  bool value_hadamard = false;
+
+  bool is_default() const { return sink_blocks == 0 && !value_hadamard; }
+};
+inline constexpr int kMaxSinkBlocks = 4;
+
+// Refuses sink_blocks outside 0..kMaxSinkBlocks and value_hadamard with a head_dim that is not
+// a power of two, naming the value.
+Status validate_int4_variant(const Int4KiviVariant& variant, int64_t head_dim);
+
+// Bytes one sequence of `context` tokens occupies, all layers and KV heads, everything counted:
+// for int4_kivi its full blocks (the first variant.sink_blocks of them at 16-bit) and the 16-bit
+// residual of the partly filled last block; for 16-bit and fp8 context times the per-token
+// bytes. The density of a format at a context is the 16-bit bytes over these.
+double kv_bytes_at_context(KvCacheDtype dtype, int64_t context, int64_t num_layers,
+                           int64_t num_kv_heads, int64_t head_dim,
+                           int block_size = kDefaultBlockSize,
+                           int value_group_size = kDefaultValueGroupSize,
+                           const Int4KiviVariant& variant = {});
+
 }  // namespace s4kv::kv

@@ -7,12 +7,15 @@
 //       (independently computed here) 16-bit keys, and pre-RoPE keys with int4_keys_post_rope;
 //   (d) one step, chunks and token by token leave identical pool bytes and residuals;
 //   (f) shuffled block ids and residual slots change no pool byte, residual or output bit;
-//   fp8: what attention reads is fp8(16-bit(x)), widened exactly.
+//   fp8: what attention reads is fp8(16-bit(x)), widened exactly;
+//   int4 candidate formats: the sink block stays 16-bit and the rest is unchanged; Hadamard
+//   values are quantized rotated and attention's single rotation back equals per-row rotation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -27,6 +30,7 @@
 #include "batch_builder.h"
 #include "common/half.h"
 #include "kv/fp8_e4m3.h"
+#include "kv/hadamard.h"
 #include "kv/int4_kivi_ref.h"
 
 namespace s4kv::backend::cpu {
@@ -134,7 +138,7 @@ std::vector<float> step(CpuKvCache& cache, int64_t block_size, const std::vector
   const auto out = attend(
       batch,
       [&](int64_t s, int64_t g, int64_t n, float* k, float* v) {
-        cache.gather(0, batch, s, g, n, k, v);
+        return cache.gather(0, batch, s, g, n, k, v);
       },
       pool, seed);
   cache.commit(0, batch, pool);
@@ -253,6 +257,7 @@ TEST(Int4KiviCache, AttentionEqualsDequantizeThenAttend) {
       [&](int64_t s, int64_t g, int64_t n, float* k, float* v) {
         std::copy_n(ek[s * kKvHeads + g].begin(), n * kD, k);
         std::copy_n(ev[s * kKvHeads + g].begin(), n * kD, v);
+        return RotatedValues{};
       },
       nullptr, 9);
   ThreadPool pool(2);
@@ -327,6 +332,7 @@ TEST(Fp8Cache, AttentionReadsFp8OfThe16BitValues) {
             v[p * kD + i] = fp8(s.v[p * kSlotElems + g * kD + i]);
           }
         }
+        return RotatedValues{};
       },
       nullptr, 3);
   EXPECT_EQ(step(*cache, bs, {&s}, ranges, nullptr, 3), expected);
@@ -340,6 +346,145 @@ TEST(CpuKvCache, RefusesBadInt4Layouts) {
   c = int4_config(64);
   c.num_residual_slots = 0;
   EXPECT_FALSE(make_cpu_kv_cache(c, {1, kKvHeads, kD, DType::kBF16}, inv_freq()).is_ok());
+}
+
+// ---- int4_kivi candidate formats (kv_format.h Int4KiviVariant, s4kv eval only) ----
+
+std::unique_ptr<CpuKvCache> make_cache(const KvCacheConfig& c, kv::Int4KiviVariant variant) {
+  auto made = make_cpu_kv_cache(c, {1, kKvHeads, kD, DType::kBF16}, inv_freq(), variant);
+  S4KV_CHECK(made.is_ok(), made.status().message());
+  return std::move(made).value();
+}
+
+// What attention reads at the decode step that brings s to len tokens (all earlier tokens in one
+// prefill step), per kv head; `then` runs on the step's batch before its commit.
+struct Read {
+  std::vector<std::vector<float>> k, v;  // per kv head [len, D]
+  std::vector<RotatedValues> rot;
+};
+Read read_at(CpuKvCache& cache, int64_t bs, const Seq& s, int64_t len,
+             const std::function<void(const ForwardBatch&)>& then = {}) {
+  step(cache, bs, {&s}, {{0, len - 1}});
+  const Built built = build(bs, true, {&s}, {{len - 1, len}});
+  const ForwardBatch batch = built.builder.batch();
+  cache.begin_step(batch);
+  cache.write(0, batch, built.k, built.v, kSlotElems);
+  Read r;
+  for (int64_t g = 0; g < kKvHeads; ++g) {
+    r.k.emplace_back(len * kD);
+    r.v.emplace_back(len * kD);
+    r.rot.push_back(cache.gather(0, batch, 0, g, len, r.k.back().data(), r.v.back().data()));
+  }
+  if (then) then(batch);
+  return r;
+}
+
+float input_at(const std::vector<float>& x, int64_t p, int64_t g, int64_t i) {
+  return bf16(x[static_cast<size_t>(p * kSlotElems + g * kD + i)]);
+}
+
+// The sink variant keeps block 0 exactly 16-bit (even with a 30x outlier token in it, which the
+// plain format must quantize) and changes nothing else: later blocks read the same bits.
+TEST(Int4KiviVariants, SinkBlockStays16BitAndLaterBlocksAreUnchanged) {
+  const int64_t bs = 32, len = 4 * bs + 5;
+  Seq s = make_seq(len, 51);
+  for (int64_t i = 0; i < kSlotElems; ++i) s.k[i] *= 30, s.v[i] *= 30;  // position 0: a sink
+  auto plain = make_cache(int4_config(bs));
+  auto sink = make_cache(int4_config(bs), {1, false});
+  const Read a = read_at(*plain, bs, s, len), b = read_at(*sink, bs, s, len);
+  int64_t plain_differs = 0;
+  for (int64_t g = 0; g < kKvHeads; ++g) {
+    EXPECT_EQ(b.rot[g].begin, b.rot[g].end);
+    for (int64_t p = 0; p < bs; ++p) {
+      for (int64_t i = 0; i < kD; ++i) {
+        ASSERT_EQ(b.k[g][p * kD + i], input_at(s.k, p, g, i)) << p << " " << i;
+        ASSERT_EQ(b.v[g][p * kD + i], input_at(s.v, p, g, i)) << p << " " << i;
+        plain_differs += a.v[g][p * kD + i] != input_at(s.v, p, g, i);
+      }
+    }
+    EXPECT_TRUE(std::equal(a.k[g].begin() + bs * kD, a.k[g].end(), b.k[g].begin() + bs * kD));
+    EXPECT_TRUE(std::equal(a.v[g].begin() + bs * kD, a.v[g].end(), b.v[g].begin() + bs * kD));
+    const auto blk = int4(*sink).block(0, s.table[0], g);
+    EXPECT_TRUE(std::all_of(blk.begin(), blk.end(), [](std::byte x) { return x == std::byte{0}; }))
+        << "a sink block must not be written to the pool";
+  }
+  EXPECT_GT(plain_differs, 0);
+}
+
+// Values with an outlier channel: the Hadamard variant quantizes H(v) (bytes as the kv reference
+// gives them), gather leaves pool values rotated and says where, attention's one rotation back
+// per head equals rotating every row back first, and the error after rotating back is smaller.
+TEST(Int4KiviVariants, HadamardValuesQuantizedRotatedAndRotatedBackOnce) {
+  const int64_t bs = 32, len = 3 * bs + 7, full = 3;
+  Seq s = make_seq(len, 61);
+  for (int64_t p = 0; p < len; ++p) {
+    for (int64_t g = 0; g < kKvHeads; ++g) s.v[p * kSlotElems + g * kD + 5] += 40.0f;
+  }
+  const KvCacheConfig config = int4_config(bs, 64);
+  const auto layout = kv::Int4KiviLayout::create(static_cast<int>(bs), kD, 64);
+  ASSERT_TRUE(layout.is_ok());
+  auto plain = make_cache(config), had = make_cache(config, {0, true});
+  auto both = make_cache(config, {1, true});
+  const Read a = read_at(*plain, bs, s, len), hs = read_at(*both, bs, s, len);
+  std::vector<float> out_once, out_rows;
+  const Read h = read_at(*had, bs, s, len, [&](const ForwardBatch& batch) {
+    const KvGatherFn once = [&](int64_t q, int64_t g, int64_t n, float* k, float* v) {
+      return had->gather(0, batch, q, g, n, k, v);
+    };
+    const KvGatherFn rows = [&](int64_t q, int64_t g, int64_t n, float* k, float* v) {
+      const RotatedValues r = had->gather(0, batch, q, g, n, k, v);
+      for (int64_t p = r.begin; p < r.end; ++p) kv::hadamard_ref(std::span<float>(v + p * kD, kD));
+      return RotatedValues{};
+    };
+    out_once = attend(batch, once, nullptr, 5);
+    out_rows = attend(batch, rows, nullptr, 5);
+  });
+  ASSERT_EQ(out_once.size(), out_rows.size());
+  for (size_t i = 0; i < out_once.size(); ++i) ASSERT_NEAR(out_once[i], out_rows[i], 2e-5) << i;
+
+  double err_plain = 0, err_had = 0;
+  for (int64_t g = 0; g < kKvHeads; ++g) {
+    EXPECT_EQ(h.rot[g].begin, 0);
+    EXPECT_EQ(h.rot[g].end, full * bs);
+    EXPECT_EQ(hs.rot[g].begin, bs);  // the sink block is 16-bit, not rotated
+    EXPECT_EQ(hs.rot[g].end, full * bs);
+    EXPECT_EQ(h.k[g], a.k[g]) << "keys are not touched";
+    for (int64_t i = 0; i < full; ++i) {
+      std::vector<float> rotated(bs * kD), expect(bs * kD);
+      for (int64_t t = 0; t < bs; ++t) {
+        for (int64_t c = 0; c < kD; ++c) rotated[t * kD + c] = input_at(s.v, i * bs + t, g, c);
+        kv::hadamard_ref(std::span<float>(rotated.data() + t * kD, kD));
+      }
+      std::vector<std::byte> blk(layout->block_bytes);
+      kv::quantize_values_block_ref(*layout, rotated, blk);
+      kv::dequantize_values_block_ref(*layout, blk, expect);
+      EXPECT_TRUE(std::equal(expect.begin(), expect.end(), h.v[g].begin() + i * bs * kD));
+      if (i > 0) {
+        EXPECT_TRUE(std::equal(expect.begin(), expect.end(), hs.v[g].begin() + i * bs * kD));
+      }
+    }
+    for (int64_t p = 0; p < len; ++p) {
+      std::vector<float> back(h.v[g].begin() + p * kD, h.v[g].begin() + (p + 1) * kD);
+      if (p < full * bs) kv::hadamard_ref(back);
+      for (int64_t c = 0; c < kD; ++c) {
+        const double x = input_at(s.v, p, g, c);
+        err_plain += (a.v[g][p * kD + c] - x) * (a.v[g][p * kD + c] - x);
+        err_had += (back[c] - x) * (back[c] - x);
+        if (p < bs) {
+          EXPECT_EQ(hs.v[g][p * kD + c], x);
+        }
+      }
+    }
+  }
+  EXPECT_LT(std::sqrt(err_had), 0.6 * std::sqrt(err_plain));
+}
+
+TEST(Int4KiviVariants, RefusedWithOtherDtypesAndOutOfRange) {
+  const CpuKvCacheShape shape{1, kKvHeads, kD, DType::kBF16};
+  KvCacheConfig fp8{2 * kMaxBlocks, 16, kv::KvCacheDtype::kFp8E4M3};
+  EXPECT_FALSE(make_cpu_kv_cache(fp8, shape, inv_freq(), {1, false}).is_ok());
+  EXPECT_FALSE(make_cpu_kv_cache(int4_config(32), shape, inv_freq(), {5, false}).is_ok());
+  EXPECT_TRUE(make_cpu_kv_cache(int4_config(32), shape, inv_freq(), {1, true}).is_ok());
 }
 
 }  // namespace

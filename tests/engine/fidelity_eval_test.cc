@@ -17,7 +17,11 @@ namespace {
 // continuing where the cache ends) and records how many tokens it has seen.
 class FakeBackend : public backend::Backend {
  public:
-  FakeBackend(int64_t num_blocks, float shift) : shift_(shift) {
+  // odd_only: the shift applies only after an odd token. first_tokens: where to record the
+  // first token of every sequence (position 0), or nullptr.
+  FakeBackend(int64_t num_blocks, float shift, bool odd_only = false,
+              std::vector<int32_t>* first_tokens = nullptr)
+      : shift_(shift), odd_only_(odd_only), first_tokens_(first_tokens) {
     kv_.num_blocks = num_blocks;
     kv_.block_size = 16;
   }
@@ -28,21 +32,27 @@ class FakeBackend : public backend::Backend {
     backend::check_forward_batch(b, kv_, 2);
     EXPECT_EQ(b.num_seqs(), 1);
     EXPECT_EQ(b.num_logits(), 1);
+    if (first_tokens_ != nullptr && b.positions[0] == 0) first_tokens_->push_back(b.token_ids[0]);
     const int32_t last = b.token_ids[static_cast<size_t>(b.logits_indices[0])];
     // Even token: p = (0.5, 0.5) for the reference. Odd token: p = (e/(1+e), 1/(1+e)).
-    logits_ = {(last % 2 == 0 ? 0.0f : 1.0f) + shift_, 0.0f};
+    const float shift = odd_only_ && last % 2 == 0 ? 0.0f : shift_;
+    logits_ = {(last % 2 == 0 ? 0.0f : 1.0f) + shift, 0.0f};
     return logits_;
   }
 
  private:
   float shift_;
+  bool odd_only_;
+  std::vector<int32_t>* first_tokens_;
   backend::KvCacheConfig kv_;
   std::vector<float> logits_;
 };
 
-BackendFactory fake(float shift) {
-  return [shift](int64_t num_tokens) -> Result<std::unique_ptr<backend::Backend>> {
-    return std::unique_ptr<backend::Backend>(new FakeBackend((num_tokens + 15) / 16, shift));
+BackendFactory fake(float shift, bool odd_only = false,
+                    std::vector<int32_t>* first_tokens = nullptr) {
+  return [=](int64_t num_tokens) -> Result<std::unique_ptr<backend::Backend>> {
+    return std::unique_ptr<backend::Backend>(
+        new FakeBackend((num_tokens + 15) / 16, shift, odd_only, first_tokens));
   };
 }
 
@@ -108,6 +118,57 @@ TEST(FidelityEval, DisagreementAndGreedyDivergenceAreCounted) {
   EXPECT_GT(r->mean_kl, 0.1);
   EXPECT_EQ(r->greedy_match_rate, 0.0);
   EXPECT_EQ(r->mean_first_divergence, 0.0);
+}
+
+// Four windows (starts 0, 25, 50, 75 of 100 tokens), the last two with odd continuations: KL
+// is 0 at the first 8 positions and k at the last 8. Tails and window maxima follow by hand;
+// a bootstrap resample of 4 windows is all-even or all-odd with probability 1/16 each, so with
+// 1000 resamples the 2.5th and 97.5th percentiles are 0 and k for every mean-like metric.
+TEST(FidelityEval, TailsWindowMaximaAndBootstrapIntervals) {
+  FidelityOptions o = small();
+  o.num_windows = 4;
+  std::vector<int32_t> tokens(100, 0);
+  for (int64_t i = 50; i < 100; ++i) tokens[static_cast<size_t>(i)] = 1;
+  const float shift = std::log(3.0f);
+  auto r = evaluate_fidelity(tokens, o, fake(0), fake(shift, /*odd_only=*/true));
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  // Reference after an odd token: p0 = e/(1+e); test: 3e/(3e+1).
+  const double p = std::exp(1.0) / (1 + std::exp(1.0)),
+               q = 3 * std::exp(1.0) / (3 * std::exp(1.0) + 1);
+  const double k = p * std::log(p / q) + (1 - p) * std::log((1 - p) / (1 - q));
+  EXPECT_EQ(r->num_positions, 16);
+  EXPECT_NEAR(r->mean_kl, k / 2, 1e-6);
+  EXPECT_NEAR(r->p99_kl, k, 1e-6);
+  EXPECT_NEAR(r->max_kl, k, 1e-6);
+  EXPECT_NEAR(r->second_max_kl, k, 1e-6);
+  EXPECT_EQ(r->window_max_kl_min, 0.0);
+  EXPECT_EQ(r->window_max_kl_median, 0.0);  // nearest rank: the 2nd smallest of 4
+  EXPECT_EQ(r->bootstrap_resamples, 1000);
+  EXPECT_EQ(r->mean_kl_ci.lo, 0.0);
+  EXPECT_NEAR(r->mean_kl_ci.hi, k, 1e-6);
+  EXPECT_EQ(r->max_kl_ci.lo, 0.0);
+  EXPECT_NEAR(r->max_kl_ci.hi, k, 1e-6);
+  EXPECT_LE(r->ppl_change_ci.lo, 0.0);  // all-even resamples: no change
+  EXPECT_EQ(r->top1_ci.lo, 1.0);        // the shift never flips the top-1 here
+  const auto again = evaluate_fidelity(tokens, o, fake(0), fake(shift, true));
+  EXPECT_EQ(again->mean_kl_ci.lo, r->mean_kl_ci.lo);  // a fixed seed: deterministic
+  EXPECT_EQ(again->p99_kl_ci.hi, r->p99_kl_ci.hi);
+
+  o.bootstrap_resamples = 0;
+  auto none = evaluate_fidelity(tokens, o, fake(0), fake(shift, true));
+  EXPECT_EQ(none->mean_kl_ci.hi, 0.0);
+  EXPECT_EQ(none->mean_kl, r->mean_kl);
+}
+
+TEST(FidelityEval, FirstTokenStartsEveryWindow) {
+  FidelityOptions o = small();
+  o.first_token = 1;
+  std::vector<int32_t> tokens(100, 0), firsts;
+  auto r = evaluate_fidelity(tokens, o, fake(0, false, &firsts), fake(0));
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->num_positions, 3 * 4);
+  // Per window: the teacher-forced sequence and the greedy one.
+  EXPECT_EQ(firsts, std::vector<int32_t>(6, 1));
 }
 
 }  // namespace

@@ -1,16 +1,18 @@
 // int4_kivi layout and CPU reference: offsets, nibble order, hand-computed blocks, the
 // fp16-rounding edge cases the clamp exists for, determinism and round-trip error bounds on
-// random data for every (B, Gv). The byte-for-byte comparison with numpy is in
-// int4_kivi_golden_test.cc.
+// random data for every (B, Gv), and the value-rotation candidate's Hadamard transform. The
+// byte-for-byte comparison with numpy is in int4_kivi_golden_test.cc.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "common/half.h"
+#include "kv/hadamard.h"
 #include "kv/int4_kivi_layout.h"
 #include "kv/int4_kivi_ref.h"
 #include "kv/kv_format.h"
@@ -376,6 +378,52 @@ TEST(Int4KiviRefDeathTest, SizeMismatchIsABug) {
   std::vector<std::byte> block(l.block_bytes);
   k.pop_back();
   EXPECT_DEATH(quantize_values_block_ref(l, k, block), "floats");
+}
+
+// ---- the Hadamard transform of the value-rotation candidate (kv/hadamard.h) ----
+
+// FNV-1a 64 over the fp32 bits, little-endian.
+uint64_t fnv(const std::vector<float>& x) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (float f : x) {
+    uint32_t w;
+    std::memcpy(&w, &f, 4);
+    for (int k = 0; k < 4; ++k) h = (h ^ ((w >> (8 * k)) & 0xffu)) * 0x100000001b3ull;
+  }
+  return h;
+}
+
+// The fp32 result is pinned by numpy (float32 arrays, the same stage order, then the product
+// with float32(1/sqrt(128))): a different butterfly order or a fused multiply-add changes bits.
+TEST(Hadamard, Fp32OrderPinnedByNumpy) {
+  std::vector<float> x(128);
+  for (int i = 0; i < 128; ++i) x[i] = static_cast<float>((i * 37 % 101) - 50) / 7.0f;
+  hadamard_ref(x);
+  EXPECT_EQ(x[0], -0.9975257f);
+  EXPECT_EQ(fnv(x), 0x3023104460a7bb1dull);
+  EXPECT_EQ(kHadamardScale128, static_cast<float>(1.0 / std::sqrt(128.0)));
+}
+
+TEST(Hadamard, OrthonormalSelfInverseAndSpreadsAnOutlier) {
+  std::vector<float> e(128, 0.0f);
+  e[9] = 1.0f;
+  hadamard_ref(e);  // a column of H / sqrt(128): every entry +-1/sqrt(128), exactly
+  for (int i = 0; i < 128; ++i) {
+    EXPECT_EQ(std::fabs(e[i]), kHadamardScale128) << i;
+    EXPECT_EQ(e[i] > 0, (std::popcount(static_cast<unsigned>(i & 9)) % 2) == 0) << i;
+  }
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(128);
+  for (auto& v : x) v = dist(rng);
+  x[5] = 60.0f;  // an outlier channel
+  std::vector<float> y = x;
+  hadamard_ref(y);
+  EXPECT_LT(*std::max_element(y.begin(), y.end()), 10.0f);  // 60 / sqrt(128) = 5.3 plus noise
+  hadamard_ref(y);
+  for (int i = 0; i < 128; ++i) EXPECT_NEAR(y[i], x[i], 2e-5f * 60) << i;
+  std::vector<float> bad(96);
+  EXPECT_DEATH(hadamard_ref(bad), "power of two");
 }
 
 }  // namespace

@@ -88,6 +88,37 @@ TEST(KvLayout, RefusedValuesNameTheValue) {
             "unsupported value_group_size=16 (supported: 32, 64, 128)");
 }
 
+// Whole sequences: full blocks (sink blocks at 16-bit) plus the 16-bit residual; density at 8k.
+TEST(KvBytesAtContext, BlocksSinksAndResidual) {
+  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::k16Bit, 8192, 1, 1, 128), 512.0 * 8192);
+  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kFp8E4M3, 100, 2, 3, 128), 256.0 * 100 * 6);
+  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 8192, 1, 1, 128), 140.0 * 8192);
+  // 100 tokens at B = 64: one int4 block and 36 residual tokens.
+  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 100, 1, 1, 128), 140.0 * 64 + 512 * 36);
+  const Int4KiviVariant sink{1, false};
+  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 100, 1, 1, 128, 64, 128, sink),
+            512.0 * 100);
+  const double at8k = kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 8192, 1, 1, 128, 64, 128, sink);
+  EXPECT_EQ(at8k, 140.0 * 127 * 64 + 512 * 64);
+  EXPECT_NEAR(512.0 * 8192 / at8k, 3.583, 0.001);
+  // The Hadamard rotation costs no bytes; B = 32 with a sink: one 32-token 16-bit block.
+  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 8192, 1, 1, 128, 64, 128, {0, true}),
+            140.0 * 8192);
+  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 8192, 1, 1, 128, 32, 64, {1, true}),
+            152.0 * (8192 - 32) + 512 * 32);
+}
+
+TEST(Int4KiviVariant, Validation) {
+  EXPECT_TRUE(validate_int4_variant({}, 128).is_ok());
+  EXPECT_TRUE(Int4KiviVariant{}.is_default());
+  EXPECT_TRUE(validate_int4_variant({kMaxSinkBlocks, true}, 128).is_ok());
+  EXPECT_EQ(validate_int4_variant({5, false}, 128).message(),
+            "unsupported int4 sink_blocks=5 (supported: 0..4)");
+  EXPECT_EQ(validate_int4_variant({0, true}, 96).message(),
+            "unsupported head_dim=96 for the value Hadamard rotation (a power of two)");
+  EXPECT_TRUE(validate_int4_variant({0, false}, 96).is_ok());
+}
+
 TEST(KvCacheDtype, Names) {
   EXPECT_EQ(kv_cache_dtype_name(KvCacheDtype::k16Bit), "16bit");
   EXPECT_EQ(kv_cache_dtype_name(KvCacheDtype::kInt4Kivi), "int4_kivi");

@@ -7,6 +7,7 @@
 #include "backend/cpu/paged_kv_cache.h"
 #include "backend/cpu/thread_pool.h"
 #include "common/check.h"
+#include "kv/hadamard.h"
 
 namespace s4kv::backend::cpu {
 namespace {
@@ -53,7 +54,11 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& 
   keys.resize(static_cast<size_t>(ctx_end * d));
   values.resize(static_cast<size_t>(ctx_end * d));
   scores.resize(static_cast<size_t>(ctx_end));
-  gather(w.seq, w.kv_head, ctx_end, keys.data(), values.data());
+  const RotatedValues rot = gather(w.seq, w.kv_head, ctx_end, keys.data(), values.data());
+  S4KV_CHECK(rot.begin >= 0 && rot.begin <= rot.end && rot.end <= ctx_end,
+             "attention: rotated values [", rot.begin, ", ", rot.end, ") outside ", ctx_end);
+  thread_local std::vector<float> o_rot;
+  o_rot.resize(static_cast<size_t>(d));
 
   const int64_t group = a.num_heads / a.num_kv_heads;
   for (int64_t j = w.j_begin; j < w.j_end; ++j) {
@@ -73,7 +78,19 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& 
       }
       float* o = a.out.data() + t * a.num_heads * d + h * d;
       std::fill_n(o, d, 0.0f);
-      for (int64_t p = 0; p < ctx; ++p) axpy(scores[p], values.data() + p * d, o, d);
+      const int64_t rot_end = std::min(rot.end, ctx);
+      if (rot.begin < rot_end) {
+        // Hadamard-domain values: their weighted sum, rotated back once, joins the rest.
+        std::fill(o_rot.begin(), o_rot.end(), 0.0f);
+        for (int64_t p = rot.begin; p < rot_end; ++p) {
+          axpy(scores[p], values.data() + p * d, o_rot.data(), d);
+        }
+        kv::hadamard_ref(o_rot);
+        for (int64_t i = 0; i < d; ++i) o[i] = o_rot[static_cast<size_t>(i)];
+      }
+      for (int64_t p = 0; p < ctx; ++p) {
+        if (p < rot.begin || p >= rot_end) axpy(scores[p], values.data() + p * d, o, d);
+      }
       const float inv_sum = 1.0f / sum;
       for (int64_t i = 0; i < d; ++i) o[i] *= inv_sum;
     }
@@ -134,6 +151,7 @@ void paged_attention_ref(const PagedAttentionArgs& a, ThreadPool* pool) {
     gather_paged_16bit(a.k_cache, a.v_cache, a.cache_dtype, a.block_size,
                        a.num_kv_heads * a.head_dim, table, kv_head * a.head_dim, a.head_dim, n, k,
                        v);
+    return RotatedValues{};
   };
   context_attention_ref(args, gather, pool);
 }

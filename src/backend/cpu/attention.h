@@ -5,6 +5,7 @@
 // gather function fills a sequence's context K/V of one kv head as fp32 rows (16-bit: the bits
 // kv_write stored; fp8 / int4_kivi: dequantized, int4 keys re-rotated), then the same fp32 math
 // runs. Softmax in fp32 with max subtraction; scores scaled by `scale` (1/sqrt(head_dim)).
+// Values the gather marks as rotated (RotatedValues) are accumulated apart and rotated back.
 // paged_attention_ref is the 16-bit paged cache's wrapper around it.
 #pragma once
 
@@ -18,11 +19,21 @@ namespace s4kv::backend::cpu {
 
 class ThreadPool;
 
+// Positions [begin, end) of a gathered context whose values are in the Hadamard domain
+// (int4_kivi with Int4KiviVariant::value_hadamard: dequantized but not rotated back). Attention
+// sums their weighted values apart and rotates that sum back once per query head
+// (kv::hadamard_ref, its own inverse). Empty for every other format.
+struct RotatedValues {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
 // Fills keys and values, [num_positions, head_dim] fp32 each, with positions 0..num_positions-1
-// of sequence `seq`'s context for kv head `kv_head`, as attention must see them. Called from
-// pool threads concurrently (distinct outputs): it must not mutate shared state.
-using KvGatherFn = std::function<void(int64_t seq, int64_t kv_head, int64_t num_positions,
-                                      float* keys, float* values)>;
+// of sequence `seq`'s context for kv head `kv_head`, as attention must see them, and says which
+// values are rotated. Called from pool threads concurrently (distinct outputs): it must not
+// mutate shared state.
+using KvGatherFn = std::function<RotatedValues(int64_t seq, int64_t kv_head, int64_t num_positions,
+                                               float* keys, float* values)>;
 
 struct AttentionArgs {
   std::span<const float> q;  // [num_tokens, q_stride] fp32, heads first: num_heads * head_dim

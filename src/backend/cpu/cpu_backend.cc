@@ -103,7 +103,7 @@ void CpuBackend::attention_block(const ForwardBatch& batch, int64_t layer) {
   args.out = attn;
   const KvGatherFn gather = [&](int64_t seq, int64_t kv_head, int64_t num_positions, float* k,
                                 float* v) {
-    cache_->gather(layer, batch, seq, kv_head, num_positions, k, v);
+    return cache_->gather(layer, batch, seq, kv_head, num_positions, k, v);
   };
   context_attention_ref(args, gather, &pool_);
   cache_->commit(layer, batch, &pool_);
@@ -168,7 +168,7 @@ Result<std::unique_ptr<Backend>> make_cpu_backend(const model::ModelConfig& conf
   auto inv_freq = rope_inv_freq(config);
   const CpuKvCacheShape shape{config.num_hidden_layers, config.num_key_value_heads, config.head_dim,
                               config.dtype == DType::kF16 ? DType::kF16 : DType::kBF16};
-  auto cache = make_cpu_kv_cache(kv_config, shape, inv_freq);
+  auto cache = make_cpu_kv_cache(kv_config, shape, inv_freq, options.int4_variant);
   if (!cache.is_ok()) return cache.status();
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(
       config, weights, kv_config, std::move(inv_freq), std::move(cache).value(), options));

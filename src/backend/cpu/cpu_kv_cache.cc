@@ -32,11 +32,12 @@ class Paged16BitKvCache final : public CpuKvCache {
                  cache_.v(layer), cache_.shape().dtype);
   }
 
-  void gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head, int64_t n,
-              float* keys, float* values) const override {
+  RotatedValues gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
+                       int64_t n, float* keys, float* values) const override {
     const KvCacheShape& s = cache_.shape();
     gather_paged_16bit(cache_.k(layer), cache_.v(layer), s.dtype, s.block_size, s.slot_elems(),
                        table_of(batch, seq), kv_head * s.head_dim, s.head_dim, n, keys, values);
+    return {};
   }
 
   int64_t num_bytes() const override { return cache_.num_bytes(); }
@@ -74,14 +75,15 @@ class PagedFp8KvCache final : public CpuKvCache {
     }
   }
 
-  void gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head, int64_t n,
-              float* keys, float* values) const override {
+  RotatedValues gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
+                       int64_t n, float* keys, float* values) const override {
     const auto k = std::span<const uint8_t>(data_).subspan(
         static_cast<size_t>(layer * 2 * layer_elems_), static_cast<size_t>(layer_elems_));
     const auto v = std::span<const uint8_t>(data_).subspan(
         static_cast<size_t>((layer * 2 + 1) * layer_elems_), static_cast<size_t>(layer_elems_));
     gather_paged(k, v, block_size_, slot_elems_, table_of(batch, seq), kv_head * head_dim_,
                  head_dim_, n, keys, values, [this](uint8_t x) { return decode_[x]; });
+    return {};
   }
 
   int64_t num_bytes() const override { return static_cast<int64_t>(data_.size()); }
@@ -101,7 +103,14 @@ class PagedFp8KvCache final : public CpuKvCache {
 
 Result<std::unique_ptr<CpuKvCache>> make_cpu_kv_cache(const KvCacheConfig& config,
                                                       const CpuKvCacheShape& shape,
-                                                      std::span<const float> inv_freq) {
+                                                      std::span<const float> inv_freq,
+                                                      const kv::Int4KiviVariant& variant) {
+  if (!variant.is_default() && config.dtype != kv::KvCacheDtype::kInt4Kivi) {
+    return invalid_argument("int4_kivi variants need kv_cache_dtype int4_kivi");
+  }
+  if (Status s = kv::validate_int4_variant(variant, shape.head_dim); !s.is_ok()) {
+    return invalid_argument(s.message());
+  }
   switch (config.dtype) {
     case kv::KvCacheDtype::k16Bit:
       return std::unique_ptr<CpuKvCache>(std::make_unique<Paged16BitKvCache>(config, shape));
@@ -117,7 +126,7 @@ Result<std::unique_ptr<CpuKvCache>> make_cpu_kv_cache(const KvCacheConfig& confi
                                 std::to_string(config.num_residual_slots) + ")");
       }
       return std::unique_ptr<CpuKvCache>(
-          std::make_unique<Int4KiviKvCache>(config, shape, *layout, inv_freq));
+          std::make_unique<Int4KiviKvCache>(config, shape, *layout, inv_freq, variant));
     }
   }
   return unsupported("unknown kv_cache_dtype");

@@ -12,8 +12,10 @@
 #include <span>
 
 #include "backend/backend.h"
+#include "backend/cpu/attention.h"
 #include "common/dtype.h"
 #include "common/status.h"
+#include "kv/kv_format.h"
 
 namespace s4kv::backend::cpu {
 
@@ -39,9 +41,12 @@ class CpuKvCache {
                      std::span<const float> v, int64_t row_stride) = 0;
 
   // attention's view of positions [0, num_positions) of sequence seq, kv head kv_head, in this
-  // step: keys, values [num_positions, head_dim] fp32 (keys after RoPE). Thread-safe.
-  virtual void gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
-                      int64_t num_positions, float* keys, float* values) const = 0;
+  // step: keys, values [num_positions, head_dim] fp32 (keys after RoPE); returns the positions
+  // whose values are left in the Hadamard domain (none but for int4_kivi's value_hadamard
+  // variant). Thread-safe.
+  virtual RotatedValues gather(int64_t layer, const ForwardBatch& batch, int64_t seq,
+                               int64_t kv_head, int64_t num_positions, float* keys,
+                               float* values) const = 0;
 
   // kv_commit, after the layer's attention. Nothing for 16-bit and fp8.
   virtual void commit(int64_t layer, const ForwardBatch& batch, ThreadPool* pool) {
@@ -52,10 +57,12 @@ class CpuKvCache {
 };
 
 // Refuses (kInvalidArgument) a bad int4_kivi layout (block size, value group size, head dim) or
-// a non-positive num_residual_slots for int4_kivi. inv_freq: [head_dim / 2] (int4_kivi's
-// RoPE table).
+// a non-positive num_residual_slots for int4_kivi, and an int4 variant (kv_format.h, eval
+// only) that is not the default with another dtype or that validate_int4_variant refuses.
+// inv_freq: [head_dim / 2] (int4_kivi's RoPE table).
 Result<std::unique_ptr<CpuKvCache>> make_cpu_kv_cache(const KvCacheConfig& config,
                                                       const CpuKvCacheShape& shape,
-                                                      std::span<const float> inv_freq);
+                                                      std::span<const float> inv_freq,
+                                                      const kv::Int4KiviVariant& variant = {});
 
 }  // namespace s4kv::backend::cpu

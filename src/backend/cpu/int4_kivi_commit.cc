@@ -4,6 +4,8 @@
 // values widened exactly, both through the kv reference quantizer), then the partial tail goes
 // to the sequence's residual slot. How a block was filled (one prefill, chunks, token by token)
 // does not matter: it is quantized from the same 16-bit bits when its last token arrives.
+// Eval variants (kv_format.h Int4KiviVariant): a sink block is copied 16-bit to the slot's sink
+// area instead; with value_hadamard the widened values are rotated before quantization.
 #include <algorithm>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "backend/cpu/paged_kv_cache.h"
 #include "backend/cpu/thread_pool.h"
 #include "common/check.h"
+#include "kv/hadamard.h"
 #include "kv/int4_kivi_ref.h"
 
 namespace s4kv::backend::cpu {
@@ -18,6 +21,17 @@ namespace s4kv::backend::cpu {
 void Int4KiviKvCache::quantize_block(int64_t layer, const ForwardBatch& batch, int64_t seq,
                                      int64_t index, int64_t kv_head) {
   const int64_t d = head_dim_;
+  if (index < variant_.sink_blocks) {  // a sink block stays 16-bit: copy its bits
+    const int32_t slot = batch.residual_slots[seq];
+    for (int64_t t = 0; t < block_size_; ++t) {
+      const int64_t pos = index * block_size_ + t;
+      std::copy_n(k_row(layer, batch, seq, pos) + kv_head * d, d,
+                  sink_row(layer, slot, 0, pos) + kv_head * d);
+      std::copy_n(v_row(layer, batch, seq, pos) + kv_head * d, d,
+                  sink_row(layer, slot, 1, pos) + kv_head * d);
+    }
+    return;
+  }
   thread_local std::vector<float> keys, values;
   keys.resize(static_cast<size_t>(block_size_ * d));
   values.resize(static_cast<size_t>(block_size_ * d));
@@ -31,6 +45,9 @@ void Int4KiviKvCache::quantize_block(int64_t layer, const ForwardBatch& batch, i
       values[static_cast<size_t>(t * d + c)] = kv_decode(vr[c], dtype_);
     }
     if (!keys_post_rope_) rope_unrotate(k, k, rope_.cos(pos), rope_.sin(pos), d);
+    if (variant_.value_hadamard) {
+      kv::hadamard_ref(std::span<float>(values.data() + t * d, static_cast<size_t>(d)));
+    }
   }
   const int32_t block_id = batch.block_tables[seq * batch.max_num_blocks_per_seq + index];
   const auto view = block(layer, block_id, kv_head);

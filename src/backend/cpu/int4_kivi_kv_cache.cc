@@ -11,7 +11,8 @@
 namespace s4kv::backend::cpu {
 
 Int4KiviKvCache::Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheShape& shape,
-                                 const kv::Int4KiviLayout& layout, std::span<const float> inv_freq)
+                                 const kv::Int4KiviLayout& layout, std::span<const float> inv_freq,
+                                 const kv::Int4KiviVariant& variant)
     : layout_(layout),
       num_layers_(shape.num_layers),
       num_blocks_(config.num_blocks),
@@ -22,6 +23,8 @@ Int4KiviKvCache::Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheSh
       slot_elems_(shape.num_kv_heads * shape.head_dim),
       dtype_(shape.dtype),
       keys_post_rope_(config.int4_keys_post_rope),
+      variant_(variant),
+      sink_positions_(variant.sink_blocks * config.block_size),
       rope_(inv_freq) {
   S4KV_CHECK(num_layers_ > 0 && num_blocks_ > 0 && num_slots_ > 0 && num_kv_heads_ > 0,
              "Int4KiviKvCache: non-positive dimension");
@@ -33,7 +36,10 @@ Int4KiviKvCache::Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheSh
                std::byte{0});
   residual_.assign(static_cast<size_t>(num_layers_ * num_slots_ * 2 * block_size_ * slot_elems_),
                    0);
+  sink_.assign(static_cast<size_t>(num_layers_ * num_slots_ * 2 * sink_positions_ * slot_elems_),
+               0);
   slot_used_.assign(static_cast<size_t>(num_slots_), 0);
+  S4KV_CHECK(kv::validate_int4_variant(variant, head_dim_).is_ok(), "Int4KiviKvCache: variant");
 }
 
 void Int4KiviKvCache::begin_step(const ForwardBatch& batch) {
@@ -68,8 +74,9 @@ void Int4KiviKvCache::write(int64_t layer, const ForwardBatch& batch, std::span<
   }
 }
 
-void Int4KiviKvCache::gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
-                             int64_t n, float* keys, float* values) const {
+RotatedValues Int4KiviKvCache::gather(int64_t layer, const ForwardBatch& batch, int64_t seq,
+                                      int64_t kv_head, int64_t n, float* keys,
+                                      float* values) const {
   const int64_t q_len = batch.query_start_loc[seq + 1] - batch.query_start_loc[seq];
   const int64_t start = batch.seq_lens[seq] - q_len;
   const int64_t num_full = start / block_size_;  // blocks quantized before this step
@@ -77,7 +84,18 @@ void Int4KiviKvCache::gather(int64_t layer, const ForwardBatch& batch, int64_t s
   const int32_t* table = batch.block_tables.data() + seq * batch.max_num_blocks_per_seq;
   const int64_t d = head_dim_;
   const auto block_elems = static_cast<size_t>(block_size_ * d);
-  for (int64_t i = 0; i < num_full; ++i) {
+  // Sink blocks (variant): 16-bit, as the 16-bit cache holds them.
+  const int64_t num_sink = std::min<int64_t>(num_full, variant_.sink_blocks);
+  const int32_t slot = num_sink > 0 ? batch.residual_slots[seq] : 0;
+  for (int64_t p = 0; p < num_sink * block_size_; ++p) {
+    const uint16_t* kr = sink_row(layer, slot, 0, p) + kv_head * d;
+    const uint16_t* vr = sink_row(layer, slot, 1, p) + kv_head * d;
+    for (int64_t c = 0; c < d; ++c) {
+      keys[p * d + c] = kv_decode(kr[c], dtype_);
+      values[p * d + c] = kv_decode(vr[c], dtype_);
+    }
+  }
+  for (int64_t i = num_sink; i < num_full; ++i) {
     const auto blk = block(layer, table[i], kv_head);
     float* k = keys + i * block_size_ * d;
     kv::dequantize_keys_block_ref(layout_, blk, std::span<float>(k, block_elems));
@@ -98,6 +116,8 @@ void Int4KiviKvCache::gather(int64_t layer, const ForwardBatch& batch, int64_t s
       values[p * d + c] = kv_decode(vr[c], dtype_);
     }
   }
+  if (!variant_.value_hadamard) return {};
+  return {num_sink * block_size_, num_full * block_size_};
 }
 
 const uint16_t* Int4KiviKvCache::k_row(int64_t layer, const ForwardBatch& batch, int64_t seq,
@@ -137,6 +157,14 @@ std::span<const uint16_t> Int4KiviKvCache::residual_v(int64_t layer, int64_t slo
                                    static_cast<size_t>(block_size_ * slot_elems_));
 }
 
+uint16_t* Int4KiviKvCache::sink_row(int64_t layer, int64_t slot, int which, int64_t pos) {
+  S4KV_CHECK(layer >= 0 && layer < num_layers_ && slot >= 0 && slot < num_slots_ && pos >= 0 &&
+                 pos < sink_positions_,
+             "int4_kivi: sink position ", pos, " of slot ", slot, " layer ", layer);
+  return sink_.data() +
+         (((layer * num_slots_ + slot) * 2 + which) * sink_positions_ + pos) * slot_elems_;
+}
+
 uint16_t* Int4KiviKvCache::residual(int64_t layer, int64_t slot, int which) {
   S4KV_CHECK(layer >= 0 && layer < num_layers_ && slot >= 0 && slot < num_slots_,
              "int4_kivi: residual slot ", slot, " of layer ", layer);
@@ -144,7 +172,7 @@ uint16_t* Int4KiviKvCache::residual(int64_t layer, int64_t slot, int which) {
 }
 
 int64_t Int4KiviKvCache::num_bytes() const {
-  return static_cast<int64_t>(pool_.size() + residual_.size() * sizeof(uint16_t));
+  return static_cast<int64_t>(pool_.size() + (residual_.size() + sink_.size()) * sizeof(uint16_t));
 }
 
 }  // namespace s4kv::backend::cpu

@@ -7,8 +7,14 @@
 //             16-bit cache holds (slot = ForwardBatch::residual_slots[s]);
 //   staging   [num_tokens, num_kv_heads, head_dim] 16-bit K and V of this step's new tokens
 //             (per step, shared by the layers: kv_write fills it, kv_commit empties it).
-// Invariant between steps: for a sequence of length L, blocks i < L / B are in the pool at the
-// block table's ids; positions [L / B * B, L) are in its residual slot at offset p % B.
+//   sink      [num_residual_slots, 2 (K, V), S * B, num_kv_heads, head_dim] 16-bit, only with
+//             the eval variant sink_blocks = S > 0 (kv_format.h Int4KiviVariant): each running
+//             sequence's first S blocks, kept 16-bit beside its residual.
+// Invariant between steps: for a sequence of length L, blocks S <= i < L / B are in the pool at
+// the block table's ids (blocks i < min(S, L / B) in its sink, per layer); positions
+// [L / B * B, L) are in its residual slot at offset p % B. With the value_hadamard variant the
+// pool's values are quantized after a Hadamard rotation and gather leaves them rotated (it
+// returns their positions; attention rotates its output back).
 //
 // A step of q_len tokens, start = seq_len - q_len: attention reads blocks i < start / B from the
 // pool (keys dequantized, rotated with the RoPE table), positions [start / B * B, start) from the
@@ -25,6 +31,7 @@
 #include "backend/cpu/cpu_kv_cache.h"
 #include "backend/rope_table.h"
 #include "kv/int4_kivi_layout.h"
+#include "kv/kv_format.h"
 
 namespace s4kv::backend::cpu {
 
@@ -33,15 +40,16 @@ class Int4KiviKvCache final : public CpuKvCache {
   // layout: from Int4KiviLayout::create(config.block_size, shape.head_dim, Gv);
   // inv_freq: [head_dim / 2]; config.num_residual_slots > 0 (checked).
   Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheShape& shape,
-                  const kv::Int4KiviLayout& layout, std::span<const float> inv_freq);
+                  const kv::Int4KiviLayout& layout, std::span<const float> inv_freq,
+                  const kv::Int4KiviVariant& variant = {});
 
   // Grows the RoPE table to the batch's longest sequence; checks that no two sequences share
   // a residual slot.
   void begin_step(const ForwardBatch& batch) override;
   void write(int64_t layer, const ForwardBatch& batch, std::span<const float> k,
              std::span<const float> v, int64_t row_stride) override;
-  void gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
-              int64_t num_positions, float* keys, float* values) const override;
+  RotatedValues gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
+                       int64_t num_positions, float* keys, float* values) const override;
   void commit(int64_t layer, const ForwardBatch& batch, ThreadPool* pool) override;
   int64_t num_bytes() const override;
 
@@ -62,6 +70,11 @@ class Int4KiviKvCache final : public CpuKvCache {
   const uint16_t* k_row(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t pos) const;
   const uint16_t* v_row(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t pos) const;
   uint16_t* residual(int64_t layer, int64_t slot, int which);  // which: 0 K, 1 V
+  // Row of position pos (< S * B) in a slot's sink area.
+  uint16_t* sink_row(int64_t layer, int64_t slot, int which, int64_t pos);
+  const uint16_t* sink_row(int64_t layer, int64_t slot, int which, int64_t pos) const {
+    return const_cast<Int4KiviKvCache*>(this)->sink_row(layer, slot, which, pos);
+  }
 
   struct FillItem {  // one block that filled in this step, one kv head
     int64_t seq, index, kv_head;
@@ -72,9 +85,12 @@ class Int4KiviKvCache final : public CpuKvCache {
   int64_t slot_elems_;  // num_kv_heads * head_dim
   DType dtype_;
   bool keys_post_rope_;
+  kv::Int4KiviVariant variant_;
+  int64_t sink_positions_;  // S * B
   RopeTable rope_;
   std::vector<std::byte> pool_;      // [num_layers, num_blocks, num_kv_heads, block_bytes]
   std::vector<uint16_t> residual_;   // [num_layers, num_slots, 2 (K, V), block_size, slot_elems]
+  std::vector<uint16_t> sink_;       // [num_layers, num_slots, 2 (K, V), S * B, slot_elems]
   std::vector<uint16_t> staging_k_;  // [num_tokens, slot_elems], grown to the largest step
   std::vector<uint16_t> staging_v_;
   std::vector<uint8_t> slot_used_;    // [num_slots] begin_step's duplicate check
