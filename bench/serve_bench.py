@@ -86,6 +86,24 @@ class Client:
             conn.close()
 
 
+def wait_healthy(proc, log_path, probe, timeout_s=300):
+    """Waits until probe() (a /health request) is true; exits with the server's log tail when
+    the server process (if this program started it) dies or the timeout passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc and proc.poll() is not None:
+            with open(log_path, errors="replace") as f:
+                sys.exit(f"the server exited with {proc.returncode}:\n{f.read()[-2000:]}")
+        try:
+            if probe():
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            sys.exit(f"the server did not become healthy within {timeout_s} s")
+        time.sleep(0.2)
+
+
 def metric(text, name):
     total, found = 0.0, False
     for line in text.splitlines():
@@ -215,19 +233,8 @@ def main():
         base_url = f"http://127.0.0.1:{port}"
     client = Client(base_url, args.api_key)
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc and proc.poll() is not None:
-                with open(log.name, errors="replace") as f:
-                    sys.exit(f"the server exited with {proc.returncode}:\n{f.read()[-2000:]}")
-            try:
-                if client.get("/health", timeout=2)[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                sys.exit("the server did not become healthy within 300 s")
-            time.sleep(0.2)
+        wait_healthy(proc, log.name if proc else None,
+                     lambda: client.get("/health", timeout=2)[0] == 200)
         model = args.model or json.loads(client.get("/v1/models")[1])["data"][0]["id"]
         rng = random.Random(args.seed)
         levels = [int(c) for c in args.concurrency.split(",")]

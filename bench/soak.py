@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 
-from serve_bench import metric  # the sum of a /metrics family's samples
+from serve_bench import metric, wait_healthy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_SERVE = ("build/src/cli/s4kv serve models/s4kv-tiny --max-model-len 1024 "
@@ -241,19 +241,7 @@ def main():
     rss_series = []
     exit_code = None
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None:
-                with open(log.name, errors="replace") as f:
-                    sys.exit(f"the server exited with {proc.returncode}:\n{f.read()[-2000:]}")
-            try:
-                if get(host, port, "/health", {}, timeout=2)[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                sys.exit("the server did not become healthy within 300 s")
-            time.sleep(0.2)
+        wait_healthy(proc, log.name, lambda: get(host, port, "/health", {}, timeout=2)[0] == 200)
         model = json.loads(get(host, port, "/v1/models", headers)[1])["data"][0]["id"]
         rss_start = rss_kib(proc.pid)
 

@@ -126,4 +126,14 @@ int refuse(const server::ApiError& e) {
   return 0;
 }
 
+std::optional<OrderedJson> request_body(const uint8_t* data, size_t size) {
+  auto body = parse_ordered_json(as_text(data, size), "request body", server::kRequestJsonLimits);
+  if (!body.is_ok()) {
+    refuse(server::bad_request(body.status().message()));
+    return std::nullopt;
+  }
+  if (!body->is_object()) return std::nullopt;
+  return std::move(body).value();
+}
+
 }  // namespace s4kv::fuzz

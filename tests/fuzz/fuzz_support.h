@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "server/api_error.h"
@@ -34,6 +35,10 @@ inline std::string_view as_text(const uint8_t* data, size_t size) {
 // A refusal's checks: a 4xx/5xx status, a message, an error body that is JSON. Returns 0 (what
 // LLVMFuzzerTestOneInput returns).
 int refuse(const server::ApiError& e);
+
+// The fuzzer's bytes parsed as a request body (the server's JSON limits); nullopt when refused
+// (the refusal checked by refuse()) or not an object.
+std::optional<OrderedJson> request_body(const uint8_t* data, size_t size);
 
 // True when text is well-formed UTF-8 (no surrogates, no overlong forms, at most U+10FFFF).
 bool is_valid_utf8(std::string_view text);

@@ -21,10 +21,8 @@ using s4kv::server::ApiError;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace server = s4kv::server;
   const auto& model = s4kv::fuzz::bundled_model_context();
-  auto body = s4kv::parse_ordered_json(s4kv::fuzz::as_text(data, size), "request body",
-                                       s4kv::JsonLimits{.max_depth = 64});
-  if (!body.is_ok()) return s4kv::fuzz::refuse(server::bad_request(body.status().message()));
-  if (!body->is_object()) return 0;
+  auto body = s4kv::fuzz::request_body(data, size);
+  if (!body) return 0;
   ApiError error;
   auto request = server::parse_chat_request(*body, model, error);
   if (!request) return s4kv::fuzz::refuse(error);
