@@ -15,7 +15,7 @@ case "$kind" in
            export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ;;
   *) echo "usage: bash scripts/sanitize.sh [address|thread]" >&2; exit 2 ;;
 esac
-tests="http_server_test cors_test metrics_test stats_logger_test api_server_test openai_protocol_test openai_serving_test async_engine_test"
+tests="http_server_test http_framing_test cors_test metrics_test stats_logger_test api_server_test work_pool_test request_limits_test openai_protocol_test openai_serving_test async_engine_test async_engine_fake_test async_engine_admission_test"
 cmake -S . -B "$dir" -DS4KV_ENABLE_CUDA=OFF -DS4KV_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" >/dev/null
 # shellcheck disable=SC2086
