@@ -88,8 +88,11 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& 
         kv::hadamard_ref(o_rot);
         for (int64_t i = 0; i < d; ++i) o[i] = o_rot[static_cast<size_t>(i)];
       }
-      for (int64_t p = 0; p < ctx; ++p) {
-        if (p < rot.begin || p >= rot_end) axpy(scores[p], values.data() + p * d, o, d);
+      // The plain values: before and after the rotated range (all of them when it is empty).
+      const int64_t plain_end = rot.begin < rot_end ? rot.begin : ctx;
+      for (int64_t p = 0; p < plain_end; ++p) axpy(scores[p], values.data() + p * d, o, d);
+      for (int64_t p = std::max(plain_end, rot_end); p < ctx; ++p) {
+        axpy(scores[p], values.data() + p * d, o, d);
       }
       const float inv_sum = 1.0f / sum;
       for (int64_t i = 0; i < d; ++i) o[i] *= inv_sum;

@@ -88,12 +88,8 @@ RotatedValues Int4KiviKvCache::gather(int64_t layer, const ForwardBatch& batch, 
   const int64_t num_sink = std::min<int64_t>(num_full, variant_.sink_blocks);
   const int32_t slot = num_sink > 0 ? batch.residual_slots[seq] : 0;
   for (int64_t p = 0; p < num_sink * block_size_; ++p) {
-    const uint16_t* kr = sink_row(layer, slot, 0, p) + kv_head * d;
-    const uint16_t* vr = sink_row(layer, slot, 1, p) + kv_head * d;
-    for (int64_t c = 0; c < d; ++c) {
-      keys[p * d + c] = kv_decode(kr[c], dtype_);
-      values[p * d + c] = kv_decode(vr[c], dtype_);
-    }
+    decode_row(sink_row(layer, slot, 0, p) + kv_head * d, sink_row(layer, slot, 1, p) + kv_head * d,
+               keys + p * d, values + p * d);
   }
   for (int64_t i = num_sink; i < num_full; ++i) {
     const auto blk = block(layer, table[i], kv_head);
@@ -109,12 +105,8 @@ RotatedValues Int4KiviKvCache::gather(int64_t layer, const ForwardBatch& batch, 
                                     std::span<float>(values + i * block_size_ * d, block_elems));
   }
   for (int64_t p = num_full * block_size_; p < n; ++p) {
-    const uint16_t* kr = k_row(layer, batch, seq, p) + kv_head * d;
-    const uint16_t* vr = v_row(layer, batch, seq, p) + kv_head * d;
-    for (int64_t c = 0; c < d; ++c) {
-      keys[p * d + c] = kv_decode(kr[c], dtype_);
-      values[p * d + c] = kv_decode(vr[c], dtype_);
-    }
+    decode_row(k_row(layer, batch, seq, p) + kv_head * d, v_row(layer, batch, seq, p) + kv_head * d,
+               keys + p * d, values + p * d);
   }
   if (!variant_.value_hadamard) return {};
   return {num_sink * block_size_, num_full * block_size_};
@@ -155,6 +147,14 @@ std::span<const uint16_t> Int4KiviKvCache::residual_k(int64_t layer, int64_t slo
 std::span<const uint16_t> Int4KiviKvCache::residual_v(int64_t layer, int64_t slot) const {
   return std::span<const uint16_t>(const_cast<Int4KiviKvCache*>(this)->residual(layer, slot, 1),
                                    static_cast<size_t>(block_size_ * slot_elems_));
+}
+
+void Int4KiviKvCache::decode_row(const uint16_t* k, const uint16_t* v, float* keys,
+                                 float* values) const {
+  for (int64_t c = 0; c < head_dim_; ++c) {
+    keys[c] = kv_decode(k[c], dtype_);
+    values[c] = kv_decode(v[c], dtype_);
+  }
 }
 
 uint16_t* Int4KiviKvCache::sink_row(int64_t layer, int64_t slot, int which, int64_t pos) {

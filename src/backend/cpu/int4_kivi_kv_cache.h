@@ -71,6 +71,8 @@ class Int4KiviKvCache final : public CpuKvCache {
   const uint16_t* v_row(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t pos) const;
   uint16_t* residual(int64_t layer, int64_t slot, int which);  // which: 0 K, 1 V
   // Row of position pos (< S * B) in a slot's sink area.
+  // One position's 16-bit K and V rows of one KV head ([head_dim] each) decoded to fp32.
+  void decode_row(const uint16_t* k, const uint16_t* v, float* keys, float* values) const;
   uint16_t* sink_row(int64_t layer, int64_t slot, int which, int64_t pos);
   const uint16_t* sink_row(int64_t layer, int64_t slot, int which, int64_t pos) const {
     return const_cast<Int4KiviKvCache*>(this)->sink_row(layer, slot, which, pos);
