@@ -12,18 +12,12 @@
 #include "server/api_error.h"
 #include "server/openai_protocol.h"
 
-namespace {
-
-using s4kv::server::ApiError;
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace server = s4kv::server;
   const auto& model = s4kv::fuzz::bundled_model_context();
   auto body = s4kv::fuzz::request_body(data, size);
   if (!body) return 0;
-  ApiError error;
+  server::ApiError error;
   auto request = server::parse_completion_request(*body, model, error);
   if (!request) return s4kv::fuzz::refuse(error);
   S4KV_CHECK(!request->prompts.empty() && request->prompts.size() <= server::kMaxPrompts,
