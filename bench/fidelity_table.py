@@ -21,8 +21,8 @@ def format_key(name):
     (B 64 before 32, Gv 128 before 64, plain before sink before Hadamard)."""
     if name == "fp8_e4m3":
         return (0,)
-    if name == "int4_post_rope":
-        return (1,)
+    if name.endswith("_post_rope"):
+        return (1, name)
     parts = name.split("_")  # int4_b64_gv128[_sink1][_had]
     b = int(parts[1][1:]) if len(parts) > 1 and parts[1][1:].isdigit() else 0
     gv = int(parts[2][2:]) if len(parts) > 2 and parts[2][2:].isdigit() else 0

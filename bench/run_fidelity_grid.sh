@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The int4_kivi v2 grid (issue 12): every candidate KV format x every evaluation text x s4kv-tiny
 # and its stress models, each against the model's own 16-bit cache with `s4kv eval`, then one
-# table (bench/fidelity_table.py). Each run writes OUT/<model>__<text>__<format>.json (stamped
-# with command, commit and machine); runs whose JSON exists are skipped, so an interrupted grid
+# table (bench/fidelity_table.py). One `s4kv eval --candidates` per model and text runs all its
+# missing formats against one shared reference pass; JOBS of them run at once, each on one
+# OpenBLAS thread. Each format's report lands in OUT/<model>__<text>__<format>.json (stamped
+# with command, commit and machine); reports that exist are skipped, so an interrupted grid
 # resumes. The stress models are generated into build/stress by tools/make_stress_models.py when
 # missing; the sink model's windows start with its sink token (--first-token 8189).
 #
@@ -10,38 +12,27 @@
 #   WINDOWS=1 PREFIX=256 CONT=64 GREEDY=16 OUT=build/fidelity_smoke bash bench/run_fidelity_grid.sh
 #
 # Selection (space-separated names; default: all): MODELS (tiny keybias sink; also keybias-mid),
-# TEXTS (heldout fortunes), FORMATS (see below). Settings: WINDOWS (8), PREFIX (2048), CONT
-# (512), GREEDY (128), OUT (bench/results/fidelity_grid), S4KV (build/src/cli/s4kv).
-# Cost: one run is two model passes (reference and test) over every window, about a minute
-# and a half of one CPU per window and format at the campaign settings on s4kv-tiny.
+# TEXTS (heldout fortunes), FORMATS (`s4kv eval --candidates` names: 16bit, fp8_e4m3,
+# int4[_b<B>][_gv<Gv>][_sink<N>][_had][_post_rope]). Settings: WINDOWS (8), PREFIX (1024), CONT
+# (256), GREEDY (32), JOBS (nproc), OUT (bench/results/fidelity_grid), S4KV (build/src/cli/s4kv).
+# Cost on s4kv-tiny at these settings: about 5 s of one CPU per window for the reference and
+# for fp8, 8 s per int4 format; the whole grid about 100 CPU-minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 windows=${WINDOWS:-8}
-prefix=${PREFIX:-2048}
-cont=${CONT:-512}
-greedy=${GREEDY:-128}
+prefix=${PREFIX:-1024}
+cont=${CONT:-256}
+greedy=${GREEDY:-32}
+jobs=${JOBS:-$(nproc)}
 out=${OUT:-bench/results/fidelity_grid}
 s4kv=${S4KV:-build/src/cli/s4kv}
 
-# name -> s4kv eval flags. b<B>_gv<Gv>[_sink1][_had]: int4_kivi candidates; post_rope: the KIVI
-# paper's key placement (comparison only).
-declare -A FLAGS=(
-  [fp8_e4m3]="--kv-cache-dtype fp8_e4m3"
-  [int4_post_rope]="--kv-cache-dtype int4_kivi --int4-keys-post-rope"
-)
-all_formats="fp8_e4m3 int4_post_rope"
+# fp8, the KIVI paper's key placement (comparison only), then every int4_kivi layout: key block
+# 64 or 32, value group 128 or 64, with or without a 16-bit first block and value Hadamard.
+all_formats="fp8_e4m3 int4_b64_gv128_post_rope"
 for b in 64 32; do
   for gv in 128 64; do
-    for sink in 0 1; do
-      for had in 0 1; do
-        name="int4_b${b}_gv${gv}"
-        flags="--kv-cache-dtype int4_kivi --block-size $b --kivi-group-size $gv"
-        if [[ $sink == 1 ]]; then name+="_sink1"; flags+=" --int4-sink-blocks 1"; fi
-        if [[ $had == 1 ]]; then name+="_had"; flags+=" --int4-value-hadamard"; fi
-        FLAGS[$name]=$flags
-        all_formats+=" $name"
-      done
-    done
+    for opt in "" _sink1 _had _sink1_had; do all_formats+=" int4_b${b}_gv${gv}${opt}"; done
   done
 done
 models=${MODELS:-tiny keybias sink}
@@ -57,25 +48,39 @@ for m in $models; do
 done
 
 mkdir -p "$out" build
+# One model and text: every missing format in one eval, then each report stamped into OUT.
+run_one() {
+  local m=$1 t=$2 dir extra="" missing="" f
+  dir=$(model_dir "$m")
+  [[ $m == sink ]] && extra="--first-token 8189"
+  for f in $formats; do
+    [[ -f $out/${m}__${t}__${f}.json ]] || missing+="${missing:+,}$f"
+  done
+  [[ -n $missing ]] || return 0
+  local tmp=$out/.tmp_${m}__${t}
+  rm -rf "$tmp"
+  local cmd="$s4kv eval --model $dir --text build/eval_text_$t.txt --prefix-len $prefix \
+--continuation-len $cont --num-windows $windows --greedy-len $greedy --candidates $missing $extra"
+  echo "== $m $t: $missing" >&2
+  # shellcheck disable=SC2086
+  OPENBLAS_NUM_THREADS=1 $cmd --json-dir "$tmp" > "$out/.log_${m}__${t}" 2>&1 ||
+    { echo "FAILED: $m $t (see $out/.log_${m}__${t})" >&2; return 1; }
+  for f in ${missing//,/ }; do
+    python3 bench/stamp.py "$tmp/$f.json" --command "$cmd (text: xz -dc bench/data/$t.txt.xz)"
+    mv "$tmp/$f.json" "$out/${m}__${t}__${f}.json"
+  done
+  rm -rf "$tmp"
+}
 for t in $texts; do
-  text=build/eval_text_$t.txt
-  [[ -f $text ]] || xz -dc "bench/data/$t.txt.xz" > "$text"
+  [[ -f build/eval_text_$t.txt ]] || xz -dc "bench/data/$t.txt.xz" > "build/eval_text_$t.txt"
+done
+status=0
+for t in $texts; do
   for m in $models; do
-    dir=$(model_dir "$m")
-    extra=""
-    [[ $m == sink ]] && extra="--first-token 8189"
-    for f in $formats; do
-      [[ -n ${FLAGS[$f]:-} ]] || { echo "unknown format $f" >&2; exit 2; }
-      json=$out/${m}__${t}__${f}.json
-      [[ -f $json ]] && continue
-      cmd="$s4kv eval --model $dir --text $text --prefix-len $prefix --continuation-len $cont \
---num-windows $windows --greedy-len $greedy ${FLAGS[$f]} $extra"
-      echo "== $m $t $f" >&2
-      # shellcheck disable=SC2086
-      $cmd --json "$json.tmp" >&2
-      python3 bench/stamp.py "$json.tmp" --command "$cmd (text: xz -dc bench/data/$t.txt.xz)"
-      mv "$json.tmp" "$json"
-    done
+    while (( $(jobs -rp | wc -l) >= jobs )); do wait -n || status=1; done
+    run_one "$m" "$t" &
   done
 done
+while (( $(jobs -rp | wc -l) > 0 )); do wait -n || status=1; done
+(( status == 0 )) || exit 1
 python3 bench/fidelity_table.py "$out"

@@ -2,7 +2,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -56,83 +58,118 @@ Result<Loaded> load(const EvalOptions& o) {
 
 constexpr int64_t kDensityContext = 8192;
 
-kv::Int4KiviVariant variant_of(const EvalOptions& o) {
-  return {o.int4_sink_blocks, o.int4_value_hadamard};
-}
+// One KV format under test: the dtype and, for int4_kivi, its layout and candidate variant.
+struct Format {
+  kv::KvCacheDtype dtype = kv::KvCacheDtype::kInt4Kivi;
+  int block_size = 64;
+  int group_size = 128;
+  bool post_rope = false;
+  kv::Int4KiviVariant variant;
+};
 
-// The tested format in words, e.g. "int4_kivi B64 Gv128 sink1 hadamard".
-std::string format_name(kv::KvCacheDtype dtype, const EvalOptions& o) {
-  std::string s(kv::kv_cache_dtype_name(dtype));
-  if (dtype != kv::KvCacheDtype::kInt4Kivi) return s;
-  s += " B" + std::to_string(o.block_size) + " Gv" + std::to_string(o.kivi_group_size);
-  if (o.int4_keys_post_rope) s += " post-rope";
-  if (o.int4_sink_blocks > 0) s += " sink" + std::to_string(o.int4_sink_blocks);
-  if (o.int4_value_hadamard) s += " hadamard";
+// The canonical name, which --candidates parses back: 16bit, fp8_e4m3, or
+// int4_b<B>_gv<Gv>[_sink<N>][_had][_post_rope].
+std::string format_name(const Format& f) {
+  if (f.dtype != kv::KvCacheDtype::kInt4Kivi) return std::string(kv::kv_cache_dtype_name(f.dtype));
+  std::string s = "int4_b" + std::to_string(f.block_size) + "_gv" + std::to_string(f.group_size);
+  if (f.variant.sink_blocks > 0) s += "_sink" + std::to_string(f.variant.sink_blocks);
+  if (f.variant.value_hadamard) s += "_had";
+  if (f.post_rope) s += "_post_rope";
   return s;
 }
 
-engine::BackendFactory factory(const Loaded& l, kv::KvCacheDtype dtype, const EvalOptions& o) {
-  return [&l, dtype, &o](int64_t num_tokens) {
+Result<Format> format_from_flags(const EvalOptions& o) {
+  Format f;
+  S4KV_ASSIGN_OR_RETURN(f.dtype, parse_dtype(o.kv_cache_dtype, "--kv-cache-dtype"));
+  f.block_size = o.block_size;
+  f.group_size = o.kivi_group_size;
+  f.post_rope = o.int4_keys_post_rope;
+  f.variant = {o.int4_sink_blocks, o.int4_value_hadamard};
+  if (f.dtype != kv::KvCacheDtype::kInt4Kivi && (f.post_rope || !f.variant.is_default())) {
+    return invalid_argument(
+        "eval: --int4-keys-post-rope, --int4-sink-blocks and --int4-value-hadamard need "
+        "--kv-cache-dtype int4_kivi");
+  }
+  return f;
+}
+
+// A --candidates name: a dtype name, or int4 with optional _b<B>, _gv<Gv>, _sink<N>, _had and
+// _post_rope parts in that order (defaults B64 Gv128).
+Result<Format> parse_candidate(const std::string& name) {
+  const Status bad =
+      invalid_argument("eval: --candidates: cannot parse '" + name +
+                       "' (16bit, fp8_e4m3, or int4[_b<B>][_gv<Gv>][_sink<N>][_had][_post_rope])");
+  Format f;
+  if (name.rfind("int4", 0) != 0 || name == "int4_kivi") {
+    auto dtype = parse_dtype(name, "--candidates");
+    if (!dtype.is_ok()) return dtype.status();
+    f.dtype = *dtype;
+    return f;
+  }
+  std::string rest = name.substr(4);
+  const auto take_number = [&rest](const std::string& prefix, int* out) {
+    if (rest.rfind(prefix, 0) != 0) return true;  // absent: keep the default
+    size_t i = prefix.size();
+    if (i >= rest.size() || !std::isdigit(static_cast<unsigned char>(rest[i]))) return false;
+    int v = 0;
+    while (i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i])) && v < 100000) {
+      v = v * 10 + (rest[i++] - '0');
+    }
+    *out = v;
+    rest = rest.substr(i);
+    return true;
+  };
+  const auto take_word = [&rest](const std::string& word) {
+    if (rest.rfind(word, 0) != 0) return false;
+    rest = rest.substr(word.size());
+    return true;
+  };
+  if (!take_number("_b", &f.block_size) || !take_number("_gv", &f.group_size) ||
+      !take_number("_sink", &f.variant.sink_blocks)) {
+    return bad;
+  }
+  f.variant.value_hadamard = take_word("_had");
+  f.post_rope = take_word("_post_rope");
+  if (!rest.empty()) return bad;
+  return f;
+}
+
+Status validate(const Format& f, const model::ModelConfig& config) {
+  if (f.dtype != kv::KvCacheDtype::kInt4Kivi) return Status::ok();
+  S4KV_RETURN_IF_ERROR(kv::validate_block_size(f.block_size));
+  S4KV_RETURN_IF_ERROR(kv::validate_value_group_size(f.group_size));
+  return kv::validate_int4_variant(f.variant, config.head_dim);
+}
+
+engine::BackendFactory factory(const Loaded& l, const Format& f) {
+  return [&l, f](int64_t num_tokens) {
     backend::KvCacheConfig kv;
-    kv.block_size = o.block_size;
-    kv.num_blocks = (num_tokens + o.block_size - 1) / o.block_size;
-    kv.dtype = dtype;
-    kv.value_group_size = o.kivi_group_size;
-    kv.int4_keys_post_rope = o.int4_keys_post_rope;
-    kv.num_residual_slots = dtype == kv::KvCacheDtype::kInt4Kivi ? 1 : 0;
+    kv.block_size = f.block_size;
+    kv.num_blocks = (num_tokens + f.block_size - 1) / f.block_size;
+    kv.dtype = f.dtype;
+    kv.value_group_size = f.group_size;
+    kv.int4_keys_post_rope = f.post_rope;
+    kv.num_residual_slots = f.dtype == kv::KvCacheDtype::kInt4Kivi ? 1 : 0;
     backend::cpu::CpuBackendOptions options;
-    if (dtype == kv::KvCacheDtype::kInt4Kivi) options.int4_variant = variant_of(o);
+    if (f.dtype == kv::KvCacheDtype::kInt4Kivi) options.int4_variant = f.variant;
     return backend::cpu::make_cpu_backend(l.config, l.weights, kv, options);
   };
 }
 
-Status run(const EvalOptions& o) {
-  S4KV_RETURN_IF_ERROR(kv::validate_block_size(o.block_size));
-  S4KV_RETURN_IF_ERROR(kv::validate_value_group_size(o.kivi_group_size));
-  S4KV_ASSIGN_OR_RETURN(const kv::KvCacheDtype test,
-                        parse_dtype(o.kv_cache_dtype, "--kv-cache-dtype"));
-  S4KV_ASSIGN_OR_RETURN(const kv::KvCacheDtype ref, parse_dtype(o.reference, "--reference"));
-  if (!variant_of(o).is_default() && test != kv::KvCacheDtype::kInt4Kivi) {
-    return invalid_argument(
-        "eval: --int4-sink-blocks and --int4-value-hadamard need --kv-cache-dtype int4_kivi");
-  }
-  // The head dim is checked again when the backend is made.
-  if (Status s = kv::validate_int4_variant(variant_of(o), 128); !s.is_ok()) return s;
-  if (o.bootstrap_resamples < 0) return invalid_argument("eval: --bootstrap-resamples < 0");
-  engine::FidelityOptions fo;
-  fo.first_token = o.first_token;
-  fo.bootstrap_resamples = o.bootstrap_resamples;
-  fo.prefix_len = o.prefix_len;
-  fo.continuation_len = o.continuation_len;
-  fo.num_windows = o.num_windows;
-  fo.greedy_len = o.greedy_len;
-  S4KV_ASSIGN_OR_RETURN(const Loaded l, load(o));
-  if (o.first_token >= l.config.vocab_size) {
-    return invalid_argument("eval: --first-token " + std::to_string(o.first_token) +
-                            " outside the vocabulary");
-  }
-  if (o.prefix_len + std::max(o.continuation_len, o.greedy_len) >
-      l.config.max_position_embeddings) {
-    return invalid_argument(
-        "eval: --prefix-len + --continuation-len exceeds the model's "
-        "max_position_embeddings=" +
-        std::to_string(l.config.max_position_embeddings));
-  }
-  S4KV_ASSIGN_OR_RETURN(
-      const engine::FidelityResult r,
-      engine::evaluate_fidelity(l.tokens, fo, factory(l, ref, o), factory(l, test, o)));
-  const auto bytes_at = [&](kv::KvCacheDtype d, int64_t context) {
-    return kv::kv_bytes_at_context(
-        d, context, l.config.num_hidden_layers, l.config.num_key_value_heads, l.config.head_dim,
-        o.block_size, o.kivi_group_size,
-        d == kv::KvCacheDtype::kInt4Kivi ? variant_of(o) : kv::Int4KiviVariant{});
+// Prints the summary line and writes the JSON report of one tested format.
+Status report(const EvalOptions& o, const Loaded& l, kv::KvCacheDtype ref, const Format& f,
+              const engine::FidelityResult& r, const std::string& json_path) {
+  const auto bytes_at = [&](const Format& g, int64_t context) {
+    return kv::kv_bytes_at_context(g.dtype, context, l.config.num_hidden_layers,
+                                   l.config.num_key_value_heads, l.config.head_dim, g.block_size,
+                                   g.group_size, g.variant);
   };
   const double bytes_per_token =
-      kv::kv_bytes_per_token(test, l.config.num_hidden_layers, l.config.num_key_value_heads,
-                             l.config.head_dim, o.block_size, o.kivi_group_size);
-  const double density_8k =
-      bytes_at(kv::KvCacheDtype::k16Bit, kDensityContext) / bytes_at(test, kDensityContext);
-  const std::string name = format_name(test, o);
+      kv::kv_bytes_per_token(f.dtype, l.config.num_hidden_layers, l.config.num_key_value_heads,
+                             l.config.head_dim, f.block_size, f.group_size);
+  const double density_8k = bytes_at(Format{.dtype = kv::KvCacheDtype::k16Bit}, kDensityContext) /
+                            bytes_at(f, kDensityContext);
+  const std::string name = format_name(f);
   std::printf(
       "eval %s vs %s: density@8k %.2fx, top1 %.4f, confident top1 %.4f (%.1f%% of positions), "
       "mean KL %.5f [%.5f, %.5f], p99 KL %.4f [%.4f, %.4f], max KL %.4f [%.4f, %.4f] (2nd "
@@ -144,31 +181,90 @@ Status run(const EvalOptions& o) {
       r.max_kl_ci.hi, r.second_max_kl, r.window_max_kl_min, r.max_kl, r.ppl_reference, r.ppl_test,
       100 * (r.ppl_test / r.ppl_reference - 1), 100 * r.ppl_change_ci.lo, 100 * r.ppl_change_ci.hi,
       r.greedy_match_rate, r.mean_first_divergence);
-  if (!o.json_out.empty()) {
-    OrderedJson j = engine::fidelity_to_json(r);
-    j["format"] = name;
-    j["bytes_per_token"] = bytes_per_token;
-    j["bytes_at_8k"] = bytes_at(test, kDensityContext);
-    j["density_8k"] = density_8k;
-    j["settings"] = {{"model", o.model},
-                     {"text", o.text},
-                     {"kv_cache_dtype", kv::kv_cache_dtype_name(test)},
-                     {"reference", kv::kv_cache_dtype_name(ref)},
-                     {"block_size", o.block_size},
-                     {"kivi_group_size", o.kivi_group_size},
-                     {"int4_keys_post_rope", o.int4_keys_post_rope},
-                     {"int4_sink_blocks", o.int4_sink_blocks},
-                     {"int4_value_hadamard", o.int4_value_hadamard},
-                     {"first_token", o.first_token},
-                     {"bootstrap_resamples", o.bootstrap_resamples},
-                     {"prefix_len", o.prefix_len},
-                     {"continuation_len", o.continuation_len},
-                     {"num_windows", o.num_windows},
-                     {"greedy_len", o.greedy_len},
-                     {"text_tokens", l.tokens.size()}};
-    std::ofstream out(o.json_out);
-    out << j.dump(1) << "\n";
-    if (!out) return io_error(o.json_out + ": cannot write");
+  std::fflush(stdout);
+  if (json_path.empty()) return Status::ok();
+  OrderedJson j = engine::fidelity_to_json(r);
+  j["format"] = name;
+  j["bytes_per_token"] = bytes_per_token;
+  j["bytes_at_8k"] = bytes_at(f, kDensityContext);
+  j["density_8k"] = density_8k;
+  j["settings"] = {{"model", o.model},
+                   {"text", o.text},
+                   {"kv_cache_dtype", kv::kv_cache_dtype_name(f.dtype)},
+                   {"reference", kv::kv_cache_dtype_name(ref)},
+                   {"block_size", f.block_size},
+                   {"kivi_group_size", f.group_size},
+                   {"int4_keys_post_rope", f.post_rope},
+                   {"int4_sink_blocks", f.variant.sink_blocks},
+                   {"int4_value_hadamard", f.variant.value_hadamard},
+                   {"first_token", o.first_token},
+                   {"bootstrap_resamples", o.bootstrap_resamples},
+                   {"prefix_len", o.prefix_len},
+                   {"continuation_len", o.continuation_len},
+                   {"num_windows", o.num_windows},
+                   {"greedy_len", o.greedy_len},
+                   {"text_tokens", l.tokens.size()}};
+  std::ofstream out(json_path);
+  out << j.dump(1) << "\n";
+  if (!out) return io_error(json_path + ": cannot write");
+  return Status::ok();
+}
+
+Status run(const EvalOptions& o) {
+  std::vector<Format> formats;
+  if (o.candidates.empty()) {
+    S4KV_ASSIGN_OR_RETURN(Format f, format_from_flags(o));
+    formats.push_back(f);
+  } else {
+    if (!o.json_out.empty())
+      return invalid_argument("eval: --candidates writes --json-dir, not --json");
+    for (const std::string& name : o.candidates) {
+      S4KV_ASSIGN_OR_RETURN(Format f, parse_candidate(name));
+      formats.push_back(f);
+    }
+  }
+  S4KV_ASSIGN_OR_RETURN(const kv::KvCacheDtype ref, parse_dtype(o.reference, "--reference"));
+  // The reference's blocks: the flags' block size (a 16-bit cache's values do not depend on it).
+  const Format ref_format{.dtype = ref, .block_size = o.block_size};
+  S4KV_RETURN_IF_ERROR(kv::validate_block_size(o.block_size));
+  // The head dim is checked again when the backend is made.
+  model::ModelConfig head_128;
+  head_128.head_dim = 128;
+  for (const Format& f : formats) S4KV_RETURN_IF_ERROR(validate(f, head_128));
+  if (o.bootstrap_resamples < 0) return invalid_argument("eval: --bootstrap-resamples < 0");
+  engine::FidelityOptions fo;
+  fo.first_token = o.first_token;
+  fo.bootstrap_resamples = o.bootstrap_resamples;
+  fo.prefix_len = o.prefix_len;
+  fo.continuation_len = o.continuation_len;
+  fo.num_windows = o.num_windows;
+  fo.greedy_len = o.greedy_len;
+  S4KV_ASSIGN_OR_RETURN(const Loaded l, load(o));
+  for (const Format& f : formats) S4KV_RETURN_IF_ERROR(validate(f, l.config));
+  if (o.first_token >= l.config.vocab_size) {
+    return invalid_argument("eval: --first-token " + std::to_string(o.first_token) +
+                            " outside the vocabulary");
+  }
+  if (o.prefix_len + std::max(o.continuation_len, o.greedy_len) >
+      l.config.max_position_embeddings) {
+    return invalid_argument(
+        "eval: --prefix-len + --continuation-len exceeds the model's "
+        "max_position_embeddings=" +
+        std::to_string(l.config.max_position_embeddings));
+  }
+  if (!o.json_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.json_dir, ec);
+    if (ec) return io_error(o.json_dir + ": cannot create: " + ec.message());
+  }
+  std::vector<engine::BackendFactory> tests;
+  for (const Format& f : formats) tests.push_back(factory(l, f));
+  S4KV_ASSIGN_OR_RETURN(const std::vector<engine::FidelityResult> results,
+                        engine::evaluate_fidelity(l.tokens, fo, factory(l, ref_format), tests));
+  for (size_t i = 0; i < formats.size(); ++i) {
+    const std::string json =
+        !o.json_dir.empty() ? o.json_dir + "/" + format_name(formats[i]) + ".json" : o.json_out;
+    S4KV_RETURN_IF_ERROR(report(o, l, ref, formats[i], results[i], json));
   }
   return Status::ok();
 }
@@ -211,7 +307,13 @@ void add_eval_command(CLI::App& app) {
                   "resamples of windows for the 95% intervals (0: none)");
   sub->add_option("--load-format", options->load_format, "auto or dummy")
       ->check(CLI::IsMember({"auto", "dummy"}));
+  sub->add_option("--candidates", options->candidates,
+                  "evaluate these formats against one shared reference pass, comma-separated: "
+                  "16bit, fp8_e4m3, int4[_b<B>][_gv<Gv>][_sink<N>][_had][_post_rope]")
+      ->delimiter(',');
   sub->add_option("--json", options->json_out, "write every metric and the settings here");
+  sub->add_option("--json-dir", options->json_dir,
+                  "write each tested format's report to DIR/<format name>.json");
   sub->callback([options] { exit_code() = run_eval(*options); });
 }
 

@@ -1,12 +1,15 @@
 // `s4kv eval`: measures a KV cache format's fidelity against a reference format with the
 // two-pass method (engine/fidelity_eval.h) on windows of a text file, and the tested format's
 // bytes per token and density at 8k context. Candidate int4_kivi formats (kv_format.h
-// Int4KiviVariant) are flags. Prints one summary line; --json writes every metric and the
-// settings. Bad input: exit 2, one `error:` line.
+// Int4KiviVariant) are flags, or names in --candidates, which evaluates several formats
+// against one shared reference pass. Prints one summary line per format; --json (one format) or
+// --json-dir (one file per format) writes every metric and the settings. Bad input: exit 2, one
+// `error:` line.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -30,7 +33,9 @@ struct EvalOptions {
   bool int4_value_hadamard = false;  // candidate: values Hadamard-rotated before quantization
   int first_token = -1;              // token put first in every window (a BOS); -1: none
   int64_t bootstrap_resamples = 1000;
+  std::vector<std::string> candidates;  // formats sharing one reference pass (names)
   std::string json_out;
+  std::string json_dir;  // one <format name>.json per tested format
   std::string load_format = "auto";
 };
 

@@ -211,21 +211,31 @@ void prefill(SingleSequence& seq, std::span<const int32_t> prefix, int64_t chunk
   }
 }
 
-// Pass 1: both caches hold the prefix; the continuation is fed one token per step to both and
-// each step's two next-token distributions are compared at once (memory O(vocab)).
-void teacher_forced(backend::Backend& ref, backend::Backend& test, std::span<const int32_t> window,
-                    const FidelityOptions& o, Accumulator& acc) {
-  SingleSequence rs(ref), ts(test);
-  acc.begin_window();
+// Pass 1: every cache holds the prefix; the continuation is fed one token per step to the
+// reference and then to each tested backend, and each step's next-token distributions are
+// compared at once (memory O(vocab)).
+void teacher_forced(backend::Backend& ref, std::span<backend::Backend* const> tests,
+                    std::span<const int32_t> window, const FidelityOptions& o,
+                    std::span<Accumulator> accs) {
   const auto prefix = window.first(static_cast<size_t>(o.prefix_len));
   std::vector<float> unused;
+  SingleSequence rs(ref);
   prefill(rs, prefix, o.prefill_chunk, &unused);
-  prefill(ts, prefix, o.prefill_chunk, &unused);
+  std::vector<SingleSequence> ts;
+  ts.reserve(tests.size());
+  for (size_t i = 0; i < tests.size(); ++i) {
+    ts.emplace_back(*tests[i]);
+    prefill(ts.back(), prefix, o.prefill_chunk, &unused);
+    accs[i].begin_window();
+  }
   // Feeding continuation token t predicts token t + 1; the last token predicts nothing known.
   for (int64_t t = 0; t + 1 < o.continuation_len; ++t) {
     const auto at = static_cast<size_t>(o.prefix_len + t);
     const auto tok = window.subspan(at, 1);
-    acc.add_step(rs.append(tok), ts.append(tok), window[at + 1]);
+    const std::vector<float> ref_logits = rs.append(tok);
+    for (size_t i = 0; i < ts.size(); ++i) {
+      accs[i].add_step(ref_logits, ts[i].append(tok), window[at + 1]);
+    }
   }
 }
 
@@ -267,15 +277,22 @@ Result<std::vector<int64_t>> window_starts(int64_t num_tokens, const FidelityOpt
   return starts;
 }
 
-Result<FidelityResult> evaluate_fidelity(std::span<const int32_t> tokens, const FidelityOptions& o,
-                                         const BackendFactory& reference,
-                                         const BackendFactory& test) {
+Result<std::vector<FidelityResult>> evaluate_fidelity(std::span<const int32_t> tokens,
+                                                      const FidelityOptions& o,
+                                                      const BackendFactory& reference,
+                                                      std::span<const BackendFactory> tests) {
   S4KV_ASSIGN_OR_RETURN(const std::vector<int64_t> starts,
                         window_starts(static_cast<int64_t>(tokens.size()), o));
   const int64_t max_len = o.prefix_len + std::max(o.continuation_len, o.greedy_len);
   S4KV_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> ref_backend, reference(max_len));
-  S4KV_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> test_backend, test(max_len));
-  Accumulator acc;
+  std::vector<std::unique_ptr<backend::Backend>> owned;
+  std::vector<backend::Backend*> test_backends;
+  for (const BackendFactory& f : tests) {
+    S4KV_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> b, f(max_len));
+    test_backends.push_back(b.get());
+    owned.push_back(std::move(b));
+  }
+  std::vector<Accumulator> accs(tests.size());
   std::vector<int32_t> buf;
   for (int64_t start : starts) {
     // [first_token] + text, prefix_len + continuation_len tokens in all.
@@ -285,11 +302,24 @@ Result<FidelityResult> evaluate_fidelity(std::span<const int32_t> tokens, const 
     const auto text = tokens.subspan(static_cast<size_t>(start), span - buf.size());
     buf.insert(buf.end(), text.begin(), text.end());
     const std::span<const int32_t> window(buf);
-    teacher_forced(*ref_backend, *test_backend, window, o, acc);
+    teacher_forced(*ref_backend, test_backends, window, o, accs);
     const auto prefix = window.first(static_cast<size_t>(o.prefix_len));
-    acc.add_greedy(greedy(*ref_backend, prefix, o), greedy(*test_backend, prefix, o));
+    const std::vector<int32_t> ref_greedy = greedy(*ref_backend, prefix, o);
+    for (size_t i = 0; i < accs.size(); ++i) {
+      accs[i].add_greedy(ref_greedy, greedy(*test_backends[i], prefix, o));
+    }
   }
-  return acc.result(o);
+  std::vector<FidelityResult> results;
+  for (const Accumulator& acc : accs) results.push_back(acc.result(o));
+  return results;
+}
+
+Result<FidelityResult> evaluate_fidelity(std::span<const int32_t> tokens, const FidelityOptions& o,
+                                         const BackendFactory& reference,
+                                         const BackendFactory& test) {
+  S4KV_ASSIGN_OR_RETURN(std::vector<FidelityResult> r,
+                        evaluate_fidelity(tokens, o, reference, std::span(&test, 1)));
+  return std::move(r.front());
 }
 
 namespace {

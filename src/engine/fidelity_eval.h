@@ -8,7 +8,8 @@
 // next-token distributions (KL(reference || test), top-1 agreement, agreement where the
 // reference is confident) and score the true next token (perplexities). Greedy continuations
 // from each prefix measure how soon the formats' outputs part. Works on any Backend through
-// backend.h; one sequence at a time, no scheduler.
+// backend.h; one sequence at a time, no scheduler. Several tested formats share one reference
+// pass: each step feeds the reference, then every tested backend, the same token.
 //
 // Besides the means: the 99th percentile and the maximum of the per-position KL, how much the
 // maximum hangs on single positions and windows, and 95 % bootstrap intervals over windows
@@ -82,7 +83,13 @@ using BackendFactory = std::function<Result<std::unique_ptr<backend::Backend>>(i
 // text is too short for one window.
 Result<std::vector<int64_t>> window_starts(int64_t num_tokens, const FidelityOptions& options);
 
-// Runs both backends over the windows. `reference` and `test` are called once each.
+// Runs the reference and every tested backend over the windows; one result per tested
+// backend, in order, each equal to what a run with that backend alone gives. Every factory is
+// called once.
+Result<std::vector<FidelityResult>> evaluate_fidelity(std::span<const int32_t> tokens,
+                                                      const FidelityOptions& options,
+                                                      const BackendFactory& reference,
+                                                      std::span<const BackendFactory> tests);
 Result<FidelityResult> evaluate_fidelity(std::span<const int32_t> tokens,
                                          const FidelityOptions& options,
                                          const BackendFactory& reference,

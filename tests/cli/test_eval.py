@@ -52,7 +52,34 @@ def test_quantized_formats_measured(text, tmp_path, dtype):
     assert r["settings"]["kv_cache_dtype"] == dtype
 
 
+def test_candidates_share_one_reference_pass(text, tmp_path):
+    """--candidates: one report per format, named canonically, each equal to the report of a
+    run with that format's flags alone."""
+    out = tmp_path / "many"
+    p = run("--model", "models/s4kv-tiny", "--text", text, *SMALL, "--json-dir", str(out),
+            "--candidates", "fp8_e4m3,int4_b32_gv64_sink1_had,int4_post_rope")
+    assert p.returncode == 0, p.stderr
+    assert len(p.stdout.strip().splitlines()) == 3
+    names = sorted(f.name for f in out.iterdir())
+    assert names == ["fp8_e4m3.json", "int4_b32_gv64_sink1_had.json",
+                     "int4_b64_gv128_post_rope.json"]
+    single = tmp_path / "one.json"
+    p = run("--model", "models/s4kv-tiny", "--text", text, *SMALL, "--json", str(single),
+            "--kv-cache-dtype", "int4_kivi", "--block-size", "32", "--kivi-group-size", "64",
+            "--int4-sink-blocks", "1", "--int4-value-hadamard")
+    assert p.returncode == 0, p.stderr
+    many = json.loads((out / "int4_b32_gv64_sink1_had.json").read_text())
+    one = json.loads(single.read_text())
+    assert many == one and many["format"] == "int4_b32_gv64_sink1_had"
+    assert many["settings"]["int4_sink_blocks"] == 1 and many["density_8k"] < 3.5
+
+
 @pytest.mark.parametrize("args,needle", [
+    (["--candidates", "int4_b64_gv128_x"], "cannot parse 'int4_b64_gv128_x'"),
+    (["--candidates", "int4_b48"], "block_size=48"),
+    (["--candidates", "int4_sink9"], "sink"),
+    (["--candidates", "int3"], "--candidates=int3"),
+    (["--candidates", "fp8_e4m3", "--json", "x.json"], "--json-dir"),
     (["--text", "/no/such/file"], "/no/such/file"),
     (["--kv-cache-dtype", "int3"], "--kv-cache-dtype=int3"),
     (["--block-size", "48"], "block_size=48"),

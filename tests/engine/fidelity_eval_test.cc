@@ -171,5 +171,40 @@ TEST(FidelityEval, FirstTokenStartsEveryWindow) {
   EXPECT_EQ(firsts, std::vector<int32_t>(6, 1));
 }
 
+// Several tested backends share one reference pass; each result equals a run of that backend
+// alone, and a backend that fails to build fails the whole evaluation.
+TEST(FidelityEval, SharedReferenceGivesEachBackendItsOwnResult) {
+  FidelityOptions o = small();
+  o.num_windows = 4;
+  std::vector<int32_t> tokens(100, 0);
+  for (int64_t i = 50; i < 100; ++i) tokens[static_cast<size_t>(i)] = 1;
+  const std::vector<BackendFactory> tests = {fake(std::log(3.0f), true), fake(-2.0f), fake(0)};
+  auto all = evaluate_fidelity(tokens, o, fake(0), tests);
+  ASSERT_TRUE(all.is_ok()) << all.status().message();
+  ASSERT_EQ(all->size(), 3u);
+  for (size_t i = 0; i < tests.size(); ++i) {
+    auto one = evaluate_fidelity(tokens, o, fake(0), tests[i]);
+    ASSERT_TRUE(one.is_ok());
+    const FidelityResult& a = (*all)[i];
+    EXPECT_EQ(a.mean_kl, one->mean_kl) << i;
+    EXPECT_EQ(a.p99_kl, one->p99_kl) << i;
+    EXPECT_EQ(a.mean_kl_ci.hi, one->mean_kl_ci.hi) << i;
+    EXPECT_EQ(a.top1_agreement, one->top1_agreement) << i;
+    EXPECT_EQ(a.ppl_test, one->ppl_test) << i;
+    EXPECT_EQ(a.mean_first_divergence, one->mean_first_divergence) << i;
+  }
+  EXPECT_GT((*all)[0].mean_kl, 0.0);
+  EXPECT_NE((*all)[0].mean_kl, (*all)[1].mean_kl);
+  EXPECT_EQ((*all)[2].mean_kl, 0.0);
+
+  const BackendFactory broken = [](int64_t) -> Result<std::unique_ptr<backend::Backend>> {
+    return invalid_argument("no such format");
+  };
+  const std::vector<BackendFactory> with_broken = {fake(0), broken};
+  auto failed = evaluate_fidelity(tokens, o, fake(0), with_broken);
+  ASSERT_FALSE(failed.is_ok());
+  EXPECT_EQ(failed.status().message(), "no such format");
+}
+
 }  // namespace
 }  // namespace s4kv::engine
