@@ -4,7 +4,10 @@ named <model>__<text>__<format>.json): per model and text, every format with its
 token per layer per KV head, density at 8k context, mean / p99 / max KL with 95 % bootstrap
 intervals over windows, how much the max hangs on one position (2nd largest) and one window
 (smallest and median window max), mean KL relative to fp8_e4m3 on the same model and text, top-1
-and confident top-1 agreement, perplexity change, greedy match.
+and confident top-1 agreement, perplexity change, greedy match. Then the choice rule of issue 12
+(docs/fidelity.md): for every int4 format with density >= 3.5x at 8k, each (model, text, measure)
+where it is not better than fp8_e4m3 and by how much, and the formats ranked by how close they
+come (fewest such cells, then the smallest summed shortfall relative to fp8's value).
 
   python3 bench/fidelity_table.py DIR [--out TABLE.md]
 """
@@ -78,10 +81,59 @@ def main():
                     f"| {r['top1_agreement']:.4f} "
                     f"| {r['confident_agreement']:.4f} [{ci(r, 'confident_agreement', '{:.4f}')}] "
                     f"| {pc:+.2f} % [{lo:+.2f}, {hi:+.2f}] | {r['greedy_match_rate']:.2f} |")
+    lines += rule_check(runs)
     table = "\n".join(lines).lstrip("\n") + "\n"
     if a.out:
         pathlib.Path(a.out).write_text(table)
     print(table, end="")
+
+
+# The rule's measures: (label, value getter, lower is better). Confident top-1 cannot beat 1.0,
+# so a tie at 1.0 counts as met.
+MEASURES = [
+    ("mean KL", lambda r: r["mean_kl"], True),
+    ("p99 KL", lambda r: r["p99_kl"], True),
+    ("ppl change", lambda r: r["ppl_change"], True),
+    ("confident top-1", lambda r: r["confident_agreement"], False),
+]
+
+
+def shortfalls(r, fp8):
+    """(measure, format's value, fp8's value, relative shortfall) where r is not better."""
+    out = []
+    for name, get, lower in MEASURES:
+        x, y = get(r), get(fp8)
+        met = x < y if lower else (x > y or x == y == 1.0)
+        if not met:
+            gap = (x - y) if lower else (y - x)
+            out.append((name, x, y, gap / max(abs(y), 1e-12)))
+    return out
+
+
+def rule_check(runs):
+    cells = sorted({(m, t) for m, t, _ in runs})
+    formats = sorted({f for _, _, f in runs if f.startswith("int4")}, key=format_key)
+    lines = ["\n### The choice rule: int4 better than fp8_e4m3 on every measure, density >= 3.5x\n",
+             "| format | density@8k | cells not better than fp8 | shortfalls |",
+             "| --- | --- | --- | --- |"]
+    ranked = []
+    for f in formats:
+        rows = [(m, t, runs.get((m, t, f)), runs.get((m, t, "fp8_e4m3"))) for m, t in cells]
+        if any(r is None or fp8 is None for _, _, r, fp8 in rows):
+            continue
+        density = rows[0][2]["density_8k"]
+        if density < 3.5:
+            continue
+        fails = [(m, t, *sf) for m, t, r, fp8 in rows for sf in shortfalls(r, fp8)]
+        total = sum(x[-1] for x in fails)
+        ranked.append((len(fails), total, f))
+        text = "; ".join(f"{m}/{t} {name} {x:.4g} vs {y:.4g}" for m, t, name, x, y, _ in fails)
+        lines.append(f"| {f} | {density:.2f}x | {len(fails)} | {text or 'none: meets the rule'} |")
+    ranked.sort()
+    if ranked:
+        lines.append("\nClosest first: " + ", ".join(
+            f"{f} ({n} cells, summed shortfall {t:.2f})" for n, t, f in ranked) + "\n")
+    return lines
 
 
 if __name__ == "__main__":

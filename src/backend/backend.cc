@@ -20,13 +20,22 @@ void check_forward_batch(const ForwardBatch& b, const KvCacheConfig& kv, int64_t
              "forward: query_start_loc must run from 0 to num_tokens");
   for (int32_t id : b.token_ids) S4KV_CHECK(id >= 0 && id < vocab_size, "forward: token id ", id);
   if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
-    S4KV_CHECK(static_cast<int64_t>(b.residual_slots.size()) == num_seqs,
-               "forward: int4_kivi needs one residual slot per sequence");
+    S4KV_CHECK(static_cast<int64_t>(b.residual_slots.size()) == num_seqs &&
+                   static_cast<int64_t>(b.residual_starts.size()) == num_seqs,
+               "forward: int4_kivi needs one residual slot and start per sequence");
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      const int64_t start = b.seq_lens[s] - (b.query_start_loc[s + 1] - b.query_start_loc[s]);
+      S4KV_CHECK(b.residual_starts[s] >= 0 && b.residual_starts[s] <= start &&
+                     b.residual_starts[s] % kv.block_size == 0,
+                 "forward: seq ", s, " residual start ", b.residual_starts[s]);
+    }
     for (int32_t slot : b.residual_slots) {
       S4KV_CHECK(slot >= 0 && slot < kv.num_residual_slots, "forward: residual slot ", slot);
     }
   } else {
-    S4KV_CHECK(b.residual_slots.empty(), "forward: residual slots are for int4_kivi only");
+    S4KV_CHECK(b.residual_slots.empty() && b.residual_starts.empty(),
+               "forward: residual slots are for int4_kivi only");
+    S4KV_CHECK(kv.num_sink_blocks == 0, "forward: sink blocks are for int4_kivi only");
   }
   for (int32_t row : b.logits_indices) {
     S4KV_CHECK(row >= 0 && row < num_tokens, "forward: logits index ", row);
@@ -41,8 +50,12 @@ void check_forward_batch(const ForwardBatch& b, const KvCacheConfig& kv, int64_t
                " longer than its block table");
     const int32_t* table = b.block_tables.data() + s * b.max_num_blocks_per_seq;
     for (int64_t i = 0; i < (seq_len + kv.block_size - 1) / kv.block_size; ++i) {
-      S4KV_CHECK(table[i] >= 0 && table[i] < kv.num_blocks, "forward: seq ", s, " block id ",
-                 table[i]);
+      // A sink block first when the cache has them, pool blocks after it.
+      const bool sink = i == 0 && kv.num_sink_blocks > 0;
+      const int64_t lo = sink ? kv.num_blocks : 0;
+      const int64_t hi = sink ? kv.num_blocks + kv.num_sink_blocks : kv.num_blocks;
+      S4KV_CHECK(table[i] >= lo && table[i] < hi, "forward: seq ", s, " block ", i, " id ",
+                 table[i], sink ? " is not a sink block" : "");
     }
     for (int64_t j = 0; j < q_len; ++j) {
       const int64_t t = q_begin + j;

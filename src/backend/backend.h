@@ -27,6 +27,18 @@ struct KvCacheConfig {
   // value group size Gv.
   int64_t num_residual_slots = 0;
   int64_t value_group_size = 128;
+  // int4_kivi only: sink blocks, 16-bit blocks with ids num_blocks .. num_blocks +
+  // num_sink_blocks - 1 (format v2, docs/kv-format.md). With num_sink_blocks > 0 every block
+  // table's first block (positions 0 .. block_size - 1) is a sink block and no other entry is:
+  // it is never quantized. 0 gives format v1 (every full block int4), for comparisons only.
+  int64_t num_sink_blocks = 0;
+  // int4_kivi only, an `s4kv eval` candidate: full blocks (0 or 1) kept 16-bit in the residual
+  // slot after they are quantized, so the newest block_size .. 2 * block_size - 1 tokens are
+  // read 16-bit (ForwardBatch::residual_starts says from where the slot holds them).
+  int64_t num_window_blocks = 0;
+  // int4_kivi only, an `s4kv eval` candidate: values rotated by a Hadamard transform before
+  // quantization (docs/kv-format.md).
+  bool int4_value_hadamard = false;
   // int4_kivi only, for comparisons, never the default: quantize keys AFTER RoPE (the KIVI
   // paper's way) instead of before it; full blocks then hold post-RoPE keys and attention does
   // not rotate them. Same block layout and residual. DESIGN.md says why pre-RoPE is the format.
@@ -56,6 +68,11 @@ struct ForwardBatch {
   // (kept across steps, never shared between running sequences; freed on finish, abort or
   // preemption, after which the sequence is recomputed into a fresh slot).
   std::span<const int32_t> residual_slots;
+  // int4_kivi only, else empty: [num_seqs] how many tokens the sequence had computed when it
+  // took its residual slot (0, or the length of a prefix-cache hit; the slot holds the 16-bit
+  // K/V of positions from there on, nothing before). With the window variant the last full
+  // block is read 16-bit from the slot only when it starts at or after this position.
+  std::span<const int32_t> residual_starts;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t num_seqs() const { return static_cast<int64_t>(seq_lens.size()); }

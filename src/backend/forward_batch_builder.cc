@@ -17,6 +17,7 @@ void ForwardBatchBuilder::reserve(size_t max_tokens, size_t max_seqs) {
   seq_lens_.reserve(max_seqs);
   logits_indices_.reserve(max_seqs);
   residual_slots_.reserve(max_seqs);
+  residual_starts_.reserve(max_seqs);
   block_tables_.reserve(max_seqs * static_cast<size_t>(max_blocks_));
 }
 
@@ -28,14 +29,19 @@ void ForwardBatchBuilder::clear() {
   block_tables_.clear();
   logits_indices_.clear();
   residual_slots_.clear();
+  residual_starts_.clear();
   query_start_loc_.assign(1, 0);
 }
 
 int32_t ForwardBatchBuilder::add(std::span<const int32_t> new_tokens, int64_t num_computed,
-                                 std::span<const int32_t> block_table, int32_t residual_slot) {
+                                 std::span<const int32_t> block_table, int32_t residual_slot,
+                                 int64_t residual_start) {
   S4KV_CHECK(static_cast<int64_t>(block_table.size()) <= max_blocks_,
              "batch: block table longer than max_num_blocks_per_seq");
-  if (residual_slot >= 0) residual_slots_.push_back(residual_slot);
+  if (residual_slot >= 0) {
+    residual_slots_.push_back(residual_slot);
+    residual_starts_.push_back(static_cast<int32_t>(residual_start));
+  }
   const int32_t first_row = num_tokens();
   for (size_t j = 0; j < new_tokens.size(); ++j) {
     const int64_t pos = num_computed + static_cast<int64_t>(j);
@@ -68,6 +74,7 @@ ForwardBatch ForwardBatchBuilder::batch() const {
   b.slot_mapping = slot_mapping_;
   b.logits_indices = logits_indices_;
   b.residual_slots = residual_slots_;
+  b.residual_starts = residual_starts_;
   return b;
 }
 

@@ -73,6 +73,7 @@ std::string format_name(const Format& f) {
   if (f.dtype != kv::KvCacheDtype::kInt4Kivi) return std::string(kv::kv_cache_dtype_name(f.dtype));
   std::string s = "int4_b" + std::to_string(f.block_size) + "_gv" + std::to_string(f.group_size);
   if (f.variant.sink_blocks > 0) s += "_sink" + std::to_string(f.variant.sink_blocks);
+  if (f.variant.window_blocks > 0) s += "_win" + std::to_string(f.variant.window_blocks);
   if (f.variant.value_hadamard) s += "_had";
   if (f.post_rope) s += "_post_rope";
   return s;
@@ -84,11 +85,17 @@ Result<Format> format_from_flags(const EvalOptions& o) {
   f.block_size = o.block_size;
   f.group_size = o.kivi_group_size;
   f.post_rope = o.int4_keys_post_rope;
-  f.variant = {o.int4_sink_blocks, o.int4_value_hadamard};
-  if (f.dtype != kv::KvCacheDtype::kInt4Kivi && (f.post_rope || !f.variant.is_default())) {
-    return invalid_argument(
-        "eval: --int4-keys-post-rope, --int4-sink-blocks and --int4-value-hadamard need "
-        "--kv-cache-dtype int4_kivi");
+  if (o.int4_value_hadamard != 0 && o.int4_value_hadamard != 1) {
+    return invalid_argument("eval: --int4-value-hadamard must be 0 or 1");
+  }
+  f.variant = {o.int4_sink_blocks, o.int4_window_blocks, o.int4_value_hadamard != 0};
+  if (f.dtype != kv::KvCacheDtype::kInt4Kivi) {
+    if (f.post_rope || !f.variant.is_default()) {
+      return invalid_argument(
+          "eval: --int4-keys-post-rope, --int4-sink-blocks and --int4-value-hadamard need "
+          "--kv-cache-dtype int4_kivi");
+    }
+    f.variant = {0, 0, false};
   }
   return f;
 }
@@ -96,11 +103,13 @@ Result<Format> format_from_flags(const EvalOptions& o) {
 // A --candidates name: a dtype name, or int4 with optional _b<B>, _gv<Gv>, _sink<N>, _had and
 // _post_rope parts in that order (defaults B64 Gv128).
 Result<Format> parse_candidate(const std::string& name) {
-  const Status bad =
-      invalid_argument("eval: --candidates: cannot parse '" + name +
-                       "' (16bit, fp8_e4m3, or int4[_b<B>][_gv<Gv>][_sink<N>][_had][_post_rope])");
+  const Status bad = invalid_argument(
+      "eval: --candidates: cannot parse '" + name +
+      "' (16bit, fp8_e4m3, or int4[_b<B>][_gv<Gv>][_sink<N>][_win<N>][_had][_post_rope])");
   Format f;
-  if (name.rfind("int4", 0) != 0 || name == "int4_kivi") {
+  if (name == "int4_kivi") return f;  // the serving format
+  f.variant = {0, 0, false};          // a name spells out every part: int4_b64_gv128 is format v1
+  if (name.rfind("int4", 0) != 0) {
     auto dtype = parse_dtype(name, "--candidates");
     if (!dtype.is_ok()) return dtype.status();
     f.dtype = *dtype;
@@ -125,7 +134,8 @@ Result<Format> parse_candidate(const std::string& name) {
     return true;
   };
   if (!take_number("_b", &f.block_size) || !take_number("_gv", &f.group_size) ||
-      !take_number("_sink", &f.variant.sink_blocks)) {
+      !take_number("_sink", &f.variant.sink_blocks) ||
+      !take_number("_win", &f.variant.window_blocks)) {
     return bad;
   }
   f.variant.value_hadamard = take_word("_had");
@@ -150,9 +160,12 @@ engine::BackendFactory factory(const Loaded& l, const Format& f) {
     kv.value_group_size = f.group_size;
     kv.int4_keys_post_rope = f.post_rope;
     kv.num_residual_slots = f.dtype == kv::KvCacheDtype::kInt4Kivi ? 1 : 0;
-    backend::cpu::CpuBackendOptions options;
-    if (f.dtype == kv::KvCacheDtype::kInt4Kivi) options.int4_variant = f.variant;
-    return backend::cpu::make_cpu_backend(l.config, l.weights, kv, options);
+    if (f.dtype == kv::KvCacheDtype::kInt4Kivi) {
+      kv.num_sink_blocks = f.variant.sink_blocks;  // one sequence: one sink block at most
+      kv.num_window_blocks = f.variant.window_blocks;
+      kv.int4_value_hadamard = f.variant.value_hadamard;
+    }
+    return backend::cpu::make_cpu_backend(l.config, l.weights, kv);
   };
 }
 
@@ -196,6 +209,7 @@ Status report(const EvalOptions& o, const Loaded& l, kv::KvCacheDtype ref, const
                    {"kivi_group_size", f.group_size},
                    {"int4_keys_post_rope", f.post_rope},
                    {"int4_sink_blocks", f.variant.sink_blocks},
+                   {"int4_window_blocks", f.variant.window_blocks},
                    {"int4_value_hadamard", f.variant.value_hadamard},
                    {"first_token", o.first_token},
                    {"bootstrap_resamples", o.bootstrap_resamples},
@@ -298,9 +312,13 @@ void add_eval_command(CLI::App& app) {
   sub->add_flag("--int4-keys-post-rope", options->int4_keys_post_rope,
                 "quantize int4 keys after RoPE, as the KIVI paper does (for comparison only)");
   sub->add_option("--int4-sink-blocks", options->int4_sink_blocks,
-                  "candidate: keep the first N blocks of every sequence 16-bit (0..4)");
-  sub->add_flag("--int4-value-hadamard", options->int4_value_hadamard,
-                "candidate: rotate values by a Hadamard transform before quantizing them");
+                  "int4_kivi: keep the first block of every sequence 16-bit (1: format v2, the "
+                  "default; 0: v1, for comparison)");
+  sub->add_option("--int4-window-blocks", options->int4_window_blocks,
+                  "int4_kivi: keep the last full block 16-bit too (1: v2, the default; 0: v1)");
+  sub->add_option("--int4-value-hadamard", options->int4_value_hadamard,
+                  "int4_kivi: rotate values by a Hadamard transform before quantizing them (1: "
+                  "v2, the default; 0: v1)");
   sub->add_option("--first-token", options->first_token,
                   "token id put first in every window, as a BOS (-1: none)");
   sub->add_option("--bootstrap-resamples", options->bootstrap_resamples,
@@ -309,7 +327,7 @@ void add_eval_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "dummy"}));
   sub->add_option("--candidates", options->candidates,
                   "evaluate these formats against one shared reference pass, comma-separated: "
-                  "16bit, fp8_e4m3, int4[_b<B>][_gv<Gv>][_sink<N>][_had][_post_rope]")
+                  "16bit, fp8_e4m3, int4[_b<B>][_gv<Gv>][_sink<N>][_win<N>][_had][_post_rope]")
       ->delimiter(',');
   sub->add_option("--json", options->json_out, "write every metric and the settings here");
   sub->add_option("--json-dir", options->json_dir,

@@ -29,9 +29,11 @@ struct EvalOptions {
   int block_size = 64;
   int kivi_group_size = 128;         // Gv: channels per value scale/zero
   bool int4_keys_post_rope = false;  // comparison only: the KIVI paper places keys after RoPE
-  int int4_sink_blocks = 0;          // candidate: first blocks of a sequence kept 16-bit
-  bool int4_value_hadamard = false;  // candidate: values Hadamard-rotated before quantization
-  int first_token = -1;              // token put first in every window (a BOS); -1: none
+  // int4_kivi format v2 (kv_format.h Int4KiviVariant); 0, 0, 0 is v1, for comparisons.
+  int int4_sink_blocks = 1;     // first block of a sequence kept 16-bit
+  int int4_window_blocks = 1;   // last full block kept 16-bit too
+  int int4_value_hadamard = 1;  // values Hadamard-rotated before quantization
+  int first_token = -1;         // token put first in every window (a BOS); -1: none
   int64_t bootstrap_resamples = 1000;
   std::vector<std::string> candidates;  // formats sharing one reference pass (names)
   std::string json_out;

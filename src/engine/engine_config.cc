@@ -60,18 +60,24 @@ Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
   r.seed = c.seed;
   const int max_num_seqs = c.max_num_seqs > 0 ? c.max_num_seqs : kDefaultMaxNumSeqsCpu;
   const bool int4 = c.kv_cache_dtype == kv::KvCacheDtype::kInt4Kivi;
-  // int4_kivi keeps each running sequence's partly filled block 16-bit, outside the pool.
-  r.residual_bytes = int4 ? int64_t{max_num_seqs} * c.block_size * bytes_per_token_16bit(m) : 0;
-  if (r.residual_bytes >= c.kv_cache_memory_bytes) {
+  // int4_kivi format v2 (docs/kv-format.md) keeps, outside the pool and 16-bit, each running
+  // sequence's partly filled block and its last full block (the residual slot, a ring of two
+  // blocks) and its first block (a sink pool of one block per running sequence).
+  const kv::Int4KiviVariant v2;
+  const int64_t block_16bit = int64_t{c.block_size} * bytes_per_token_16bit(m);
+  r.residual_bytes = int4 ? max_num_seqs * (1 + v2.window_blocks) * block_16bit : 0;
+  r.sink_bytes = int4 ? max_num_seqs * v2.sink_blocks * block_16bit : 0;
+  if (r.residual_bytes + r.sink_bytes >= c.kv_cache_memory_bytes) {
     return bad("--kv-cache-memory", c.kv_cache_memory_bytes,
-               "holds no KV block: int4_kivi's residual blocks for --max-num-seqs=" +
+               "holds no KV block: int4_kivi's 16-bit residual and sink blocks for "
+               "--max-num-seqs=" +
                    std::to_string(max_num_seqs) + " alone need " +
-                   std::to_string(r.residual_bytes) + " bytes");
+                   std::to_string(r.residual_bytes + r.sink_bytes) + " bytes");
   }
   S4KV_ASSIGN_OR_RETURN(
-      r.capacity,
-      kv::plan_kv_capacity(c.kv_cache_memory_bytes - r.residual_bytes, c.kv_cache_dtype,
-                           m.num_hidden_layers, m.num_key_value_heads, m.head_dim, c.block_size));
+      r.capacity, kv::plan_kv_capacity(c.kv_cache_memory_bytes - r.residual_bytes - r.sink_bytes,
+                                       c.kv_cache_dtype, m.num_hidden_layers, m.num_key_value_heads,
+                                       m.head_dim, c.block_size));
   S4KV_ASSIGN_OR_RETURN(const int64_t max_model_len, resolve_max_model_len(c, m, r.capacity));
 
   r.scheduler.max_num_seqs = max_num_seqs;
@@ -80,12 +86,16 @@ Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
   r.cache.num_blocks = static_cast<int>(r.capacity.num_blocks);
   r.cache.block_size = c.block_size;
   r.cache.enable_prefix_caching = c.enable_prefix_caching;
+  r.cache.num_sink_blocks = int4 ? max_num_seqs * v2.sink_blocks : 0;
   S4KV_RETURN_IF_ERROR(Scheduler::validate(r.scheduler, r.cache));
 
   r.kv.num_blocks = r.capacity.num_blocks;
   r.kv.block_size = c.block_size;
   r.kv.dtype = c.kv_cache_dtype;
   r.kv.num_residual_slots = int4 ? max_num_seqs : 0;
+  r.kv.num_sink_blocks = r.cache.num_sink_blocks;
+  r.kv.num_window_blocks = int4 ? v2.window_blocks : 0;
+  r.kv.int4_value_hadamard = int4 && v2.value_hadamard;
   r.runner = ModelRunnerConfig{max_num_seqs, c.max_num_batched_tokens, max_model_len};
   return r;
 }
@@ -95,8 +105,9 @@ std::string describe_capacity(const ResolvedEngineConfig& r) {
   os << kv::format_kv_capacity(r.capacity) << "; max_model_len " << r.scheduler.max_model_len
      << ", max_num_seqs " << r.scheduler.max_num_seqs;
   if (r.residual_bytes > 0) {
-    os << "; plus " << r.residual_bytes << " bytes of 16-bit residual blocks for "
-       << r.kv.num_residual_slots << " running sequences";
+    os << "; plus " << r.residual_bytes + r.sink_bytes
+       << " bytes of 16-bit residual and sink blocks for " << r.kv.num_residual_slots
+       << " running sequences";
   }
   return os.str();
 }

@@ -43,6 +43,7 @@ struct ResolvedEngineConfig {
   ModelRunnerConfig runner;
   kv::KvCapacity capacity;
   int64_t residual_bytes = 0;  // int4_kivi: max_num_seqs 16-bit tail blocks, off the budget
+  int64_t sink_bytes = 0;      // int4_kivi: max_num_seqs 16-bit sink blocks, off the budget
   uint64_t seed = 0;
 };
 

@@ -11,14 +11,17 @@
 namespace s4kv::engine {
 namespace {
 
-// One sequence in a backend's cache: blocks 0..n-1 in order, residual slot 0.
+// One sequence in a backend's cache: blocks 0..n-1 in order (the first one a sink block when
+// the cache has them), residual slot 0.
 class SingleSequence {
  public:
   explicit SingleSequence(backend::Backend& b)
       : backend_(b), batch_(b.kv_cache_config().block_size, b.kv_cache_config().num_blocks) {
-    table_.resize(static_cast<size_t>(b.kv_cache_config().num_blocks));
+    const backend::KvCacheConfig& kv = b.kv_cache_config();
+    table_.resize(static_cast<size_t>(kv.num_blocks));
     std::iota(table_.begin(), table_.end(), 0);
-    residual_slot_ = b.kv_cache_config().dtype == kv::KvCacheDtype::kInt4Kivi ? 0 : -1;
+    if (kv.num_sink_blocks > 0) table_[0] = static_cast<int32_t>(kv.num_blocks);
+    residual_slot_ = kv.dtype == kv::KvCacheDtype::kInt4Kivi ? 0 : -1;
   }
 
   // Appends tokens at the end of the sequence; returns the logits of the last one [vocab].

@@ -34,13 +34,14 @@ ModelRunner::ModelRunner(backend::Backend& backend, const ModelRunnerConfig& con
 void ModelRunner::release(RequestId id) {
   const auto it = slot_of_.find(id);
   if (it == slot_of_.end()) return;  // never ran (aborted while waiting) or 16-bit cache
-  free_slots_.push_back(it->second);
+  free_slots_.push_back(it->second.slot);
   slot_of_.erase(it);
 }
 
 // A request keeps its slot across steps; a new (or resumed) one takes a free slot. Preempted
 // and finished requests were released first, and at most max_num_seqs run, so one is free.
-int32_t ModelRunner::slot_for(const ScheduledRequest& s) {
+// A new request's slot holds its K/V from the tokens it starts at (a prefix-cache hit's length).
+ModelRunner::Seat ModelRunner::slot_for(const ScheduledRequest& s) {
   if (!s.is_new) {
     const auto it = slot_of_.find(s.request_id);
     S4KV_CHECK(it != slot_of_.end(), "model runner: request ", s.request_id, " has no slot");
@@ -48,17 +49,17 @@ int32_t ModelRunner::slot_for(const ScheduledRequest& s) {
   }
   S4KV_CHECK(!slot_of_.contains(s.request_id) && !free_slots_.empty(),
              "model runner: no residual slot for request ", s.request_id);
-  const int32_t slot = free_slots_.back();
+  const Seat seat{free_slots_.back(), s.num_computed_tokens};
   free_slots_.pop_back();
-  slot_of_.emplace(s.request_id, slot);
-  return slot;
+  slot_of_.emplace(s.request_id, seat);
+  return seat;
 }
 
 void ModelRunner::add_sequence(const ScheduledRequest& s) {
   S4KV_CHECK(static_cast<int64_t>(s.block_table.size()) <= max_num_blocks_per_seq_,
              "model runner: block table longer than max_model_len allows");
-  batch_.add(s.token_ids, s.num_computed_tokens, s.block_table,
-             uses_residual_slots_ ? slot_for(s) : -1);
+  const Seat seat = uses_residual_slots_ ? slot_for(s) : Seat{};
+  batch_.add(s.token_ids, s.num_computed_tokens, s.block_table, seat.slot, seat.start);
   // The logits of the chunk's last token predict the request's next token.
   if (s.samples) batch_.want_logits(batch_.num_tokens() - 1);
 }

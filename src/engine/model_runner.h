@@ -45,8 +45,12 @@ class ModelRunner {
   int num_residual_slots_in_use() const { return static_cast<int>(slot_of_.size()); }
 
  private:
+  struct Seat {
+    int32_t slot = -1;
+    int64_t start = 0;  // tokens computed when the request took the slot
+  };
   void release(RequestId id);
-  int32_t slot_for(const ScheduledRequest& s);
+  Seat slot_for(const ScheduledRequest& s);
   void build_batch(const SchedulerOutput& out);
   void add_sequence(const ScheduledRequest& s);
 
@@ -56,8 +60,8 @@ class ModelRunner {
   int64_t max_num_blocks_per_seq_;
   bool uses_residual_slots_;
 
-  std::vector<int32_t> free_slots_;                 // residual slots not held by anyone
-  std::unordered_map<RequestId, int32_t> slot_of_;  // running request -> its residual slot
+  std::vector<int32_t> free_slots_;              // residual slots not held by anyone
+  std::unordered_map<RequestId, Seat> slot_of_;  // running request -> its residual slot
 
   // The batch under construction; reserved at construction, cleared every step.
   backend::ForwardBatchBuilder batch_;  // this step's batch; buffers reused across steps

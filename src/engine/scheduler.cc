@@ -23,7 +23,12 @@ Status Scheduler::validate(const SchedulerConfig& config, const CacheConfig& cac
   }
   if (cache.block_size < 1) return bad("block_size", cache.block_size, "must be >= 1");
   if (cache.num_blocks < 1) return bad("num_blocks", cache.num_blocks, "must be >= 1");
-  const int64_t blocks_needed = (config.max_model_len + cache.block_size - 1) / cache.block_size;
+  // Pool blocks for one sequence of max_model_len; its first block comes from the sink pool
+  // when there is one.
+  const int64_t blocks_needed = (config.max_model_len + cache.block_size - 1) / cache.block_size -
+                                (cache.num_sink_blocks > 0 ? 1 : 0);
+  if (cache.num_sink_blocks < 0)
+    return bad("num_sink_blocks", cache.num_sink_blocks, "must be >= 0");
   if (blocks_needed > cache.num_blocks) {
     return bad("max_model_len", config.max_model_len,
                "one sequence of this length needs " + std::to_string(blocks_needed) +
@@ -41,7 +46,8 @@ Status Scheduler::validate(const SchedulerConfig& config, const CacheConfig& cac
 
 Scheduler::Scheduler(const SchedulerConfig& config, const CacheConfig& cache)
     : config_(config),
-      kv_(cache.num_blocks, cache.block_size, cache.enable_prefix_caching, cache.hash_salt) {
+      kv_(cache.num_blocks, cache.block_size, cache.enable_prefix_caching, cache.hash_salt,
+          cache.num_sink_blocks) {
   const Status s = validate(config, cache);
   S4KV_CHECK(s.is_ok(), "unvalidated scheduler config: ", s.message());
 }

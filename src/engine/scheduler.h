@@ -55,6 +55,9 @@ struct CacheConfig {
   int block_size = 64;  // --block-size
   bool enable_prefix_caching = true;
   uint64_t hash_salt = kv::process_hash_salt();  // a fixed value in tests that compare hashes
+  // int4_kivi v2: every request's first block from a pool of this many 16-bit sink blocks (ids
+  // after the main pool's; kv_cache_manager.h). 0: none.
+  int num_sink_blocks = 0;
 };
 
 // One request's share of a step: compute the tokens at positions

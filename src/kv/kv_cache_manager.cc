@@ -8,9 +8,11 @@
 namespace s4kv::kv {
 
 KvCacheManager::KvCacheManager(int num_blocks, int block_size, bool enable_prefix_caching,
-                               uint64_t salt)
+                               uint64_t salt, int num_sink_blocks)
     : pool_(num_blocks, enable_prefix_caching), block_size_(block_size), salt_(salt) {
-  S4KV_CHECK(block_size > 0, "block_size=", block_size);
+  S4KV_CHECK(block_size > 0 && num_sink_blocks >= 0, "block_size=", block_size,
+             " num_sink_blocks=", num_sink_blocks);
+  if (num_sink_blocks > 0) sink_pool_.emplace(num_sink_blocks, enable_prefix_caching);
 }
 
 int64_t KvCacheManager::num_blocks_for_tokens(int64_t num_tokens) const {
@@ -29,9 +31,9 @@ ComputedBlocks KvCacheManager::get_computed_blocks(std::span<const int32_t> toke
     const BlockHash parent = i == 0 ? salt_ : out.hashes.back();
     const BlockHash hash =
         hash_block(salt_, parent, token_ids.subspan(i * block_size_, block_size_));
-    const std::optional<BlockId> block = pool_.lookup(hash);
+    const std::optional<BlockId> block = pool_of(i).lookup(hash);
     if (!block.has_value()) break;
-    out.blocks.push_back(*block);
+    out.blocks.push_back(to_table(i, *block));
     out.hashes.push_back(hash);
   }
   out.num_computed_tokens = static_cast<int64_t>(out.blocks.size()) * block_size_;
@@ -40,9 +42,12 @@ ComputedBlocks KvCacheManager::get_computed_blocks(std::span<const int32_t> toke
 
 // Computed blocks that are free must leave the free list when touched, so they count against
 // the free blocks available for new allocations.
-int KvCacheManager::num_evictable(std::span<const BlockId> blocks) const {
-  return static_cast<int>(std::count_if(blocks.begin(), blocks.end(),
-                                        [&](BlockId b) { return pool_.ref_count(b) == 0; }));
+KvCacheManager::Counts KvCacheManager::num_evictable(std::span<const BlockId> table_prefix) const {
+  Counts c;
+  for (size_t i = 0; i < table_prefix.size(); ++i) {
+    if (pool_of(i).ref_count(to_local(i, table_prefix[i])) == 0) ++(in_sink(i) ? c.sink : c.main);
+  }
+  return c;
 }
 
 bool KvCacheManager::allocate_slots(RequestId id, int64_t num_new_tokens,
@@ -62,12 +67,29 @@ bool KvCacheManager::allocate_slots(RequestId id, int64_t num_new_tokens,
   const int64_t num_tokens =
       (is_new ? computed.num_computed_tokens : it->second.num_tokens) + num_new_tokens;
   const int64_t num_needed = std::max<int64_t>(0, num_blocks_for_tokens(num_tokens) - num_have);
-  if (num_needed + num_evictable(computed.blocks) > pool_.num_free_blocks()) return false;
+  // The table's index 0 is the only one a sink pool supplies.
+  const int sink_needed = sink_pool_ && num_have == 0 && num_needed > 0 ? 1 : 0;
+  const int main_needed = static_cast<int>(num_needed) - sink_needed;
+  const Counts evictable = num_evictable(computed.blocks);
+  if (main_needed + evictable.main > pool_.num_free_blocks()) return false;
+  if (sink_needed + evictable.sink > (sink_pool_ ? sink_pool_->num_free_blocks() : 0)) {
+    return false;
+  }
 
   // Touch first: allocate() takes from the free-list head and must not evict the hits.
-  pool_.touch(computed.blocks);
-  std::optional<std::vector<BlockId>> fresh = pool_.allocate(static_cast<int>(num_needed));
-  S4KV_CHECK(fresh.has_value(), "free-block count was checked above");
+  for (size_t i = 0; i < computed.blocks.size(); ++i) {
+    const BlockId local = to_local(i, computed.blocks[i]);
+    pool_of(i).touch(std::span(&local, 1));
+  }
+  std::vector<BlockId> fresh;
+  if (sink_needed > 0) {
+    const std::optional<std::vector<BlockId>> sink = sink_pool_->allocate(1);
+    S4KV_CHECK(sink.has_value(), "free sink-block count was checked above");
+    fresh.push_back(to_table(0, sink->front()));
+  }
+  const std::optional<std::vector<BlockId>> main = pool_.allocate(main_needed);
+  S4KV_CHECK(main.has_value(), "free-block count was checked above");
+  fresh.insert(fresh.end(), main->begin(), main->end());
 
   RequestBlocks& req = is_new ? requests_[id] : it->second;
   if (is_new) {
@@ -78,7 +100,7 @@ bool KvCacheManager::allocate_slots(RequestId id, int64_t num_new_tokens,
       pool_.record_prefix_cache_query(computed.num_queried_tokens, computed.num_computed_tokens);
     }
   }
-  req.blocks.insert(req.blocks.end(), fresh->begin(), fresh->end());
+  req.blocks.insert(req.blocks.end(), fresh.begin(), fresh.end());
   req.num_tokens = num_tokens;
   return true;
 }
@@ -97,8 +119,8 @@ void KvCacheManager::cache_blocks(RequestId id, std::span<const int32_t> token_i
                       block_size_, salt_);
   for (; req.num_cached_blocks < req.hashes.size(); ++req.num_cached_blocks) {
     // A false return means another block already holds this prefix; ours stays uncached.
-    (void)pool_.cache_full_block(req.blocks[req.num_cached_blocks],
-                                 req.hashes[req.num_cached_blocks]);
+    const size_t i = req.num_cached_blocks;
+    (void)pool_of(i).cache_full_block(to_local(i, req.blocks[i]), req.hashes[i]);
   }
 }
 
@@ -106,8 +128,10 @@ void KvCacheManager::free(RequestId id) {
   const auto it = requests_.find(id);
   if (it == requests_.end()) return;
   const std::vector<BlockId>& blocks = it->second.blocks;
-  const std::vector<BlockId> reversed(blocks.rbegin(), blocks.rend());
-  pool_.free(reversed);
+  for (size_t i = blocks.size(); i-- > 0;) {  // last block first
+    const BlockId local = to_local(i, blocks[i]);
+    pool_of(i).free(std::span(&local, 1));
+  }
   requests_.erase(it);
 }
 
@@ -125,7 +149,9 @@ int64_t KvCacheManager::num_tokens(RequestId id) const {
 
 void KvCacheManager::check_invariants() const {
   pool_.check_invariants();
+  if (sink_pool_) sink_pool_->check_invariants();
   std::vector<int> refs(static_cast<size_t>(pool_.num_blocks()), 0);
+  std::vector<int> sink_refs(static_cast<size_t>(sink_pool_ ? sink_pool_->num_blocks() : 0), 0);
   for (const auto& [id, req] : requests_) {
     S4KV_CHECK(static_cast<int64_t>(req.blocks.size()) == num_blocks_for_tokens(req.num_tokens),
                "request ", id, " has ", req.blocks.size(), " blocks for ", req.num_tokens,
@@ -133,14 +159,25 @@ void KvCacheManager::check_invariants() const {
     S4KV_CHECK(
         req.num_cached_blocks == req.hashes.size() && req.num_cached_blocks <= req.blocks.size(),
         "request ", id, " cached ", req.num_cached_blocks, " hashes ", req.hashes.size());
-    for (BlockId b : req.blocks) ++refs[static_cast<size_t>(b)];
+    for (size_t i = 0; i < req.blocks.size(); ++i) {
+      const BlockId local = to_local(i, req.blocks[i]);
+      std::vector<int>& r = in_sink(i) ? sink_refs : refs;
+      S4KV_CHECK(local >= 0 && local < static_cast<BlockId>(r.size()), "request ", id,
+                 " holds block ", req.blocks[i], " at index ", i, " outside its pool");
+      ++r[static_cast<size_t>(local)];
+    }
   }
   // Only this manager takes references, so each ref count is exactly the number of tables
   // holding the block: a mismatch is a leak or a double free.
-  for (BlockId b = 0; b < pool_.num_blocks(); ++b) {
-    S4KV_CHECK(pool_.ref_count(b) == refs[static_cast<size_t>(b)], "block ", b, " ref_count ",
-               pool_.ref_count(b), " but held by ", refs[static_cast<size_t>(b)], " tables");
-  }
+  const auto check = [](const BlockPool& pool, const std::vector<int>& r, BlockId offset) {
+    for (BlockId b = 0; b < pool.num_blocks(); ++b) {
+      S4KV_CHECK(pool.ref_count(b) == r[static_cast<size_t>(b)], "block ", b + offset,
+                 " ref_count ", pool.ref_count(b), " but held by ", r[static_cast<size_t>(b)],
+                 " tables");
+    }
+  };
+  check(pool_, refs, 0);
+  if (sink_pool_) check(*sink_pool_, sink_refs, pool_.num_blocks());
 }
 
 }  // namespace s4kv::kv

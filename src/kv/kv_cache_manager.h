@@ -1,6 +1,13 @@
 // KvCacheManager: per-request block tables over a BlockPool, with prefix caching of full blocks.
 // Engine-agnostic: request ids and token ids in, block ids out; it never sees KV bytes.
 //
+// Sink blocks (int4_kivi v2, docs/kv-format.md): with num_sink_blocks > 0 the first block of
+// every request comes from a second pool of that many blocks, numbered after the main pool
+// (ids num_blocks .. num_blocks + num_sink_blocks - 1), which the backend keeps in 16-bit. Both
+// pools cache and share blocks the same way; the hash chain does not care which pool a block
+// is in. The engine sizes the sink pool at one block per running sequence, so admitting a
+// request under max_num_seqs always finds one (free or evictable).
+//
 // One request's life, as the scheduler drives it (vLLM v1's KVCacheManager protocol):
 //   1. computed = get_computed_blocks(tokens)          longest cached prefix of full blocks
 //   2. allocate_slots(id, num_new_tokens, computed)    all or nothing; later steps pass no
@@ -14,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -36,10 +44,11 @@ struct ComputedBlocks {
 
 class KvCacheManager {
  public:
-  // block_size > 0; the pool has num_blocks blocks. `salt` roots the hash chain: the process salt
-  // in production, a fixed value in tests that compare hashes.
+  // block_size > 0; the pool has num_blocks blocks, the sink pool num_sink_blocks (0: none, every
+  // block from the main pool). `salt` roots the hash chain: the process salt in production, a
+  // fixed value in tests that compare hashes.
   KvCacheManager(int num_blocks, int block_size, bool enable_prefix_caching,
-                 uint64_t salt = process_hash_salt());
+                 uint64_t salt = process_hash_salt(), int num_sink_blocks = 0);
 
   // Longest prefix of `token_ids` made of cached full blocks, stopping one token short of the
   // whole prompt: the last token must be computed to produce logits. Empty without prefix
@@ -72,7 +81,10 @@ class KvCacheManager {
 
   int block_size() const { return block_size_; }
   int num_requests() const { return static_cast<int>(requests_.size()); }
+  // The main pool (usage and prefix-cache counters) and the sink pool, whose ids are offset by
+  // pool().num_blocks() in block tables.
   const BlockPool& pool() const { return pool_; }
+  const BlockPool* sink_pool() const { return sink_pool_ ? &*sink_pool_ : nullptr; }
   // Pool invariants plus: every table's blocks are in use, and each block's ref count equals the
   // number of tables holding it.
   void check_invariants() const;
@@ -86,9 +98,24 @@ class KvCacheManager {
   };
 
   int64_t num_blocks_for_tokens(int64_t num_tokens) const;
-  int num_evictable(std::span<const BlockId> blocks) const;
+  // Table index 0 lives in the sink pool when there is one. Pool-local ids <-> table ids.
+  bool in_sink(size_t index) const { return sink_pool_.has_value() && index == 0; }
+  BlockPool& pool_of(size_t index) { return in_sink(index) ? *sink_pool_ : pool_; }
+  const BlockPool& pool_of(size_t index) const { return in_sink(index) ? *sink_pool_ : pool_; }
+  BlockId to_table(size_t index, BlockId local) const {
+    return in_sink(index) ? local + pool_.num_blocks() : local;
+  }
+  BlockId to_local(size_t index, BlockId table_id) const {
+    return in_sink(index) ? table_id - pool_.num_blocks() : table_id;
+  }
+  // Blocks of a table prefix (indices 0..n-1) that are free in their pool, per pool.
+  struct Counts {
+    int main = 0, sink = 0;
+  };
+  Counts num_evictable(std::span<const BlockId> table_prefix) const;
 
   BlockPool pool_;
+  std::optional<BlockPool> sink_pool_;
   int block_size_;
   uint64_t salt_;
   std::unordered_map<RequestId, RequestBlocks> requests_;

@@ -79,6 +79,10 @@ Status validate_int4_variant(const Int4KiviVariant& variant, int64_t head_dim) {
     return unsupported("unsupported int4 sink_blocks=" + std::to_string(variant.sink_blocks) +
                        " (supported: 0.." + std::to_string(kMaxSinkBlocks) + ")");
   }
+  if (variant.window_blocks < 0 || variant.window_blocks > kMaxWindowBlocks) {
+    return unsupported("unsupported int4 window_blocks=" + std::to_string(variant.window_blocks) +
+                       " (supported: 0.." + std::to_string(kMaxWindowBlocks) + ")");
+  }
   if (variant.value_hadamard && (head_dim <= 0 || (head_dim & (head_dim - 1)) != 0)) {
     return unsupported("unsupported head_dim=" + std::to_string(head_dim) +
                        " for the value Hadamard rotation (a power of two)");
@@ -97,7 +101,8 @@ double kv_bytes_at_context(KvCacheDtype dtype, int64_t context, int64_t num_laye
       kv_bytes_per_token(KvCacheDtype::k16Bit, num_layers, num_kv_heads, head_dim);
   const int64_t full = context / block_size;
   const int64_t sink = std::min<int64_t>(full, variant.sink_blocks);
-  const int64_t quantized_tokens = (full - sink) * block_size;
+  const int64_t window = std::min<int64_t>(full - sink, variant.window_blocks);
+  const int64_t quantized_tokens = (full - sink - window) * block_size;
   return per_token * static_cast<double>(quantized_tokens) +
          per_token_16 * static_cast<double>(context - quantized_tokens);
 }

@@ -47,27 +47,37 @@ double kv_bytes_per_token(KvCacheDtype dtype, int64_t num_layers, int64_t num_kv
                           int64_t head_dim, int block_size = kDefaultBlockSize,
                           int value_group_size = kDefaultValueGroupSize);
 
-// Candidate changes to int4_kivi measured by `s4kv eval` before the format is settled (issue
-// 12, docs/kv-format.md "Candidate formats"); all off is today's int4_kivi, the default.
+// The int4_kivi format version (docs/kv-format.md), chosen by measurement (docs/fidelity.md):
+// 2 keeps the first block of every sequence 16-bit (a sink block) and the last full block
+// 16-bit too (a window block), and quantizes values after a Hadamard rotation; 1, every full
+// block int4 with plain values, is kept for `s4kv eval` comparisons only.
+inline constexpr int kInt4KiviFormatVersion = 2;
+
+// An int4_kivi variant as `s4kv eval` measures it (issue 12, docs/kv-format.md "Candidates");
+// the default-constructed one is the serving format, v2.
 struct Int4KiviVariant {
-  // The first sink_blocks blocks of every sequence stay 16-bit (attention sinks), beside the
-  // residual: 0..kMaxSinkBlocks.
-  int sink_blocks = 0;
+  // The first block of every sequence stays 16-bit (attention sinks): 0..kMaxSinkBlocks.
+  int sink_blocks = 1;
+  // The last full block also stays 16-bit (beside the partly filled one), so the newest
+  // B .. 2B - 1 tokens are read 16-bit: 0..kMaxWindowBlocks.
+  int window_blocks = 1;
   // Values rotated by the normalized head_dim-point Hadamard transform (kv/hadamard.h) before
   // per-token quantization; attention rotates its output back once per head.
-  bool value_hadamard = false;
+  bool value_hadamard = true;
 
-  bool is_default() const { return sink_blocks == 0 && !value_hadamard; }
+  bool is_default() const { return sink_blocks == 1 && window_blocks == 1 && value_hadamard; }
+  bool is_v1() const { return sink_blocks == 0 && window_blocks == 0 && !value_hadamard; }
 };
-inline constexpr int kMaxSinkBlocks = 4;
+inline constexpr int kMaxSinkBlocks = 1;
+inline constexpr int kMaxWindowBlocks = 1;
 
 // Refuses sink_blocks outside 0..kMaxSinkBlocks and value_hadamard with a head_dim that is not
 // a power of two, naming the value.
 Status validate_int4_variant(const Int4KiviVariant& variant, int64_t head_dim);
 
 // Bytes one sequence of `context` tokens occupies, all layers and KV heads, everything counted:
-// for int4_kivi its full blocks (the first variant.sink_blocks of them at 16-bit) and the 16-bit
-// residual of the partly filled last block; for 16-bit and fp8 context times the per-token
+// for int4_kivi its full blocks (the first sink and the last window blocks at 16-bit) and the
+// 16-bit residual of the partly filled last block; for 16-bit and fp8 context times the per-token
 // bytes. The density of a format at a context is the 16-bit bytes over these.
 double kv_bytes_at_context(KvCacheDtype dtype, int64_t context, int64_t num_layers,
                            int64_t num_kv_heads, int64_t head_dim,

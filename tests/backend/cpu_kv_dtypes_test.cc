@@ -348,12 +348,21 @@ TEST(CpuKvCache, RefusesBadInt4Layouts) {
   EXPECT_FALSE(make_cpu_kv_cache(c, {1, kKvHeads, kD, DType::kBF16}, inv_freq()).is_ok());
 }
 
-// ---- int4_kivi candidate formats (kv_format.h Int4KiviVariant, s4kv eval only) ----
+// ---- int4_kivi v2 sink blocks and the Hadamard-values candidate ----
 
-std::unique_ptr<CpuKvCache> make_cache(const KvCacheConfig& c, kv::Int4KiviVariant variant) {
-  auto made = make_cpu_kv_cache(c, {1, kKvHeads, kD, DType::kBF16}, inv_freq(), variant);
-  S4KV_CHECK(made.is_ok(), made.status().message());
-  return std::move(made).value();
+// A cache with two sink blocks (ids num_blocks, num_blocks + 1) when variant.sink_blocks > 0,
+// and the variant's window and Hadamard values.
+std::unique_ptr<CpuKvCache> make_cache(KvCacheConfig c, kv::Int4KiviVariant variant) {
+  c.num_sink_blocks = variant.sink_blocks > 0 ? 2 : 0;
+  c.num_window_blocks = variant.window_blocks;
+  c.int4_value_hadamard = variant.value_hadamard;
+  return make_cache(c);
+}
+
+// The sequence with its first block moved to sink block `sink` (0 or 1) of a cache `c`.
+Seq with_sink(Seq s, const KvCacheConfig& c, int32_t sink = 1) {
+  s.table[0] = static_cast<int32_t>(c.num_blocks) + sink;
+  return s;
 }
 
 // What attention reads at the decode step that brings s to len tokens (all earlier tokens in one
@@ -389,9 +398,10 @@ TEST(Int4KiviVariants, SinkBlockStays16BitAndLaterBlocksAreUnchanged) {
   const int64_t bs = 32, len = 4 * bs + 5;
   Seq s = make_seq(len, 51);
   for (int64_t i = 0; i < kSlotElems; ++i) s.k[i] *= 30, s.v[i] *= 30;  // position 0: a sink
-  auto plain = make_cache(int4_config(bs));
-  auto sink = make_cache(int4_config(bs), {1, false});
-  const Read a = read_at(*plain, bs, s, len), b = read_at(*sink, bs, s, len);
+  auto plain = make_cache(int4_config(bs), {0, 0, false});
+  auto sink = make_cache(int4_config(bs), {1, 0, false});
+  const Seq ss = with_sink(s, int4_config(bs));
+  const Read a = read_at(*plain, bs, s, len), b = read_at(*sink, bs, ss, len);
   int64_t plain_differs = 0;
   for (int64_t g = 0; g < kKvHeads; ++g) {
     EXPECT_EQ(b.rot[g].begin, b.rot[g].end);
@@ -404,9 +414,13 @@ TEST(Int4KiviVariants, SinkBlockStays16BitAndLaterBlocksAreUnchanged) {
     }
     EXPECT_TRUE(std::equal(a.k[g].begin() + bs * kD, a.k[g].end(), b.k[g].begin() + bs * kD));
     EXPECT_TRUE(std::equal(a.v[g].begin() + bs * kD, a.v[g].end(), b.v[g].begin() + bs * kD));
-    const auto blk = int4(*sink).block(0, s.table[0], g);
-    EXPECT_TRUE(std::all_of(blk.begin(), blk.end(), [](std::byte x) { return x == std::byte{0}; }))
-        << "a sink block must not be written to the pool";
+    // Full blocks 1..3 are quantized into the pool; nothing else is written there.
+    for (int32_t id = 0; id < kMaxBlocks; ++id) {
+      const auto blk = int4(*sink).block(0, id, g);
+      const bool zero =
+          std::all_of(blk.begin(), blk.end(), [](std::byte x) { return x == std::byte{0}; });
+      EXPECT_EQ(zero, id < 1 || id > 3) << "pool block " << id;
+    }
   }
   EXPECT_GT(plain_differs, 0);
 }
@@ -423,9 +437,9 @@ TEST(Int4KiviVariants, HadamardValuesQuantizedRotatedAndRotatedBackOnce) {
   const KvCacheConfig config = int4_config(bs, 64);
   const auto layout = kv::Int4KiviLayout::create(static_cast<int>(bs), kD, 64);
   ASSERT_TRUE(layout.is_ok());
-  auto plain = make_cache(config), had = make_cache(config, {0, true});
-  auto both = make_cache(config, {1, true});
-  const Read a = read_at(*plain, bs, s, len), hs = read_at(*both, bs, s, len);
+  auto plain = make_cache(config), had = make_cache(config, {0, 0, true});
+  auto both = make_cache(config, {1, 0, true});
+  const Read a = read_at(*plain, bs, s, len), hs = read_at(*both, bs, with_sink(s, config), len);
   std::vector<float> out_once, out_rows;
   const Read h = read_at(*had, bs, s, len, [&](const ForwardBatch& batch) {
     const KvGatherFn once = [&](int64_t q, int64_t g, int64_t n, float* k, float* v) {
@@ -482,9 +496,17 @@ TEST(Int4KiviVariants, HadamardValuesQuantizedRotatedAndRotatedBackOnce) {
 TEST(Int4KiviVariants, RefusedWithOtherDtypesAndOutOfRange) {
   const CpuKvCacheShape shape{1, kKvHeads, kD, DType::kBF16};
   KvCacheConfig fp8{2 * kMaxBlocks, 16, kv::KvCacheDtype::kFp8E4M3};
-  EXPECT_FALSE(make_cpu_kv_cache(fp8, shape, inv_freq(), {1, false}).is_ok());
-  EXPECT_FALSE(make_cpu_kv_cache(int4_config(32), shape, inv_freq(), {5, false}).is_ok());
-  EXPECT_TRUE(make_cpu_kv_cache(int4_config(32), shape, inv_freq(), {1, true}).is_ok());
+  fp8.num_sink_blocks = 1;
+  EXPECT_FALSE(make_cpu_kv_cache(fp8, shape, inv_freq()).is_ok());
+  fp8.num_sink_blocks = 0;
+  fp8.int4_value_hadamard = true;
+  EXPECT_FALSE(make_cpu_kv_cache(fp8, shape, inv_freq()).is_ok());
+  KvCacheConfig c = int4_config(32);
+  c.num_sink_blocks = -1;
+  EXPECT_FALSE(make_cpu_kv_cache(c, shape, inv_freq()).is_ok());
+  c.num_sink_blocks = 3;
+  c.int4_value_hadamard = true;
+  EXPECT_TRUE(make_cpu_kv_cache(c, shape, inv_freq()).is_ok());
 }
 
 }  // namespace

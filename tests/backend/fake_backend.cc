@@ -78,7 +78,7 @@ FakeBackend::FakeBackend(const KvCacheConfig& kv, int64_t vocab_size,
     : kv_(kv),
       vocab_size_(vocab_size),
       probe_(std::move(probe)),
-      slots_(static_cast<size_t>(kv.num_blocks * kv.block_size)) {
+      slots_(static_cast<size_t>((kv.num_blocks + kv.num_sink_blocks) * kv.block_size)) {
   S4KV_CHECK(vocab_size_ > 1 && probe_ != nullptr, "FakeBackend: vocab or probe");
 }
 

@@ -95,7 +95,7 @@ class FakeBackend final : public Backend {
   KvCacheConfig kv_;
   int64_t vocab_size_;
   std::shared_ptr<FakeBackendProbe> probe_;
-  std::vector<Slot> slots_;    // [num_blocks * block_size]
+  std::vector<Slot> slots_;    // [(num_blocks + num_sink_blocks) * block_size]
   std::vector<float> logits_;  // [num_logits, vocab_size], reused
 };
 

@@ -66,7 +66,7 @@ def test_candidates_share_one_reference_pass(text, tmp_path):
     single = tmp_path / "one.json"
     p = run("--model", "models/s4kv-tiny", "--text", text, *SMALL, "--json", str(single),
             "--kv-cache-dtype", "int4_kivi", "--block-size", "32", "--kivi-group-size", "64",
-            "--int4-sink-blocks", "1", "--int4-value-hadamard")
+            "--int4-sink-blocks", "1", "--int4-window-blocks", "0", "--int4-value-hadamard", "1")
     assert p.returncode == 0, p.stderr
     many = json.loads((out / "int4_b32_gv64_sink1_had.json").read_text())
     one = json.loads(single.read_text())

@@ -60,7 +60,7 @@ def eval_sink(models, text, tmp_path, *flags):
 
 
 def test_sink_block_holds_the_sink_model(models, text, tmp_path):
-    plain = eval_sink(models, text, tmp_path)
+    plain = eval_sink(models, text, tmp_path, "--int4-sink-blocks", "0")
     sink = eval_sink(models, text, tmp_path, "--int4-sink-blocks", "1")
     # Smoke figures (1 window): about 1.7 nats without the block, 0.002 with it.
     assert plain["mean_kl"] > 0.1, plain["mean_kl"]

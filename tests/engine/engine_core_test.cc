@@ -369,9 +369,10 @@ TEST(EngineCore, Int4KiviResidualSlotsUnderPressure) {
   a.config.kv_cache_dtype = kv::KvCacheDtype::kInt4Kivi;
   a.config.block_size = 32;
   a.config.max_num_seqs = 4;
-  a.config.max_model_len = 256;
-  // Residual: 4 slots x 32 tokens x 6144 bytes; pool: 10 blocks of 32 tokens (int4_kivi).
-  a.config.kv_cache_memory_bytes = 4 * 32 * 6144 + 10 * 32 * 1776;
+  a.config.max_model_len = 128;
+  // Format v2: per slot a residual ring of 2 blocks and a sink block, 3 x 32 tokens x 6144
+  // bytes; pool: 4 blocks of 32 tokens (int4_kivi; each sequence's first block is a sink block).
+  a.config.kv_cache_memory_bytes = 4 * 3 * 32 * 6144 + 4 * 32 * 1776;
   auto loaded = load_llm_engine(a);
   if (!loaded.is_ok() && loaded.status().code() == StatusCode::kUnsupported) {
     GTEST_SKIP() << loaded.status().message();

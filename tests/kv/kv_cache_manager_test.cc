@@ -194,8 +194,12 @@ TEST(KvCacheManager, PrefixCachingOff) {
 
 // Requests drawn from a few shared prefixes are admitted, decoded, finished or aborted at
 // random; invariants (including ref count == number of tables holding a block) after each step.
-TEST(KvCacheManager, RandomizedSchedulerStress) {
-  KvCacheManager m(24, kBlock, true, kSalt);
+// Runs with and without a sink pool (int4_kivi v2: every table's first block from it).
+class KvCacheManagerStress : public ::testing::TestWithParam<int> {};
+
+TEST_P(KvCacheManagerStress, RandomizedSchedulerStress) {
+  const int num_sink = GetParam();
+  KvCacheManager m(24, kBlock, true, kSalt, num_sink);
   std::mt19937 rng(7);
   std::vector<std::vector<int32_t>> prefixes;
   for (int p = 0; p < 4; ++p) prefixes.push_back(iota_tokens(12, 1000 * p));
@@ -211,6 +215,12 @@ TEST(KvCacheManager, RandomizedSchedulerStress) {
       const int64_t num_new = static_cast<int64_t>(prompt.size()) - c.num_computed_tokens;
       ASSERT_GE(num_new, 1);
       if (m.allocate_slots(next_id, num_new, c)) {
+        if (num_sink > 0) {
+          EXPECT_GE(m.block_table(next_id)[0], 24);  // the first block is a sink block
+          for (size_t i = 1; i < m.block_table(next_id).size(); ++i) {
+            EXPECT_LT(m.block_table(next_id)[i], 24);
+          }
+        }
         m.cache_blocks(next_id, prompt, static_cast<int64_t>(prompt.size()));
         running[next_id] = prompt;
       }
@@ -236,6 +246,57 @@ TEST(KvCacheManager, RandomizedSchedulerStress) {
   m.check_invariants();
   EXPECT_EQ(m.num_requests(), 0);
   EXPECT_EQ(m.pool().num_free_blocks(), 24);
+  if (num_sink > 0) {
+    EXPECT_EQ(m.sink_pool()->num_free_blocks(), num_sink);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SinkPool, KvCacheManagerStress, ::testing::Values(0, 3));
+
+// int4_kivi v2: the first block of every table comes from the sink pool (ids after the main
+// pool's), is cached and shared like any block, and the sink pool's size bounds admissions.
+TEST(KvCacheManager, SinkPoolSuppliesEveryFirstBlock) {
+  KvCacheManager m(8, kBlock, true, kSalt, /*num_sink_blocks=*/2);
+  ASSERT_EQ(m.sink_pool()->num_blocks(), 2);
+  const std::vector<int32_t> a = iota_tokens(10);  // three blocks: sink + 2 main
+  admit(m, 1, a);
+  ASSERT_EQ(m.block_table(1).size(), 3u);
+  EXPECT_GE(m.block_table(1)[0], 8);
+  EXPECT_LT(m.block_table(1)[0], 10);
+  EXPECT_LT(m.block_table(1)[1], 8);
+  EXPECT_EQ(m.pool().num_free_blocks(), 6);
+  EXPECT_EQ(m.sink_pool()->num_free_blocks(), 1);
+
+  // Same first two blocks: the sink block and the next are shared.
+  std::vector<int32_t> b = a;
+  b[9] = 77;
+  const ComputedBlocks hit = admit(m, 2, b);
+  ASSERT_EQ(hit.blocks.size(), 2u);
+  EXPECT_EQ(hit.blocks[0], m.block_table(1)[0]);
+  EXPECT_EQ(m.sink_pool()->ref_count(m.block_table(1)[0] - 8), 2);
+  EXPECT_EQ(m.sink_pool()->num_free_blocks(), 1);
+
+  // A different prompt takes the last sink block; a third one finds none and changes nothing.
+  admit(m, 3, iota_tokens(3, 100));
+  EXPECT_EQ(m.sink_pool()->num_free_blocks(), 0);
+  EXPECT_FALSE(m.allocate_slots(4, 3));
+  EXPECT_FALSE(m.has_request(4));
+  EXPECT_EQ(m.pool().num_free_blocks(), 5);
+  m.check_invariants();
+
+  // Once every holder is gone the sink block stays cached until reallocated.
+  const BlockId sink_a = m.block_table(1)[0];
+  m.free(1);
+  m.free(2);
+  m.check_invariants();
+  EXPECT_EQ(m.sink_pool()->num_free_blocks(), 1);
+  const ComputedBlocks again = m.get_computed_blocks(a);
+  ASSERT_EQ(again.blocks.size(), 2u);
+  EXPECT_EQ(again.blocks[0], sink_a);
+  ASSERT_TRUE(m.allocate_slots(5, 3));  // a cold request evicts it
+  m.check_invariants();
+  EXPECT_EQ(m.block_table(5)[0], sink_a);
+  EXPECT_TRUE(m.get_computed_blocks(a).blocks.empty());
 }
 
 TEST(KvCapacity, BlocksForBudget) {

@@ -88,35 +88,55 @@ TEST(KvLayout, RefusedValuesNameTheValue) {
             "unsupported value_group_size=16 (supported: 32, 64, 128)");
 }
 
-// Whole sequences: full blocks (sink blocks at 16-bit) plus the 16-bit residual; density at 8k.
-TEST(KvBytesAtContext, BlocksSinksAndResidual) {
+// Whole sequences: full blocks (sink and window blocks at 16-bit) plus the 16-bit residual;
+// density at 8k.
+TEST(KvBytesAtContext, BlocksSinksWindowAndResidual) {
+  const Int4KiviVariant v1{0, 0, false};
   EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::k16Bit, 8192, 1, 1, 128), 512.0 * 8192);
   EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kFp8E4M3, 100, 2, 3, 128), 256.0 * 100 * 6);
-  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 8192, 1, 1, 128), 140.0 * 8192);
+  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 8192, 1, 1, 128, 64, 128, v1),
+            140.0 * 8192);
   // 100 tokens at B = 64: one int4 block and 36 residual tokens.
-  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 100, 1, 1, 128), 140.0 * 64 + 512 * 36);
-  const Int4KiviVariant sink{1, false};
+  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 100, 1, 1, 128, 64, 128, v1),
+            140.0 * 64 + 512 * 36);
+  // A sink block: the first block 16-bit.
+  const Int4KiviVariant sink{1, 0, false};
   EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 100, 1, 1, 128, 64, 128, sink),
             512.0 * 100);
-  const double at8k = kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 8192, 1, 1, 128, 64, 128, sink);
-  EXPECT_EQ(at8k, 140.0 * 127 * 64 + 512 * 64);
-  EXPECT_NEAR(512.0 * 8192 / at8k, 3.583, 0.001);
+  const double sink8k =
+      kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 8192, 1, 1, 128, 64, 128, sink);
+  EXPECT_EQ(sink8k, 140.0 * 127 * 64 + 512 * 64);
+  EXPECT_NEAR(512.0 * 8192 / sink8k, 3.583, 0.001);
+  // v2, the default: the last full block 16-bit too (a window block; not when it is the sink).
+  const double at8k = kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 8192, 1, 1, 128);
+  EXPECT_EQ(at8k, 140.0 * 126 * 64 + 512 * 128);
+  EXPECT_NEAR(512.0 * 8192 / at8k, 3.511, 0.001);
+  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 100, 1, 1, 128), 512.0 * 100);
+  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 150, 1, 1, 128), 512.0 * 150);
+  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 200, 1, 1, 128),
+            140.0 * 64 + 512 * (200 - 64));
   // The Hadamard rotation costs no bytes; B = 32 with a sink: one 32-token 16-bit block.
-  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 8192, 1, 1, 128, 64, 128, {0, true}),
+  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 8192, 1, 1, 128, 64, 128, {0, 0, true}),
             140.0 * 8192);
-  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 8192, 1, 1, 128, 32, 64, {1, true}),
+  EXPECT_EQ(kv_bytes_at_context(KvCacheDtype::kInt4Kivi, 8192, 1, 1, 128, 32, 64, {1, 0, true}),
             152.0 * (8192 - 32) + 512 * 32);
 }
 
 TEST(Int4KiviVariant, Validation) {
   EXPECT_TRUE(validate_int4_variant({}, 128).is_ok());
   EXPECT_TRUE(Int4KiviVariant{}.is_default());
-  EXPECT_TRUE(validate_int4_variant({kMaxSinkBlocks, true}, 128).is_ok());
-  EXPECT_EQ(validate_int4_variant({5, false}, 128).message(),
-            "unsupported int4 sink_blocks=5 (supported: 0..4)");
-  EXPECT_EQ(validate_int4_variant({0, true}, 96).message(),
+  EXPECT_TRUE(Int4KiviVariant{}.sink_blocks == 1 && Int4KiviVariant{}.window_blocks == 1 &&
+              Int4KiviVariant{}.value_hadamard);  // format v2
+  EXPECT_TRUE((Int4KiviVariant{0, 0, false}.is_v1()));
+  EXPECT_EQ(kInt4KiviFormatVersion, 2);
+  EXPECT_TRUE(validate_int4_variant({kMaxSinkBlocks, kMaxWindowBlocks, true}, 128).is_ok());
+  EXPECT_EQ(validate_int4_variant({2, 0, false}, 128).message(),
+            "unsupported int4 sink_blocks=2 (supported: 0..1)");
+  EXPECT_EQ(validate_int4_variant({1, 2, false}, 128).message(),
+            "unsupported int4 window_blocks=2 (supported: 0..1)");
+  EXPECT_EQ(validate_int4_variant({0, 0, true}, 96).message(),
             "unsupported head_dim=96 for the value Hadamard rotation (a power of two)");
-  EXPECT_TRUE(validate_int4_variant({0, false}, 96).is_ok());
+  EXPECT_TRUE(validate_int4_variant({0, 0, false}, 96).is_ok());
 }
 
 TEST(KvCacheDtype, Names) {

@@ -200,7 +200,7 @@ class ServingApiServerTest : public ::testing::Test {
   void SetUp() override {
     engine::EngineArgs a;
     a.model = "models/s4kv-tiny";
-    a.config.kv_cache_memory_bytes = int64_t{64} << 20;
+    a.config.kv_cache_memory_bytes = int64_t{128} << 20;
     a.config.max_model_len = 256;
     auto e = engine::load_llm_engine(a);
     ASSERT_TRUE(e.is_ok()) << e.status().message();

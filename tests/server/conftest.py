@@ -178,7 +178,7 @@ def _stop_and_check(server):
     assert code == 0, f"s4kv serve exit code after SIGTERM: {code}\n{tail}"
 
 
-SESSION_ARGS = ["--max-model-len", str(MAX_MODEL_LEN), "--kv-cache-memory", "64MiB",
+SESSION_ARGS = ["--max-model-len", str(MAX_MODEL_LEN), "--kv-cache-memory", "192MiB",
                 "--max-num-seqs", "64", "--seed", "0"]
 
 

@@ -470,7 +470,7 @@ class ServingTest : public ::testing::Test {
   void SetUp() override {
     engine::EngineArgs a;
     a.model = kModelDir;
-    a.config.kv_cache_memory_bytes = int64_t{64} << 20;
+    a.config.kv_cache_memory_bytes = int64_t{128} << 20;
     a.config.max_model_len = 512;
     a.backend_factory = backend::testing::fake_backend_factory(probe_);
     auto e = engine::load_llm_engine(a);

@@ -51,7 +51,7 @@ def test_responses_carry_allow_origin(server, model):
 
 def test_listed_origins_and_credentials(start_server, model):
     srv = start_server(["--allowed-origins", f'["{ORIGIN}"]', "--allowed-methods",
-                        '["GET", "POST"]', "--allow-credentials", "--kv-cache-memory", "32MiB"])
+                        '["GET", "POST"]', "--allow-credentials", "--kv-cache-memory", "128MiB"])
     reply = preflight(srv)
     assert reply.status == 200, reply
     assert reply.headers["access-control-allow-origin"] == ORIGIN

@@ -22,7 +22,7 @@ HISTOGRAMS = ["vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seco
 # tiny model: 6 layers x 2 KV heads x (K 64+8 + V 64+4 bytes) per token, int4_kivi B=64 Gv=128.
 TINY_INT4_BYTES_PER_TOKEN = 6 * 2 * 140
 TINY_16BIT_BYTES_PER_TOKEN = 6 * 2 * 512
-KV_CACHE_MEMORY = 64 << 20  # the session server's --kv-cache-memory
+KV_CACHE_MEMORY = 192 << 20  # the session server's --kv-cache-memory
 
 
 def some_traffic(client, model):

@@ -20,7 +20,7 @@ namespace s4kv::backend::cpu {
 class ThreadPool;
 
 // Positions [begin, end) of a gathered context whose values are in the Hadamard domain
-// (int4_kivi with Int4KiviVariant::value_hadamard: dequantized but not rotated back). Attention
+// (int4_kivi with KvCacheConfig::int4_value_hadamard: dequantized, not rotated back). Attention
 // sums their weighted values apart and rotates that sum back once per query head
 // (kv::hadamard_ref, its own inverse). Empty for every other format.
 struct RotatedValues {

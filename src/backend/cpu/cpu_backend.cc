@@ -168,7 +168,7 @@ Result<std::unique_ptr<Backend>> make_cpu_backend(const model::ModelConfig& conf
   auto inv_freq = rope_inv_freq(config);
   const CpuKvCacheShape shape{config.num_hidden_layers, config.num_key_value_heads, config.head_dim,
                               config.dtype == DType::kF16 ? DType::kF16 : DType::kBF16};
-  auto cache = make_cpu_kv_cache(kv_config, shape, inv_freq, options.int4_variant);
+  auto cache = make_cpu_kv_cache(kv_config, shape, inv_freq);
   if (!cache.is_ok()) return cache.status();
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(
       config, weights, kv_config, std::move(inv_freq), std::move(cache).value(), options));

@@ -20,9 +20,6 @@ namespace s4kv::backend::cpu {
 
 struct CpuBackendOptions {
   int num_threads = 0;  // attention threads, the caller included; 0: hardware_concurrency
-  // int4_kivi candidate formats for `s4kv eval` (kv_format.h); the default is today's format.
-  // Not a serving option: the sink blocks live per residual slot, outside the block pool.
-  kv::Int4KiviVariant int4_variant;
 };
 
 // KV cache dtypes: 16-bit, fp8_e4m3 and int4_kivi (cpu_kv_cache.h). Refuses (kInvalidArgument)

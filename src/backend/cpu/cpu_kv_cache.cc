@@ -103,11 +103,24 @@ class PagedFp8KvCache final : public CpuKvCache {
 
 Result<std::unique_ptr<CpuKvCache>> make_cpu_kv_cache(const KvCacheConfig& config,
                                                       const CpuKvCacheShape& shape,
-                                                      std::span<const float> inv_freq,
-                                                      const kv::Int4KiviVariant& variant) {
-  if (!variant.is_default() && config.dtype != kv::KvCacheDtype::kInt4Kivi) {
-    return invalid_argument("int4_kivi variants need kv_cache_dtype int4_kivi");
+                                                      std::span<const float> inv_freq) {
+  const bool int4 = config.dtype == kv::KvCacheDtype::kInt4Kivi;
+  if (!int4 && (config.num_sink_blocks != 0 || config.num_window_blocks != 0 ||
+                config.int4_value_hadamard)) {
+    return invalid_argument(
+        "sink blocks, window blocks and Hadamard values need kv_cache_dtype int4_kivi");
   }
+  if (config.num_window_blocks < 0 || config.num_window_blocks > 1) {
+    return invalid_argument("int4_kivi: num_window_blocks must be 0 or 1 (got " +
+                            std::to_string(config.num_window_blocks) + ")");
+  }
+  if (config.num_sink_blocks < 0) {
+    return invalid_argument("int4_kivi: num_sink_blocks must be >= 0 (got " +
+                            std::to_string(config.num_sink_blocks) + ")");
+  }
+  const kv::Int4KiviVariant variant{.sink_blocks = config.num_sink_blocks > 0 ? 1 : 0,
+                                    .window_blocks = static_cast<int>(config.num_window_blocks),
+                                    .value_hadamard = config.int4_value_hadamard};
   if (Status s = kv::validate_int4_variant(variant, shape.head_dim); !s.is_ok()) {
     return invalid_argument(s.message());
   }
@@ -126,7 +139,7 @@ Result<std::unique_ptr<CpuKvCache>> make_cpu_kv_cache(const KvCacheConfig& confi
                                 std::to_string(config.num_residual_slots) + ")");
       }
       return std::unique_ptr<CpuKvCache>(
-          std::make_unique<Int4KiviKvCache>(config, shape, *layout, inv_freq, variant));
+          std::make_unique<Int4KiviKvCache>(config, shape, *layout, inv_freq));
     }
   }
   return unsupported("unknown kv_cache_dtype");

@@ -56,13 +56,12 @@ class CpuKvCache {
   virtual int64_t num_bytes() const = 0;
 };
 
-// Refuses (kInvalidArgument) a bad int4_kivi layout (block size, value group size, head dim) or
-// a non-positive num_residual_slots for int4_kivi, and an int4 variant (kv_format.h, eval
-// only) that is not the default with another dtype or that validate_int4_variant refuses.
-// inv_freq: [head_dim / 2] (int4_kivi's RoPE table).
+// Refuses (kInvalidArgument) a bad int4_kivi layout (block size, value group size, head dim), a
+// non-positive num_residual_slots for int4_kivi, a negative num_sink_blocks, and sink blocks or
+// Hadamard values with another dtype (or Hadamard values with a head dim that is not a power of
+// two). inv_freq: [head_dim / 2] (int4_kivi's RoPE table).
 Result<std::unique_ptr<CpuKvCache>> make_cpu_kv_cache(const KvCacheConfig& config,
                                                       const CpuKvCacheShape& shape,
-                                                      std::span<const float> inv_freq,
-                                                      const kv::Int4KiviVariant& variant = {});
+                                                      std::span<const float> inv_freq);
 
 }  // namespace s4kv::backend::cpu

@@ -4,8 +4,8 @@
 // values widened exactly, both through the kv reference quantizer), then the partial tail goes
 // to the sequence's residual slot. How a block was filled (one prefill, chunks, token by token)
 // does not matter: it is quantized from the same 16-bit bits when its last token arrives.
-// Eval variants (kv_format.h Int4KiviVariant): a sink block is copied 16-bit to the slot's sink
-// area instead; with value_hadamard the widened values are rotated before quantization.
+// A sink block (format v2: a sequence's first block) is copied 16-bit to the sink area instead;
+// with the int4_value_hadamard candidate the widened values are rotated before quantization.
 #include <algorithm>
 #include <vector>
 
@@ -21,14 +21,14 @@ namespace s4kv::backend::cpu {
 void Int4KiviKvCache::quantize_block(int64_t layer, const ForwardBatch& batch, int64_t seq,
                                      int64_t index, int64_t kv_head) {
   const int64_t d = head_dim_;
-  if (index < variant_.sink_blocks) {  // a sink block stays 16-bit: copy its bits
-    const int32_t slot = batch.residual_slots[seq];
+  const int32_t block_id = batch.block_tables[seq * batch.max_num_blocks_per_seq + index];
+  if (is_sink(block_id)) {  // a sink block stays 16-bit: copy its bits
     for (int64_t t = 0; t < block_size_; ++t) {
       const int64_t pos = index * block_size_ + t;
       std::copy_n(k_row(layer, batch, seq, pos) + kv_head * d, d,
-                  sink_row(layer, slot, 0, pos) + kv_head * d);
+                  sink_row(layer, block_id, 0, t) + kv_head * d);
       std::copy_n(v_row(layer, batch, seq, pos) + kv_head * d, d,
-                  sink_row(layer, slot, 1, pos) + kv_head * d);
+                  sink_row(layer, block_id, 1, t) + kv_head * d);
     }
     return;
   }
@@ -45,11 +45,10 @@ void Int4KiviKvCache::quantize_block(int64_t layer, const ForwardBatch& batch, i
       values[static_cast<size_t>(t * d + c)] = kv_decode(vr[c], dtype_);
     }
     if (!keys_post_rope_) rope_unrotate(k, k, rope_.cos(pos), rope_.sin(pos), d);
-    if (variant_.value_hadamard) {
+    if (value_hadamard_) {
       kv::hadamard_ref(std::span<float>(values.data() + t * d, static_cast<size_t>(d)));
     }
   }
-  const int32_t block_id = batch.block_tables[seq * batch.max_num_blocks_per_seq + index];
   const auto view = block(layer, block_id, kv_head);
   const std::span<std::byte> out(const_cast<std::byte*>(view.data()), view.size());
   kv::quantize_block_ref(layout_, keys, values, out);
@@ -76,16 +75,18 @@ void Int4KiviKvCache::commit(int64_t layer, const ForwardBatch& batch, ThreadPoo
     for (int64_t i = 0; i < static_cast<int64_t>(items.size()); ++i) run(i);
   }
 
-  // The tail [seq_len / B * B, seq_len): its new tokens join what the residual already holds.
+  // The tail [seq_len / B * B, seq_len), and with the window the last full block too: its new
+  // tokens join what the residual already holds.
   for (int64_t s = 0; s < batch.num_seqs(); ++s) {
     const int64_t q_begin = batch.query_start_loc[s];
     const int64_t seq_len = batch.seq_lens[s];
     const int64_t start = seq_len - (batch.query_start_loc[s + 1] - q_begin);
     uint16_t* rk = residual(layer, batch.residual_slots[s], 0);
     uint16_t* rv = residual(layer, batch.residual_slots[s], 1);
-    for (int64_t p = std::max(start, seq_len / block_size_ * block_size_); p < seq_len; ++p) {
+    const int64_t kept = std::max<int64_t>(0, seq_len / block_size_ - (ring_ - 1)) * block_size_;
+    for (int64_t p = std::max(start, kept); p < seq_len; ++p) {
       const auto src = static_cast<size_t>((q_begin + p - start) * slot_elems_);
-      const int64_t dst = (p % block_size_) * slot_elems_;
+      const int64_t dst = ring_row(p) * slot_elems_;
       std::copy_n(staging_k_.begin() + static_cast<std::ptrdiff_t>(src), slot_elems_, rk + dst);
       std::copy_n(staging_v_.begin() + static_cast<std::ptrdiff_t>(src), slot_elems_, rv + dst);
     }

@@ -11,35 +11,36 @@
 namespace s4kv::backend::cpu {
 
 Int4KiviKvCache::Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheShape& shape,
-                                 const kv::Int4KiviLayout& layout, std::span<const float> inv_freq,
-                                 const kv::Int4KiviVariant& variant)
+                                 const kv::Int4KiviLayout& layout, std::span<const float> inv_freq)
     : layout_(layout),
       num_layers_(shape.num_layers),
       num_blocks_(config.num_blocks),
       num_slots_(config.num_residual_slots),
+      num_sink_(config.num_sink_blocks),
       block_size_(config.block_size),
       num_kv_heads_(shape.num_kv_heads),
       head_dim_(shape.head_dim),
+      ring_(1 + config.num_window_blocks),
       slot_elems_(shape.num_kv_heads * shape.head_dim),
       dtype_(shape.dtype),
       keys_post_rope_(config.int4_keys_post_rope),
-      variant_(variant),
-      sink_positions_(variant.sink_blocks * config.block_size),
+      value_hadamard_(config.int4_value_hadamard),
       rope_(inv_freq) {
-  S4KV_CHECK(num_layers_ > 0 && num_blocks_ > 0 && num_slots_ > 0 && num_kv_heads_ > 0,
-             "Int4KiviKvCache: non-positive dimension");
+  S4KV_CHECK(
+      num_layers_ > 0 && num_blocks_ > 0 && num_slots_ > 0 && num_sink_ >= 0 && num_kv_heads_ > 0,
+      "Int4KiviKvCache: non-positive dimension");
   S4KV_CHECK(layout.block_size == block_size_ && layout.head_dim == head_dim_ &&
                  layout.value_group_size == config.value_group_size,
              "Int4KiviKvCache: layout does not match the config");
   S4KV_CHECK(dtype_ == DType::kBF16 || dtype_ == DType::kF16, "Int4KiviKvCache: 16-bit dtype");
   pool_.assign(static_cast<size_t>(num_layers_ * num_blocks_ * num_kv_heads_) * layout.block_bytes,
                std::byte{0});
-  residual_.assign(static_cast<size_t>(num_layers_ * num_slots_ * 2 * block_size_ * slot_elems_),
-                   0);
-  sink_.assign(static_cast<size_t>(num_layers_ * num_slots_ * 2 * sink_positions_ * slot_elems_),
-               0);
+  residual_.assign(
+      static_cast<size_t>(num_layers_ * num_slots_ * 2 * ring_ * block_size_ * slot_elems_), 0);
+  sink_.assign(static_cast<size_t>(num_layers_ * num_sink_ * 2 * block_size_ * slot_elems_), 0);
   slot_used_.assign(static_cast<size_t>(num_slots_), 0);
-  S4KV_CHECK(kv::validate_int4_variant(variant, head_dim_).is_ok(), "Int4KiviKvCache: variant");
+  S4KV_CHECK(!value_hadamard_ || (head_dim_ & (head_dim_ - 1)) == 0,
+             "Int4KiviKvCache: Hadamard values need a power-of-two head_dim");
 }
 
 void Int4KiviKvCache::begin_step(const ForwardBatch& batch) {
@@ -84,14 +85,29 @@ RotatedValues Int4KiviKvCache::gather(int64_t layer, const ForwardBatch& batch, 
   const int32_t* table = batch.block_tables.data() + seq * batch.max_num_blocks_per_seq;
   const int64_t d = head_dim_;
   const auto block_elems = static_cast<size_t>(block_size_ * d);
-  // Sink blocks (variant): 16-bit, as the 16-bit cache holds them.
-  const int64_t num_sink = std::min<int64_t>(num_full, variant_.sink_blocks);
-  const int32_t slot = num_sink > 0 ? batch.residual_slots[seq] : 0;
-  for (int64_t p = 0; p < num_sink * block_size_; ++p) {
-    decode_row(sink_row(layer, slot, 0, p) + kv_head * d, sink_row(layer, slot, 1, p) + kv_head * d,
-               keys + p * d, values + p * d);
-  }
-  for (int64_t i = num_sink; i < num_full; ++i) {
+  int64_t num_sink = 0;  // full sink blocks: 16-bit, as the 16-bit cache holds them
+  // The window: the last full block, 16-bit from the slot when the slot holds it.
+  const int64_t window =
+      ring_ > 1 && num_full > 0 && (num_full - 1) * block_size_ >= batch.residual_starts[seq]
+          ? num_full - 1
+          : -1;
+  for (int64_t i = 0; i < num_full; ++i) {
+    if (is_sink(table[i])) {
+      for (int64_t t = 0; t < block_size_; ++t) {
+        const int64_t p = i * block_size_ + t;
+        decode_row(sink_row(layer, table[i], 0, t) + kv_head * d,
+                   sink_row(layer, table[i], 1, t) + kv_head * d, keys + p * d, values + p * d);
+      }
+      ++num_sink;
+      continue;
+    }
+    if (i == window) {
+      for (int64_t p = i * block_size_; p < (i + 1) * block_size_; ++p) {
+        decode_row(k_row(layer, batch, seq, p) + kv_head * d,
+                   v_row(layer, batch, seq, p) + kv_head * d, keys + p * d, values + p * d);
+      }
+      continue;
+    }
     const auto blk = block(layer, table[i], kv_head);
     float* k = keys + i * block_size_ * d;
     kv::dequantize_keys_block_ref(layout_, blk, std::span<float>(k, block_elems));
@@ -108,8 +124,11 @@ RotatedValues Int4KiviKvCache::gather(int64_t layer, const ForwardBatch& batch, 
     decode_row(k_row(layer, batch, seq, p) + kv_head * d, v_row(layer, batch, seq, p) + kv_head * d,
                keys + p * d, values + p * d);
   }
-  if (!variant_.value_hadamard) return {};
-  return {num_sink * block_size_, num_full * block_size_};
+  if (!value_hadamard_) return {};
+  // The sink block, when there is one, is table index 0 and the window the last full block:
+  // the rotated rows lie between them.
+  const int64_t rotated_end = window >= num_sink ? window : num_full;
+  return {num_sink * block_size_, std::max(num_sink, rotated_end) * block_size_};
 }
 
 const uint16_t* Int4KiviKvCache::k_row(int64_t layer, const ForwardBatch& batch, int64_t seq,
@@ -117,7 +136,7 @@ const uint16_t* Int4KiviKvCache::k_row(int64_t layer, const ForwardBatch& batch,
   const int64_t q_begin = batch.query_start_loc[seq];
   const int64_t start = batch.seq_lens[seq] - (batch.query_start_loc[seq + 1] - q_begin);
   if (pos >= start) return staging_k_.data() + (q_begin + pos - start) * slot_elems_;
-  return residual_k(layer, batch.residual_slots[seq]).data() + (pos % block_size_) * slot_elems_;
+  return residual_k(layer, batch.residual_slots[seq]).data() + ring_row(pos) * slot_elems_;
 }
 
 const uint16_t* Int4KiviKvCache::v_row(int64_t layer, const ForwardBatch& batch, int64_t seq,
@@ -125,7 +144,7 @@ const uint16_t* Int4KiviKvCache::v_row(int64_t layer, const ForwardBatch& batch,
   const int64_t q_begin = batch.query_start_loc[seq];
   const int64_t start = batch.seq_lens[seq] - (batch.query_start_loc[seq + 1] - q_begin);
   if (pos >= start) return staging_v_.data() + (q_begin + pos - start) * slot_elems_;
-  return residual_v(layer, batch.residual_slots[seq]).data() + (pos % block_size_) * slot_elems_;
+  return residual_v(layer, batch.residual_slots[seq]).data() + ring_row(pos) * slot_elems_;
 }
 
 std::span<const std::byte> Int4KiviKvCache::block(int64_t layer, int64_t block_id,
@@ -141,12 +160,12 @@ std::span<const std::byte> Int4KiviKvCache::block(int64_t layer, int64_t block_i
 
 std::span<const uint16_t> Int4KiviKvCache::residual_k(int64_t layer, int64_t slot) const {
   return std::span<const uint16_t>(const_cast<Int4KiviKvCache*>(this)->residual(layer, slot, 0),
-                                   static_cast<size_t>(block_size_ * slot_elems_));
+                                   static_cast<size_t>(ring_ * block_size_ * slot_elems_));
 }
 
 std::span<const uint16_t> Int4KiviKvCache::residual_v(int64_t layer, int64_t slot) const {
   return std::span<const uint16_t>(const_cast<Int4KiviKvCache*>(this)->residual(layer, slot, 1),
-                                   static_cast<size_t>(block_size_ * slot_elems_));
+                                   static_cast<size_t>(ring_ * block_size_ * slot_elems_));
 }
 
 void Int4KiviKvCache::decode_row(const uint16_t* k, const uint16_t* v, float* keys,
@@ -157,18 +176,19 @@ void Int4KiviKvCache::decode_row(const uint16_t* k, const uint16_t* v, float* ke
   }
 }
 
-uint16_t* Int4KiviKvCache::sink_row(int64_t layer, int64_t slot, int which, int64_t pos) {
-  S4KV_CHECK(layer >= 0 && layer < num_layers_ && slot >= 0 && slot < num_slots_ && pos >= 0 &&
-                 pos < sink_positions_,
-             "int4_kivi: sink position ", pos, " of slot ", slot, " layer ", layer);
-  return sink_.data() +
-         (((layer * num_slots_ + slot) * 2 + which) * sink_positions_ + pos) * slot_elems_;
+uint16_t* Int4KiviKvCache::sink_row(int64_t layer, int32_t block_id, int which, int64_t t) {
+  const int64_t sink = block_id - num_blocks_;
+  S4KV_CHECK(layer >= 0 && layer < num_layers_ && sink >= 0 && sink < num_sink_ && t >= 0 &&
+                 t < block_size_,
+             "int4_kivi: row ", t, " of sink block ", block_id, " layer ", layer);
+  return sink_.data() + (((layer * num_sink_ + sink) * 2 + which) * block_size_ + t) * slot_elems_;
 }
 
 uint16_t* Int4KiviKvCache::residual(int64_t layer, int64_t slot, int which) {
   S4KV_CHECK(layer >= 0 && layer < num_layers_ && slot >= 0 && slot < num_slots_,
              "int4_kivi: residual slot ", slot, " of layer ", layer);
-  return residual_.data() + ((layer * num_slots_ + slot) * 2 + which) * block_size_ * slot_elems_;
+  return residual_.data() +
+         ((layer * num_slots_ + slot) * 2 + which) * ring_ * block_size_ * slot_elems_;
 }
 
 int64_t Int4KiviKvCache::num_bytes() const {

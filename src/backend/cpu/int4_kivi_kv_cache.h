@@ -2,19 +2,23 @@
 // "The CPU backend"). Per layer:
 //   pool      [num_blocks, num_kv_heads] int4 blocks of Int4KiviLayout (block_bytes each): the
 //             full blocks, keys quantized before RoPE (after RoPE with int4_keys_post_rope);
-//   residual  [num_residual_slots, block_size, num_kv_heads, head_dim] 16-bit K and V: each
+//   residual  [num_residual_slots, R * block_size, num_kv_heads, head_dim] 16-bit K and V: each
 //             running sequence's partly filled tail block, keys after RoPE, exactly the bits the
-//             16-bit cache holds (slot = ForwardBatch::residual_slots[s]);
+//             16-bit cache holds (slot = ForwardBatch::residual_slots[s]); with the window
+//             candidate (R = 2) also its last full block. Position p is at row
+//             (p / B % R) * B + p % B: a ring of R blocks;
 //   staging   [num_tokens, num_kv_heads, head_dim] 16-bit K and V of this step's new tokens
 //             (per step, shared by the layers: kv_write fills it, kv_commit empties it).
-//   sink      [num_residual_slots, 2 (K, V), S * B, num_kv_heads, head_dim] 16-bit, only with
-//             the eval variant sink_blocks = S > 0 (kv_format.h Int4KiviVariant): each running
-//             sequence's first S blocks, kept 16-bit beside its residual.
-// Invariant between steps: for a sequence of length L, blocks S <= i < L / B are in the pool at
-// the block table's ids (blocks i < min(S, L / B) in its sink, per layer); positions
-// [L / B * B, L) are in its residual slot at offset p % B. With the value_hadamard variant the
-// pool's values are quantized after a Hadamard rotation and gather leaves them rotated (it
-// returns their positions; attention rotates its output back).
+//   sink      [num_sink_blocks, 2 (K, V), block_size, num_kv_heads, head_dim] 16-bit: the
+//             sink blocks (format v2: every sequence's first block, ids num_blocks ..
+//             num_blocks + num_sink_blocks - 1 in its block table), exactly the 16-bit cache's
+//             bits, never quantized.
+// Invariant between steps: for a sequence of length L, its full blocks i < L / B are in the pool
+// (or, for a sink id, in the sink area) at the block table's ids; positions [L / B * B, L) are
+// in its residual slot, and with the window also block L / B - 1 when the slot holds it
+// (it starts at or after ForwardBatch::residual_starts[s]), which attention then reads 16-bit. With
+// the int4_value_hadamard candidate the pool's values are quantized after a Hadamard rotation and
+// gather leaves them rotated (it returns their positions; attention rotates its output back).
 //
 // A step of q_len tokens, start = seq_len - q_len: attention reads blocks i < start / B from the
 // pool (keys dequantized, rotated with the RoPE table), positions [start / B * B, start) from the
@@ -40,8 +44,7 @@ class Int4KiviKvCache final : public CpuKvCache {
   // layout: from Int4KiviLayout::create(config.block_size, shape.head_dim, Gv);
   // inv_freq: [head_dim / 2]; config.num_residual_slots > 0 (checked).
   Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheShape& shape,
-                  const kv::Int4KiviLayout& layout, std::span<const float> inv_freq,
-                  const kv::Int4KiviVariant& variant = {});
+                  const kv::Int4KiviLayout& layout, std::span<const float> inv_freq);
 
   // Grows the RoPE table to the batch's longest sequence; checks that no two sequences share
   // a residual slot.
@@ -54,7 +57,7 @@ class Int4KiviKvCache final : public CpuKvCache {
   int64_t num_bytes() const override;
 
   // For tests and tools: one pool block (layout().block_bytes) and one residual slot's K or V
-  // ([block_size, num_kv_heads, head_dim] 16-bit bits).
+  // ([ring * block_size, num_kv_heads, head_dim] 16-bit bits, rows as ring_row places them).
   std::span<const std::byte> block(int64_t layer, int64_t block_id, int64_t kv_head) const;
   std::span<const uint16_t> residual_k(int64_t layer, int64_t slot) const;
   std::span<const uint16_t> residual_v(int64_t layer, int64_t slot) const;
@@ -70,12 +73,16 @@ class Int4KiviKvCache final : public CpuKvCache {
   const uint16_t* k_row(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t pos) const;
   const uint16_t* v_row(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t pos) const;
   uint16_t* residual(int64_t layer, int64_t slot, int which);  // which: 0 K, 1 V
-  // Row of position pos (< S * B) in a slot's sink area.
+  int64_t ring_row(int64_t pos) const {
+    return pos / block_size_ % ring_ * block_size_ + pos % block_size_;
+  }
   // One position's 16-bit K and V rows of one KV head ([head_dim] each) decoded to fp32.
   void decode_row(const uint16_t* k, const uint16_t* v, float* keys, float* values) const;
-  uint16_t* sink_row(int64_t layer, int64_t slot, int which, int64_t pos);
-  const uint16_t* sink_row(int64_t layer, int64_t slot, int which, int64_t pos) const {
-    return const_cast<Int4KiviKvCache*>(this)->sink_row(layer, slot, which, pos);
+  bool is_sink(int32_t block_id) const { return block_id >= num_blocks_; }
+  // Row t (< block_size) of a sink block (block_id >= num_blocks), all KV heads.
+  uint16_t* sink_row(int64_t layer, int32_t block_id, int which, int64_t t);
+  const uint16_t* sink_row(int64_t layer, int32_t block_id, int which, int64_t t) const {
+    return const_cast<Int4KiviKvCache*>(this)->sink_row(layer, block_id, which, t);
   }
 
   struct FillItem {  // one block that filled in this step, one kv head
@@ -83,16 +90,16 @@ class Int4KiviKvCache final : public CpuKvCache {
   };
 
   kv::Int4KiviLayout layout_;
-  int64_t num_layers_, num_blocks_, num_slots_, block_size_, num_kv_heads_, head_dim_;
+  int64_t num_layers_, num_blocks_, num_slots_, num_sink_, block_size_, num_kv_heads_, head_dim_;
+  int64_t ring_;        // residual blocks per slot: 1 + num_window_blocks
   int64_t slot_elems_;  // num_kv_heads * head_dim
   DType dtype_;
   bool keys_post_rope_;
-  kv::Int4KiviVariant variant_;
-  int64_t sink_positions_;  // S * B
+  bool value_hadamard_;
   RopeTable rope_;
   std::vector<std::byte> pool_;      // [num_layers, num_blocks, num_kv_heads, block_bytes]
-  std::vector<uint16_t> residual_;   // [num_layers, num_slots, 2 (K, V), block_size, slot_elems]
-  std::vector<uint16_t> sink_;       // [num_layers, num_slots, 2 (K, V), S * B, slot_elems]
+  std::vector<uint16_t> residual_;   // [num_layers, num_slots, 2 (K, V), ring * B, slot_elems]
+  std::vector<uint16_t> sink_;       // [num_layers, num_sink, 2 (K, V), block_size, slot_elems]
   std::vector<uint16_t> staging_k_;  // [num_tokens, slot_elems], grown to the largest step
   std::vector<uint16_t> staging_v_;
   std::vector<uint8_t> slot_used_;    // [num_slots] begin_step's duplicate check
