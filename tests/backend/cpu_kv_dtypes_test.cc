@@ -46,6 +46,7 @@ struct Seq {
   std::vector<float> k, v;  // [len, kSlotElems] fp32, keys after RoPE
   std::vector<int32_t> table;
   int32_t slot = 0;
+  int64_t residual_start = 0;  // tokens computed when it took its slot (a prefix-cache hit)
 };
 
 Seq make_seq(int64_t len, uint32_t seed) {
@@ -97,7 +98,8 @@ Built build(int64_t block_size, bool int4, const std::vector<const Seq*>& seqs,
   for (size_t i = 0; i < seqs.size(); ++i) {
     const auto [begin, end] = ranges[i];
     std::vector<int32_t> tokens(static_cast<size_t>(end - begin), 0);
-    out.builder.add(tokens, begin, seqs[i]->table, int4 ? seqs[i]->slot : -1);
+    out.builder.add(tokens, begin, seqs[i]->table, int4 ? seqs[i]->slot : -1,
+                    seqs[i]->residual_start);
     const auto& s = *seqs[i];
     out.k.insert(out.k.end(), s.k.begin() + begin * kSlotElems, s.k.begin() + end * kSlotElems);
     out.v.insert(out.v.end(), s.v.begin() + begin * kSlotElems, s.v.begin() + end * kSlotElems);
@@ -491,6 +493,57 @@ TEST(Int4KiviVariants, HadamardValuesQuantizedRotatedAndRotatedBackOnce) {
     }
   }
   EXPECT_LT(std::sqrt(err_had), 0.6 * std::sqrt(err_plain));
+}
+
+// The window (format v2): the last full block is read 16-bit from the slot, exactly the
+// input, while its pool bytes are written as in v1 and older blocks are read as in v1. A
+// sequence that took its slot after a prefix-cache hit (residual_start) reads its last cached
+// block from the pool, never from what an earlier owner left in the slot.
+TEST(Int4KiviVariants, WindowBlockIs16BitOnlyWhereTheSlotHoldsIt) {
+  const int64_t bs = 32, len = 3 * bs + 5;
+  const KvCacheConfig config = int4_config(bs);
+  const Seq s = make_seq(len, 71);
+  auto plain = make_cache(config, {0, 0, false});
+  auto window = make_cache(config, {0, 1, false});
+  const Read a = read_at(*plain, bs, s, len), w = read_at(*window, bs, s, len);
+  int64_t plain_differs = 0;
+  for (int64_t g = 0; g < kKvHeads; ++g) {
+    EXPECT_TRUE(std::equal(a.k[g].begin(), a.k[g].begin() + 2 * bs * kD, w.k[g].begin()));
+    EXPECT_TRUE(std::equal(a.v[g].begin(), a.v[g].begin() + 2 * bs * kD, w.v[g].begin()));
+    for (int64_t p = 2 * bs; p < 3 * bs; ++p) {
+      for (int64_t i = 0; i < kD; ++i) {
+        ASSERT_EQ(w.k[g][p * kD + i], input_at(s.k, p, g, i)) << p << " " << i;
+        ASSERT_EQ(w.v[g][p * kD + i], input_at(s.v, p, g, i)) << p << " " << i;
+        plain_differs += a.v[g][p * kD + i] != w.v[g][p * kD + i];
+      }
+    }
+    for (int32_t id = 0; id < 3; ++id) {  // the pool bytes are v1's
+      const auto x = int4(*plain).block(0, s.table[id], g),
+                 y = int4(*window).block(0, s.table[id], g);
+      EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin())) << id;
+    }
+  }
+  EXPECT_GT(plain_differs, 0);
+
+  // Slot 5 first holds another sequence (other blocks) of the same length, then a sequence
+  // that hit s's first 3 blocks in the prefix cache and computes the rest.
+  Seq other = make_seq(len, 72);
+  other.slot = 5;
+  for (int32_t& id : other.table) id += kMaxBlocks;
+  read_at(*window, bs, other, len);
+  Seq hit = s;
+  hit.slot = 5;
+  hit.residual_start = 3 * bs;
+  const Built built = build(bs, true, {&hit}, {{3 * bs, len}});
+  const ForwardBatch batch = built.builder.batch();
+  window->begin_step(batch);
+  window->write(0, batch, built.k, built.v, kSlotElems);
+  for (int64_t g = 0; g < kKvHeads; ++g) {
+    std::vector<float> k(len * kD), v(len * kD);
+    window->gather(0, batch, 0, g, len, k.data(), v.data());
+    EXPECT_TRUE(std::equal(a.k[g].begin(), a.k[g].begin() + 3 * bs * kD, k.begin())) << g;
+    EXPECT_TRUE(std::equal(a.v[g].begin(), a.v[g].begin() + 3 * bs * kD, v.begin())) << g;
+  }
 }
 
 TEST(Int4KiviVariants, RefusedWithOtherDtypesAndOutOfRange) {
