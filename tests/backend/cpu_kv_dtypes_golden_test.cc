@@ -13,7 +13,7 @@
 //       quantized), then 256 tokens teacher-forced one decode step at a time (so every step
 //       reads the prefix from the cache it wrote, and 4 more blocks fill and quantize). Prints
 //       mean KL(16-bit || other), top-1 agreement and the agreement where the 16-bit model is
-//       confident, for fp8 and the default int4_kivi layout (B = 64, Gv = 128); asserts loose
+//       confident, for fp8, int4_kivi v1 (B = 64, Gv = 128) and the default v2; asserts loose
 //       sanity bounds. The sweep over block sizes, value group sizes and post-RoPE keys is the
 //       benchmark bench/kv_fidelity_sweep_bench.cc; the other layouts' code paths are checked
 //       exactly on random data in cpu_kv_dtypes_test.
@@ -50,6 +50,7 @@ struct Kv {
   int64_t block_size = 64;
   int64_t gv = 128;
   bool post_rope = false;
+  bool v2 = false;  // int4_kivi format v2: sink block, window block, Hadamard values
 };
 
 class CpuKvDtypesGolden : public ::testing::Test {
@@ -83,6 +84,11 @@ class CpuKvDtypesGolden : public ::testing::Test {
     if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) c.num_residual_slots = 8;
     c.value_group_size = kv.gv;
     c.int4_keys_post_rope = kv.post_rope;
+    if (kv.v2) {
+      c.num_sink_blocks = 2;
+      c.num_window_blocks = 1;
+      c.int4_value_hadamard = true;
+    }
     auto b = cpu::make_cpu_backend(*config_, *weights_, c);
     S4KV_CHECK(b.is_ok(), b.status().message());
     return std::move(b).value();
@@ -235,11 +241,14 @@ TEST_F(CpuKvDtypesGolden, FidelityOfTheDefaultLayoutsTwoPass) {
   };
   const Case cases[] = {
       {"fp8_e4m3", {kv::KvCacheDtype::kFp8E4M3, 64}},
-      {"int4_kivi B64 Gv128", {kv::KvCacheDtype::kInt4Kivi, 64, 128}},
+      {"int4_kivi v1 B64 Gv128", {kv::KvCacheDtype::kInt4Kivi, 64, 128}},
+      {"int4_kivi v2 (default)", {kv::KvCacheDtype::kInt4Kivi, 64, 128, false, true}},
   };
   for (const Case& c : cases) {
     auto backend = make(c.kv);
-    const auto rows = two_pass(*backend, ids, table, &step);
+    auto case_table = table;  // v2: the first block is sink block 1 (id num_blocks + 1)
+    if (c.kv.v2) case_table[0] = static_cast<int32_t>(backend->kv_cache_config().num_blocks) + 1;
+    const auto rows = two_pass(*backend, ids, case_table, &step);
     double kl = 0;
     int64_t agree = 0, confident = 0, confident_agree = 0;
     for (size_t r = 0; r < rows.size(); ++r) {
