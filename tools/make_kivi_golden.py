@@ -3,8 +3,11 @@
 
 Writes tests/golden/kivi/cases.json and one <name>.bin per case:
     keys   float32 little-endian [B, D]   (pre-RoPE keys)
-    values float32 little-endian [B, D]
+    values float32 little-endian [B, D]   (as the 16-bit cache holds them, widened)
     block  the expected int4_kivi block bytes (docs/kv-format.md)
+A case with "value_hadamard" (format v2) rotates every value row by the normalized 128-point
+Walsh-Hadamard transform first (stages h = 1, 2, ..., 64 of float32 (a+b, a-b) butterflies,
+then a float32 product with 0x1.6a09e6p-4), as the commit does before the quantizer.
 tests/kv/int4_kivi_golden_test.cc quantizes keys and values with quantize_block_ref and must
 reproduce the block byte for byte.
 
@@ -21,11 +24,13 @@ import numpy as np
 
 F32 = np.float32
 HEAD_DIM = 128
-CASES = [  # (name, block size B, value group size Gv, seed)
-    ("b32_gv32", 32, 32, 1),
-    ("b64_gv128", 64, 128, 2),
-    ("b128_gv64", 128, 64, 3),
+CASES = [  # (name, block size B, value group size Gv, seed, values Hadamard-rotated)
+    ("b32_gv32", 32, 32, 1, False),
+    ("b64_gv128", 64, 128, 2, False),
+    ("b128_gv64", 128, 64, 3, False),
+    ("b64_gv128_v2", 64, 128, 4, True),  # the v2 default layout
 ]
+HADAMARD_SCALE_128 = F32(float.fromhex("0x1.6a09e6p-4"))
 OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "golden" / "kivi"
 
 
@@ -61,6 +66,21 @@ def pack(q):
 
 def fp16_bytes(a):
     return a.astype("<f2").tobytes()
+
+
+def hadamard_rows(x):
+    """Each row of [B, D] float32 through the fixed-order fast Walsh-Hadamard transform."""
+    x = x.astype(F32).copy()
+    b, d = x.shape
+    h = 1
+    while h < d:
+        y = x.reshape(b, d // (2 * h), 2, h)
+        a, c = y[:, :, 0, :].copy(), y[:, :, 1, :].copy()
+        y[:, :, 0, :] = a + c
+        y[:, :, 1, :] = a - c
+        x = y.reshape(b, d)
+        h *= 2
+    return x * HADAMARD_SCALE_128
 
 
 def quantize_block(keys, values, gv):
@@ -107,18 +127,18 @@ def main():
     OUT.mkdir(parents=True, exist_ok=True)
     manifest = {"generator": "tools/make_kivi_golden.py", "numpy": np.__version__,
                 "head_dim": HEAD_DIM, "cases": []}
-    for name, b, gv, seed in CASES:
+    for name, b, gv, seed, had in CASES:
         rng = np.random.default_rng(seed)
         keys = make_keys(rng, b)
         values = make_values(rng, b, gv)
-        block = quantize_block(keys, values, gv)
+        block = quantize_block(keys, hadamard_rows(values) if had else values, gv)
         expect = b * (HEAD_DIM // 2 + 4 * HEAD_DIM // b + HEAD_DIM // 2 + 4 * HEAD_DIM // gv)
         assert len(block) == expect, (len(block), expect)
         data = keys.astype("<f4").tobytes() + values.astype("<f4").tobytes() + block
         (OUT / f"{name}.bin").write_bytes(data)
         manifest["cases"].append({
             "name": name, "file": f"{name}.bin", "block_size": b, "value_group_size": gv,
-            "seed": seed, "block_bytes": len(block),
+            "value_hadamard": had, "seed": seed, "block_bytes": len(block),
             "block_sha256": hashlib.sha256(block).hexdigest()})
     (OUT / "cases.json").write_text(json.dumps(manifest, indent=2) + "\n")
 

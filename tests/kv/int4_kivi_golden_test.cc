@@ -1,6 +1,8 @@
 // int4_kivi reference against blocks computed independently with numpy
 // (tools/make_kivi_golden.py, tests/golden/kivi): the bytes must match exactly. Each case's
-// .bin holds keys [B, D] f32, values [B, D] f32, then the expected block.
+// .bin holds keys [B, D] f32, values [B, D] f32, then the expected block. Cases with
+// "value_hadamard" (format v2) rotate each value row with hadamard_ref before quantizing, as
+// the commit does.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,6 +11,7 @@
 
 #include "common/file.h"
 #include "common/json.h"
+#include "kv/hadamard.h"
 #include "kv/int4_kivi_layout.h"
 #include "kv/int4_kivi_ref.h"
 
@@ -46,7 +49,8 @@ TEST(Int4KiviGolden, MatchesNumpyByteForByte) {
   ASSERT_TRUE(manifest.is_ok()) << manifest.status().message();
   const int d = manifest->at("head_dim").get<int>();
   const auto& cases = manifest->at("cases");
-  ASSERT_GE(cases.size(), 3u);
+  ASSERT_GE(cases.size(), 4u);
+  int hadamard_cases = 0;
   for (const auto& c : cases) {
     const std::string name = c.at("name").get<std::string>();
     SCOPED_TRACE(name);
@@ -61,12 +65,19 @@ TEST(Int4KiviGolden, MatchesNumpyByteForByte) {
     ASSERT_EQ(data->size(), 2 * n * sizeof(float) + l.block_bytes);
 
     const auto keys = floats_at(*data, 0, n);
-    const auto values = floats_at(*data, n * sizeof(float), n);
+    auto values = floats_at(*data, n * sizeof(float), n);
+    if (c.value("value_hadamard", false)) {
+      ++hadamard_cases;
+      for (size_t t = 0; t < n; t += static_cast<size_t>(d)) {
+        hadamard_ref(std::span<float>(values.data() + t, static_cast<size_t>(d)));
+      }
+    }
     const std::string want = data->substr(2 * n * sizeof(float));
     std::vector<std::byte> got(l.block_bytes);
     quantize_block_ref(l, keys, values, got);
     EXPECT_EQ(first_difference(l, got, want), "");
   }
+  EXPECT_GE(hadamard_cases, 1);
 }
 
 }  // namespace
