@@ -1,0 +1,32 @@
+// int4_kivi block quantization on the device, byte for byte the CPU reference
+// (kv/int4_kivi_ref.h quantize_block_ref, docs/kv-format.md "Exactness"): keys per channel over
+// the block's tokens, values per token per group of Gv channels, fp16 scale and zero from the
+// fp32 min and max, codes rint((x - zero) / scale) clamped to 0..15, every step rounded on its
+// own (explicit _rn intrinsics: no FMA contraction, no fast math). With value_hadamard (format
+// v2) each value row is first rotated by the normalized 128-point Walsh-Hadamard transform in
+// kv::hadamard_ref's stage order. One thread block of head_dim threads per quantized block.
+// Tested against the CPU reference and the numpy goldens (tests/golden/kivi).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kv/int4_kivi_layout.h"
+
+namespace s4kv::backend::cuda {
+
+struct Int4KiviQuantizeArgs {
+  const float* keys = nullptr;    // [num_blocks, B, D] fp32 pre-RoPE keys, device
+  const float* values = nullptr;  // [num_blocks, B, D] fp32 values (unrotated), device
+  std::byte* blocks = nullptr;    // [num_blocks, layout.block_bytes], device, 4-byte aligned
+  int64_t num_blocks = 0;
+  kv::Int4KiviLayout layout;  // D = 128 (the served head dim)
+  bool value_hadamard = false;
+};
+
+// Checks the shapes (aborting on a bug) and launches on stream.
+void launch_int4_kivi_quantize(const Int4KiviQuantizeArgs& args, cudaStream_t stream);
+
+}  // namespace s4kv::backend::cuda

@@ -1,0 +1,142 @@
+// launch_int4_kivi_quantize against the CPU reference quantizer, byte for byte: every block
+// size and value group size, random blocks with outliers and the edge cases of the exactness
+// rules (constant channels, signed zeros, ties, an underflowing scale), with and without the
+// v2 Hadamard values; and the numpy goldens of tests/golden/kivi. Skips without a device.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/device.h"
+#include "backend/cuda/int4_kivi_quantize.cuh"
+#include "common/file.h"
+#include "common/json.h"
+#include "kv/hadamard.h"
+#include "kv/int4_kivi_ref.h"
+
+namespace s4kv::backend {
+namespace {
+
+constexpr int kD = 128;
+
+// The CPU reference for n blocks: values rotated row by row first when hadamard.
+std::vector<std::byte> reference(const kv::Int4KiviLayout& l, const std::vector<float>& keys,
+                                 std::vector<float> values, int64_t n, bool hadamard) {
+  const size_t per = static_cast<size_t>(l.block_size) * kD;
+  if (hadamard) {
+    for (size_t r = 0; r < values.size(); r += kD) {
+      kv::hadamard_ref(std::span<float>(values.data() + r, kD));
+    }
+  }
+  std::vector<std::byte> out(static_cast<size_t>(n) * l.block_bytes);
+  for (int64_t i = 0; i < n; ++i) {
+    kv::quantize_block_ref(l, std::span(keys).subspan(i * per, per),
+                           std::span<const float>(values).subspan(i * per, per),
+                           std::span(out).subspan(i * l.block_bytes, l.block_bytes));
+  }
+  return out;
+}
+
+std::vector<std::byte> device(const kv::Int4KiviLayout& l, const std::vector<float>& keys,
+                              const std::vector<float>& values, int64_t n, bool hadamard) {
+  cuda::DeviceBuffer dk(keys.size() * 4), dv(values.size() * 4),
+      db(static_cast<size_t>(n) * l.block_bytes);
+  dk.copy_from_host(keys.data(), keys.size() * 4);
+  dv.copy_from_host(values.data(), values.size() * 4);
+  cuda::Int4KiviQuantizeArgs a;
+  a.keys = static_cast<const float*>(dk.data());
+  a.values = static_cast<const float*>(dv.data());
+  a.blocks = static_cast<std::byte*>(db.data());
+  a.num_blocks = n;
+  a.layout = l;
+  a.value_hadamard = hadamard;
+  cuda::launch_int4_kivi_quantize(a, nullptr);
+  std::vector<std::byte> out(db.bytes());
+  db.copy_to_host(out.data(), out.size());
+  return out;
+}
+
+int64_t differing(const std::vector<std::byte>& a, const std::vector<std::byte>& b) {
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += a[i] != b[i];
+  return n;
+}
+
+// Random blocks: Gaussian channels with log-normal spreads, Qwen-like offset channels, a
+// sink-like outlier token, and edge cases in the first channels and tokens.
+void fill(std::vector<float>& k, std::vector<float>& v, int b, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    float* kb = k.data() + i * b * kD;
+    float* vb = v.data() + i * b * kD;
+    for (int t = 0; t < b; ++t) {
+      for (int c = 0; c < kD; ++c) {
+        const float spread = std::exp(0.5f * static_cast<float>(c % 7) - 1.0f);
+        kb[t * kD + c] = g(rng) * spread + (c % 29 == 11 ? 450.0f : 0.0f);
+        vb[t * kD + c] = g(rng) * (t == 0 ? 30.0f : 1.0f);
+      }
+      kb[t * kD + 0] = static_cast<float>(t);             // a ramp
+      kb[t * kD + 1] = 3.3f;                              // constant channel
+      kb[t * kD + 2] = static_cast<float>(t) * 0x1p-30f;  // scale underflows fp16
+      kb[t * kD + 3] = t % 2 == 0 ? -0.0f : 0.0f;         // signed zeros
+      kb[t * kD + 4] = t == 0 ? 0.0f : (t == 1 ? 15.0f : static_cast<float>(t % 15) + 0.5f);
+      vb[t * kD + 5] = 0.0f;
+    }
+    for (int c = 0; c < kD; ++c) vb[1 * kD + c] = -1.25f;  // a constant value row
+    for (int c = 0; c < kD; ++c) vb[2 * kD + c] = c % 3 == 0 ? -0.0f : 0.0f;
+  }
+}
+
+struct Shape {
+  int block_size, gv;
+  bool hadamard;
+};
+
+class Int4KiviQuantizeCuda : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(Int4KiviQuantizeCuda, BytesEqualTheCpuReference) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Shape s = GetParam();
+  auto l = kv::Int4KiviLayout::create(s.block_size, kD, s.gv);
+  ASSERT_TRUE(l.is_ok());
+  const int64_t n = 37;
+  std::vector<float> k(static_cast<size_t>(n * s.block_size * kD)), v(k.size());
+  fill(k, v, s.block_size, n, static_cast<uint32_t>(s.block_size * 1000 + s.gv + s.hadamard));
+  const auto want = reference(*l, k, v, n, s.hadamard);
+  const auto got = device(*l, k, v, n, s.hadamard);
+  EXPECT_EQ(differing(got, want), 0) << "of " << want.size() << " bytes";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllLayouts, Int4KiviQuantizeCuda,
+                         ::testing::Values(Shape{32, 32, false}, Shape{32, 64, true},
+                                           Shape{64, 128, false}, Shape{64, 128, true},
+                                           Shape{64, 64, true}, Shape{128, 128, true},
+                                           Shape{128, 64, false}, Shape{128, 32, true}));
+
+TEST(Int4KiviQuantizeCudaGolden, MatchesNumpyGoldens) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  auto manifest = read_json_file("tests/golden/kivi/cases.json");
+  ASSERT_TRUE(manifest.is_ok()) << manifest.status().message();
+  for (const auto& c : manifest->at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    auto l = kv::Int4KiviLayout::create(c.at("block_size").get<int>(), kD,
+                                        c.at("value_group_size").get<int>());
+    ASSERT_TRUE(l.is_ok());
+    auto data = read_file("tests/golden/kivi/" + c.at("file").get<std::string>(), 1u << 20);
+    ASSERT_TRUE(data.is_ok());
+    const size_t n = static_cast<size_t>(l->block_size) * kD;
+    std::vector<float> k(n), v(n);
+    std::memcpy(k.data(), data->data(), n * 4);
+    std::memcpy(v.data(), data->data() + n * 4, n * 4);
+    const std::string want = data->substr(2 * n * 4);
+    const auto got = device(*l, k, v, 1, c.value("value_hadamard", false));
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0);
+  }
+}
+
+}  // namespace
+}  // namespace s4kv::backend
