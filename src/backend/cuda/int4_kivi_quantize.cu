@@ -33,6 +33,13 @@ __device__ uint32_t code(float x, Params p) {
   return static_cast<uint32_t>(fminf(fmaxf(r, 0.0f), 15.0f));
 }
 
+// Packs the 8 codes of word w (channels 8w..8w+7) in the format's nibble order.
+__device__ uint32_t pack_word(const uint8_t* codes, int w) {
+  uint32_t word = 0;
+  for (int j = 0; j < 8; ++j) word |= uint32_t{codes[w * 8 + j]} << (4 * ((j % 2) * 4 + j / 2));
+  return word;
+}
+
 __global__ void quantize_kernel(const float* keys, const float* values, std::byte* blocks,
                                 kv::Int4KiviLayout l, bool hadamard) {
   __shared__ float row[kD];
@@ -62,11 +69,7 @@ __global__ void quantize_kernel(const float* keys, const float* values, std::byt
   for (int t = 0; t < b; ++t) {
     codes[c] = static_cast<uint8_t>(code(k[t * kD + c], kp));
     __syncthreads();
-    if (c < kD / 8) {
-      uint32_t w = 0;
-      for (int j = 0; j < 8; ++j) w |= uint32_t{codes[c * 8 + j]} << (4 * ((j % 2) * 4 + j / 2));
-      k_codes[t * (kD / 8) + c] = w;
-    }
+    if (c < kD / 8) k_codes[t * (kD / 8) + c] = pack_word(codes, c);
     __syncthreads();
   }
 
@@ -101,11 +104,7 @@ __global__ void quantize_kernel(const float* keys, const float* values, std::byt
     }
     codes[c] = static_cast<uint8_t>(code(row[c], vp));
     __syncthreads();
-    if (c < kD / 8) {
-      uint32_t w = 0;
-      for (int j = 0; j < 8; ++j) w |= uint32_t{codes[c * 8 + j]} << (4 * ((j % 2) * 4 + j / 2));
-      v_codes[t * (kD / 8) + c] = w;
-    }
+    if (c < kD / 8) v_codes[t * (kD / 8) + c] = pack_word(codes, c);
     __syncthreads();
   }
 }
