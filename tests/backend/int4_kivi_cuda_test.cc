@@ -1,7 +1,8 @@
 // launch_int4_kivi_quantize against the CPU reference quantizer, byte for byte: every block
 // size and value group size, random blocks with outliers and the edge cases of the exactness
 // rules (constant channels, signed zeros, ties, an underflowing scale), with and without the
-// v2 Hadamard values; and the numpy goldens of tests/golden/kivi. Skips without a device.
+// v2 Hadamard values; the numpy goldens of tests/golden/kivi; and the commit from 16-bit cache
+// bits (inverse RoPE, then the same quantizer). Skips without a device.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -11,7 +12,9 @@
 
 #include "backend/cuda/device.h"
 #include "backend/cuda/int4_kivi_quantize.cuh"
+#include "backend/rope_table.h"
 #include "common/file.h"
+#include "common/half.h"
 #include "common/json.h"
 #include "kv/hadamard.h"
 #include "kv/int4_kivi_ref.h"
@@ -137,6 +140,100 @@ TEST(Int4KiviQuantizeCudaGolden, MatchesNumpyGoldens) {
     EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0);
   }
 }
+
+// The commit from the 16-bit cache's bits (keys after RoPE at each block's positions), as the
+// CPU backend's kv_commit: widen, rope_unrotate with the shared table, Hadamard values,
+// quantize. bf16 and fp16, Qwen's and Llama-3.1's RoPE frequencies, positions up to 131k.
+struct CommitCase {
+  int block_size, gv;
+  bool bf16, hadamard, post_rope;
+  float theta;
+};
+
+class Int4KiviCommitCuda : public ::testing::TestWithParam<CommitCase> {};
+
+TEST_P(Int4KiviCommitCuda, BytesEqualTheCpuCommit) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const CommitCase p = GetParam();
+  auto l = kv::Int4KiviLayout::create(p.block_size, kD, p.gv);
+  ASSERT_TRUE(l.is_ok());
+  const int b = p.block_size;
+  const int64_t n = 9;
+  std::mt19937 rng(static_cast<uint32_t>(b + p.gv + 7 * p.bf16 + 3 * p.hadamard));
+  std::vector<int32_t> first(n);
+  for (int64_t i = 0; i < n; ++i) {
+    first[static_cast<size_t>(i)] = static_cast<int32_t>(i * 977 % 2048 * b);
+  }
+  first[1] = 131072 - b;  // a long context's last block
+  std::vector<float> k(static_cast<size_t>(n * b * kD)), v(k.size());
+  fill(k, v, b, n, 99);
+  const auto to16 = [&](float x) { return p.bf16 ? float_to_bf16(x) : float_to_fp16(x); };
+  const auto from16 = [&](uint16_t h) { return p.bf16 ? bf16_to_float(h) : fp16_to_float(h); };
+  std::vector<uint16_t> k16(k.size()), v16(v.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    k16[i] = to16(k[i] * (p.bf16 ? 1.0f : 0.05f));  // fp16: keep the offsets in range
+    v16[i] = to16(v[i]);
+  }
+  std::vector<float> inv_freq(kD / 2);
+  for (int i = 0; i < kD / 2; ++i) {
+    inv_freq[static_cast<size_t>(i)] =
+        static_cast<float>(1.0 / std::pow(double{p.theta}, 2.0 * i / kD));
+  }
+  RopeTable rope(inv_freq);
+  rope.ensure(131072);
+
+  // CPU: what Int4KiviKvCache's commit feeds quantize_block_ref.
+  std::vector<float> keys(k.size()), values(v.size());
+  for (int64_t i = 0; i < n; ++i) {
+    for (int t = 0; t < b; ++t) {
+      const size_t r = static_cast<size_t>((i * b + t) * kD);
+      for (int c = 0; c < kD; ++c) {
+        keys[r + c] = from16(k16[r + c]);
+        values[r + c] = from16(v16[r + c]);
+      }
+      if (!p.post_rope) {
+        const int64_t pos = first[static_cast<size_t>(i)] + t;
+        rope_unrotate(keys.data() + r, keys.data() + r, rope.cos(pos), rope.sin(pos), kD);
+      }
+    }
+  }
+  const auto want = reference(*l, keys, values, n, p.hadamard);
+
+  cuda::DeviceBuffer dk(k16.size() * 2), dv(v16.size() * 2), dfirst(first.size() * 4),
+      dcos(rope.cos_table().size() * 4), dsin(rope.sin_table().size() * 4),
+      db(static_cast<size_t>(n) * l->block_bytes);
+  dk.copy_from_host(k16.data(), k16.size() * 2);
+  dv.copy_from_host(v16.data(), v16.size() * 2);
+  dfirst.copy_from_host(first.data(), first.size() * 4);
+  dcos.copy_from_host(rope.cos_table().data(), rope.cos_table().size() * 4);
+  dsin.copy_from_host(rope.sin_table().data(), rope.sin_table().size() * 4);
+  cuda::Int4KiviCommitArgs a;
+  a.keys = static_cast<const uint16_t*>(dk.data());
+  a.values = static_cast<const uint16_t*>(dv.data());
+  a.bf16 = p.bf16;
+  a.first_position = static_cast<const int32_t*>(dfirst.data());
+  a.cos = static_cast<const float*>(dcos.data());
+  a.sin = static_cast<const float*>(dsin.data());
+  a.num_positions = rope.num_positions();
+  a.keys_post_rope = p.post_rope;
+  a.blocks = static_cast<std::byte*>(db.data());
+  a.num_blocks = n;
+  a.layout = *l;
+  a.value_hadamard = p.hadamard;
+  cuda::launch_int4_kivi_commit(a, nullptr);
+  std::vector<std::byte> got(db.bytes());
+  db.copy_to_host(got.data(), got.size());
+  EXPECT_EQ(differing(got, want), 0) << "of " << want.size() << " bytes";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, Int4KiviCommitCuda,
+    ::testing::Values(CommitCase{64, 128, true, true, false, 1e6f},   // v2, Qwen2.5
+                      CommitCase{64, 128, true, true, false, 5e5f},   // v2, Llama-3
+                      CommitCase{64, 128, false, true, false, 1e4f},  // fp16 model
+                      CommitCase{32, 64, true, false, false, 1e6f},   // v1 layouts
+                      CommitCase{128, 32, true, true, false, 1e6f},
+                      CommitCase{64, 128, true, false, true, 1e6f}));  // post-RoPE keys
 
 }  // namespace
 }  // namespace s4kv::backend

@@ -29,4 +29,25 @@ struct Int4KiviQuantizeArgs {
 // Checks the shapes (aborting on a bug) and launches on stream.
 void launch_int4_kivi_quantize(const Int4KiviQuantizeArgs& args, cudaStream_t stream);
 
+// The commit of full blocks from the 16-bit cache's bits, as the CPU backend's kv_commit does
+// it: keys (after RoPE) and values widened exactly to fp32, keys rotated back with the shared
+// RoPE table (backend/rope_table.h rope_unrotate: out[i] = x1*c + x2*s, out[i+h] = x2*c - x1*s,
+// each product rounded, then the sum), then quantized as above.
+struct Int4KiviCommitArgs {
+  const uint16_t* keys = nullptr;    // [num_blocks, B, D] 16-bit bits, keys after RoPE, device
+  const uint16_t* values = nullptr;  // [num_blocks, B, D] 16-bit bits, device
+  bool bf16 = true;                  // else fp16
+  const int32_t* first_position = nullptr;  // [num_blocks] position of each block's token 0
+  const float* cos = nullptr;               // [num_positions, D/2] RopeTable::cos_table(), device
+  const float* sin = nullptr;               // [num_positions, D/2]
+  int64_t num_positions = 0;    // every first_position + B - 1 must be below it (not checked)
+  bool keys_post_rope = false;  // comparison layout: no rotation back
+  std::byte* blocks = nullptr;  // [num_blocks, layout.block_bytes], device
+  int64_t num_blocks = 0;
+  kv::Int4KiviLayout layout;
+  bool value_hadamard = false;
+};
+
+void launch_int4_kivi_commit(const Int4KiviCommitArgs& args, cudaStream_t stream);
+
 }  // namespace s4kv::backend::cuda
