@@ -162,7 +162,7 @@ TEST_P(Int4KiviCommitCuda, BytesEqualTheCpuCommit) {
   std::mt19937 rng(static_cast<uint32_t>(b + p.gv + 7 * p.bf16 + 3 * p.hadamard));
   std::vector<int32_t> first(n);
   for (int64_t i = 0; i < n; ++i) {
-    first[static_cast<size_t>(i)] = static_cast<int32_t>(i * 977 % 2048 * b);
+    first[static_cast<size_t>(i)] = static_cast<int32_t>(i * 977 % (131072 / b - 1) * b);
   }
   first[1] = 131072 - b;  // a long context's last block
   std::vector<float> k(static_cast<size_t>(n * b * kD)), v(k.size());
