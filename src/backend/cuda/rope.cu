@@ -1,0 +1,37 @@
+// launch_rope (rope.cuh): one thread block per (token, head), one thread per channel pair.
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/rope.cuh"
+
+namespace s4kv::backend::cuda {
+namespace {
+
+__global__ void rope_kernel(float* x, const int32_t* positions, const float* cos, const float* sin,
+                            int num_heads, int head_dim) {
+  const int half = head_dim / 2;
+  const int i = threadIdx.x;
+  const int64_t token = blockIdx.x / num_heads;
+  float* row = x + blockIdx.x * static_cast<int64_t>(head_dim);
+  const int64_t pos = positions[token];
+  const float c = cos[pos * half + i], s = sin[pos * half + i];
+  const float x1 = row[i], x2 = row[i + half];
+  row[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+  row[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+}
+
+}  // namespace
+
+void launch_rope(const RopeArgs& a, cudaStream_t stream) {
+  S4KV_CHECK(a.num_tokens >= 0 && a.num_heads > 0 && a.head_dim > 0 && a.head_dim % 2 == 0 &&
+                 a.head_dim <= 1024,
+             "rope: tokens ", a.num_tokens, " heads ", a.num_heads, " head_dim ", a.head_dim);
+  if (a.num_tokens == 0) return;
+  S4KV_CHECK(a.x != nullptr && a.positions != nullptr && a.cos != nullptr && a.sin != nullptr,
+             "rope: null buffer");
+  const int64_t rows = a.num_tokens * a.num_heads;
+  S4KV_CHECK(rows <= 0x7fffffff, "rope: too many rows");
+  rope_kernel<<<static_cast<unsigned>(rows), static_cast<unsigned>(a.head_dim / 2), 0, stream>>>(
+      a.x, a.positions, a.cos, a.sin, static_cast<int>(a.num_heads), static_cast<int>(a.head_dim));
+  S4KV_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace s4kv::backend::cuda

@@ -1,0 +1,28 @@
+// Rotary position embedding on the device, rotate-half layout (channel i pairs with i + D/2),
+// from the shared RoPE table (backend/rope_table.h): out[i] = x1*c - x2*s, out[i+h] = x2*c +
+// x1*s, each product rounded to fp32 before the sum (explicit _rn intrinsics, no FMA), so the
+// result equals rope_rotate's (and rope_ref's) bit for bit. In place on fp32 rows of any number
+// of heads. One thread per channel pair. Tested against rope_rotate.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace s4kv::backend::cuda {
+
+struct RopeArgs {
+  float* x = nullptr;                  // [num_tokens, num_heads, head_dim] fp32, device, in place
+  const int32_t* positions = nullptr;  // [num_tokens], device
+  const float* cos = nullptr;          // [num_positions, head_dim / 2] RopeTable::cos_table()
+  const float* sin = nullptr;          // [num_positions, head_dim / 2]
+  int64_t num_tokens = 0;
+  int64_t num_heads = 0;
+  int64_t head_dim = 0;  // even, <= 1024
+};
+
+// Checks the shapes (aborting on a bug) and launches on stream. Positions must be below the
+// table's rows (not checked on the device).
+void launch_rope(const RopeArgs& args, cudaStream_t stream);
+
+}  // namespace s4kv::backend::cuda
