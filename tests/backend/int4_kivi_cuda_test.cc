@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cuda/device.h"
+#include "backend/cuda/int4_kivi_dequantize.cuh"
 #include "backend/cuda/int4_kivi_quantize.cuh"
 #include "backend/rope_table.h"
 #include "common/file.h"
@@ -234,6 +235,50 @@ INSTANTIATE_TEST_SUITE_P(
                       CommitCase{32, 64, true, false, false, 1e6f},   // v1 layouts
                       CommitCase{128, 32, true, true, false, 1e6f},
                       CommitCase{64, 128, true, false, true, 1e6f}));  // post-RoPE keys
+
+// Blocks quantized by the CPU reference read back on the device: keys and values bit for bit
+// dequantize_*_block_ref's, every layout; and the Hadamard rows transform bit for bit
+// hadamard_ref's (attention's once-per-head rotation back for v2).
+TEST_P(Int4KiviQuantizeCuda, DequantizeEqualsTheCpuReference) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Shape s = GetParam();
+  auto l = kv::Int4KiviLayout::create(s.block_size, kD, s.gv);
+  ASSERT_TRUE(l.is_ok());
+  const int64_t n = 11;
+  const size_t per = static_cast<size_t>(s.block_size) * kD;
+  std::vector<float> k(n * per), v(k.size());
+  fill(k, v, s.block_size, n, static_cast<uint32_t>(s.block_size * 7 + s.gv));
+  const auto blocks = reference(*l, k, v, n, s.hadamard);
+  std::vector<float> want_k(k.size()), want_v(v.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const auto blk = std::span(blocks).subspan(i * l->block_bytes, l->block_bytes);
+    kv::dequantize_keys_block_ref(*l, blk, std::span(want_k).subspan(i * per, per));
+    kv::dequantize_values_block_ref(*l, blk, std::span(want_v).subspan(i * per, per));
+  }
+  cuda::DeviceBuffer db(blocks.size()), dk(k.size() * 4), dv(v.size() * 4);
+  db.copy_from_host(blocks.data(), blocks.size());
+  cuda::Int4KiviDequantizeArgs a;
+  a.blocks = static_cast<const std::byte*>(db.data());
+  a.keys = static_cast<float*>(dk.data());
+  a.values = static_cast<float*>(dv.data());
+  a.num_blocks = n;
+  a.layout = *l;
+  cuda::launch_int4_kivi_dequantize(a, nullptr);
+  std::vector<float> got_k(k.size()), got_v(v.size());
+  dk.copy_to_host(got_k.data(), got_k.size() * 4);
+  dv.copy_to_host(got_v.data(), got_v.size() * 4);
+  EXPECT_EQ(std::memcmp(got_k.data(), want_k.data(), got_k.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(got_v.data(), want_v.data(), got_v.size() * 4), 0);
+
+  // Hadamard rows: the dequantized values rotated back.
+  std::vector<float> want_rows = want_v;
+  for (size_t r = 0; r < want_rows.size(); r += kD) {
+    kv::hadamard_ref(std::span<float>(want_rows.data() + r, kD));
+  }
+  cuda::launch_hadamard128_rows(a.values, static_cast<int64_t>(want_v.size() / kD), nullptr);
+  dv.copy_to_host(got_v.data(), got_v.size() * 4);
+  EXPECT_EQ(std::memcmp(got_v.data(), want_rows.data(), got_v.size() * 4), 0);
+}
 
 }  // namespace
 }  // namespace s4kv::backend

@@ -1,0 +1,82 @@
+// launch_int4_kivi_dequantize and launch_hadamard128_rows (int4_kivi_dequantize.cuh).
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/int4_kivi_dequantize.cuh"
+#include "kv/hadamard.h"
+
+namespace s4kv::backend::cuda {
+namespace {
+
+constexpr int kD = 128;
+
+__device__ float half_bits(const std::byte* p, size_t index) {
+  return __half2float(__ushort_as_half(reinterpret_cast<const uint16_t*>(p)[index]));
+}
+
+// Code of channel c in a token's words (nibble order of docs/kv-format.md), dequantized.
+__device__ float dequant(const uint32_t* words, int c, float scale, float zero) {
+  const int j = c % 8;
+  const uint32_t q = (words[c / 8] >> (4 * ((j % 2) * 4 + j / 2))) & 0xfu;
+  return __fadd_rn(__fmul_rn(static_cast<float>(q), scale), zero);
+}
+
+__global__ void dequantize_kernel(const std::byte* blocks, float* keys, float* values,
+                                  kv::Int4KiviLayout l) {
+  const int c = threadIdx.x;
+  const size_t blk = blockIdx.x;
+  const int b = l.block_size;
+  const std::byte* in = blocks + blk * l.block_bytes;
+  const auto* k_codes = reinterpret_cast<const uint32_t*>(in + l.k_codes_offset);
+  const auto* v_codes = reinterpret_cast<const uint32_t*>(in + l.v_codes_offset);
+  const float ks = half_bits(in + l.k_scale_offset, c), kz = half_bits(in + l.k_zero_offset, c);
+  const int groups = kD / l.value_group_size;
+  for (int t = 0; t < b; ++t) {
+    const size_t out = (blk * b + t) * kD + c;
+    keys[out] = dequant(k_codes + t * (kD / 8), c, ks, kz);
+    const size_t g = static_cast<size_t>(t) * groups + c / l.value_group_size;
+    values[out] = dequant(v_codes + t * (kD / 8), c, half_bits(in + l.v_scale_offset, g),
+                          half_bits(in + l.v_zero_offset, g));
+  }
+}
+
+// One row per thread block, one channel per thread; the stages through shared memory.
+__global__ void hadamard_kernel(float* rows) {
+  __shared__ float row[kD];
+  const int c = threadIdx.x;
+  float* r = rows + blockIdx.x * static_cast<size_t>(kD);
+  row[c] = r[c];
+  __syncthreads();
+  for (int h = 1; h < kD; h *= 2) {
+    const bool low = (c & h) == 0;
+    const float a = row[low ? c : c - h], x = row[low ? c + h : c];
+    __syncthreads();
+    row[c] = low ? __fadd_rn(a, x) : __fsub_rn(a, x);
+    __syncthreads();
+  }
+  r[c] = __fmul_rn(row[c], kv::kHadamardScale128);
+}
+
+}  // namespace
+
+void launch_int4_kivi_dequantize(const Int4KiviDequantizeArgs& a, cudaStream_t stream) {
+  S4KV_CHECK(a.layout.head_dim == kD && a.layout.block_size > 0 && a.layout.value_group_size > 0 &&
+                 kD % a.layout.value_group_size == 0 && a.num_blocks >= 0,
+             "int4_kivi dequantize: bad layout or count");
+  if (a.num_blocks == 0) return;
+  S4KV_CHECK(a.blocks != nullptr && a.keys != nullptr && a.values != nullptr,
+             "int4_kivi dequantize: null buffer");
+  dequantize_kernel<<<static_cast<unsigned>(a.num_blocks), kD, 0, stream>>>(a.blocks, a.keys,
+                                                                            a.values, a.layout);
+  S4KV_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_hadamard128_rows(float* rows, int64_t num_rows, cudaStream_t stream) {
+  S4KV_CHECK(num_rows >= 0 && num_rows <= 0x7fffffff, "hadamard: ", num_rows, " rows");
+  if (num_rows == 0) return;
+  S4KV_CHECK(rows != nullptr, "hadamard: null buffer");
+  hadamard_kernel<<<static_cast<unsigned>(num_rows), kD, 0, stream>>>(rows);
+  S4KV_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace s4kv::backend::cuda
