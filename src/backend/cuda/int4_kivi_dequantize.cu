@@ -2,8 +2,8 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/hadamard.cuh"
 #include "backend/cuda/int4_kivi_dequantize.cuh"
-#include "kv/hadamard.h"
 
 namespace s4kv::backend::cuda {
 namespace {
@@ -47,14 +47,7 @@ __global__ void hadamard_kernel(float* rows) {
   float* r = rows + blockIdx.x * static_cast<size_t>(kD);
   row[c] = r[c];
   __syncthreads();
-  for (int h = 1; h < kD; h *= 2) {
-    const bool low = (c & h) == 0;
-    const float a = row[low ? c : c - h], x = row[low ? c + h : c];
-    __syncthreads();
-    row[c] = low ? __fadd_rn(a, x) : __fsub_rn(a, x);
-    __syncthreads();
-  }
-  r[c] = __fmul_rn(row[c], kv::kHadamardScale128);
+  r[c] = hadamard128_shared(row, c);
 }
 
 }  // namespace

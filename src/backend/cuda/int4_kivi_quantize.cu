@@ -5,8 +5,8 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/hadamard.cuh"
 #include "backend/cuda/int4_kivi_quantize.cuh"
-#include "kv/hadamard.h"
 
 namespace s4kv::backend::cuda {
 namespace {
@@ -116,16 +116,9 @@ __global__ void quantize_kernel(Input in, std::byte* blocks, kv::Int4KiviLayout 
     row[c] = in.value(blk, t, c);
     __syncthreads();
     if (hadamard) {
-      for (int h = 1; h < kD; h *= 2) {
-        float a = 0, x = 0;
-        const bool low = (c & h) == 0;  // c is j (low) or j + h (high) of its butterfly
-        a = row[low ? c : c - h];
-        x = row[low ? c + h : c];
-        __syncthreads();
-        row[c] = low ? __fadd_rn(a, x) : __fsub_rn(a, x);
-        __syncthreads();
-      }
-      row[c] = __fmul_rn(row[c], kv::kHadamardScale128);
+      const float r = hadamard128_shared(row, c);
+      __syncthreads();
+      row[c] = r;
       __syncthreads();
     }
     const int g0 = c / gv * gv;
