@@ -275,6 +275,10 @@ void Connection::on_read_more(error_code ec, size_t n) {
       log_info(kLog, remote_ + ": client went away during the exchange (" + ec.message() + ")");
       return close();
     case Mode::kRequest:
+      // The header timer may have fired after this read completed but before this handler
+      // ran: its cancel then found no read to abort, so honour the timeout here, or a client
+      // trickling bytes would keep the connection past it.
+      if (!ec && timed_out_ != Phase::kNone) ec = net::error::operation_aborted;
       if (ec) return on_request_error(ec);
       return parse_header();
     case Mode::kIdle:
