@@ -16,7 +16,7 @@
 # int4[_b<B>][_gv<Gv>][_sink<N>][_had][_post_rope]). Settings: WINDOWS (8), PREFIX (1024), CONT
 # (256), GREEDY (32), JOBS (nproc), OUT (bench/results/fidelity_grid), S4KV (build/src/cli/s4kv).
 # Cost on s4kv-tiny at these settings: about 5 s of one CPU per window for the reference and
-# for fp8, 8 s per int4 format; the whole grid about 100 CPU-minutes.
+# for fp8, 8 s per int4 format; the whole grid (20 formats) about 2 CPU-hours.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 windows=${WINDOWS:-8}
@@ -27,14 +27,17 @@ jobs=${JOBS:-$(nproc)}
 out=${OUT:-bench/results/fidelity_grid}
 s4kv=${S4KV:-build/src/cli/s4kv}
 
-# fp8, the KIVI paper's key placement (comparison only), then every int4_kivi layout: key block
-# 64 or 32, value group 128 or 64, with or without a 16-bit first block and value Hadamard.
+# fp8, the KIVI paper's key placement (comparison only), every int4_kivi layout (key block 64
+# or 32, value group 128 or 64, with or without a 16-bit first block and value Hadamard), and
+# the window block with the sink block (B64 Gv128: the only layout above 3.5x with both),
+# with and without Hadamard: the last is format v2, the default.
 all_formats="fp8_e4m3 int4_b64_gv128_post_rope"
 for b in 64 32; do
   for gv in 128 64; do
     for opt in "" _sink1 _had _sink1_had; do all_formats+=" int4_b${b}_gv${gv}${opt}"; done
   done
 done
+all_formats+=" int4_b64_gv128_sink1_win1 int4_b64_gv128_sink1_win1_had"
 models=${MODELS:-tiny keybias sink}
 texts=${TEXTS:-heldout fortunes}
 formats=${FORMATS:-$all_formats}
