@@ -144,6 +144,8 @@ Result<Format> parse_candidate(const std::string& name) {
   return f;
 }
 
+// Layout and variant against the model's head dim (after loading: the model is small next to
+// an evaluation, so a bad format is still refused within a second).
 Status validate(const Format& f, const model::ModelConfig& config) {
   if (f.dtype != kv::KvCacheDtype::kInt4Kivi) return Status::ok();
   S4KV_RETURN_IF_ERROR(kv::validate_block_size(f.block_size));
@@ -241,10 +243,6 @@ Status run(const EvalOptions& o) {
   // The reference's blocks: the flags' block size (a 16-bit cache's values do not depend on it).
   const Format ref_format{.dtype = ref, .block_size = o.block_size};
   S4KV_RETURN_IF_ERROR(kv::validate_block_size(o.block_size));
-  // The head dim is checked again when the backend is made.
-  model::ModelConfig head_128;
-  head_128.head_dim = 128;
-  for (const Format& f : formats) S4KV_RETURN_IF_ERROR(validate(f, head_128));
   if (o.bootstrap_resamples < 0) return invalid_argument("eval: --bootstrap-resamples < 0");
   engine::FidelityOptions fo;
   fo.first_token = o.first_token;
