@@ -1,6 +1,5 @@
 """`s4kv eval` end to end on s4kv-tiny: the real binary, a held-out text, the JSON report."""
 import json
-import lzma
 import os
 import subprocess
 
@@ -9,14 +8,6 @@ import pytest
 BIN = os.environ.get("S4KV_BIN", "build/src/cli/s4kv")
 SMALL = ["--prefix-len", "192", "--continuation-len", "48", "--num-windows", "2",
          "--greedy-len", "16"]
-
-
-@pytest.fixture(scope="module")
-def text(tmp_path_factory):
-    path = tmp_path_factory.mktemp("eval") / "heldout.txt"
-    with lzma.open("bench/data/heldout.txt.xz", "rt", encoding="utf-8") as f:
-        path.write_text(f.read()[:200_000], encoding="utf-8")
-    return str(path)
 
 
 def run(*args):

@@ -5,7 +5,6 @@ on the attention-sink model int4_kivi without a 16-bit first block moves the pre
 with `--int4-sink-blocks 1` it stays close. Windows start with the sink token (8189) as a
 server's BOS would."""
 import json
-import lzma
 import os
 import subprocess
 import sys
@@ -25,14 +24,6 @@ def models(tmp_path_factory):
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     return out
-
-
-@pytest.fixture(scope="module")
-def text(tmp_path_factory):
-    path = tmp_path_factory.mktemp("text") / "heldout.txt"
-    with lzma.open("bench/data/heldout.txt.xz", "rt", encoding="utf-8") as f:
-        path.write_text(f.read()[:100_000], encoding="utf-8")
-    return str(path)
 
 
 def model_dir(models, name):
