@@ -85,13 +85,13 @@ RotatedValues Int4KiviKvCache::gather(int64_t layer, const ForwardBatch& batch, 
   const int32_t* table = batch.block_tables.data() + seq * batch.max_num_blocks_per_seq;
   const int64_t d = head_dim_;
   const auto block_elems = static_cast<size_t>(block_size_ * d);
+  // The window: the last full block (not a sink block) is read 16-bit from the slot, like the
+  // tail after it, when the slot holds it. Blocks before `from_pool_end` are pool or sink blocks.
+  const bool window = ring_ > 1 && num_full > 0 && !is_sink(table[num_full - 1]) &&
+                      (num_full - 1) * block_size_ >= batch.residual_starts[seq];
+  const int64_t from_pool_end = window ? num_full - 1 : num_full;
   int64_t num_sink = 0;  // full sink blocks: 16-bit, as the 16-bit cache holds them
-  // The window: the last full block, 16-bit from the slot when the slot holds it.
-  const int64_t window =
-      ring_ > 1 && num_full > 0 && (num_full - 1) * block_size_ >= batch.residual_starts[seq]
-          ? num_full - 1
-          : -1;
-  for (int64_t i = 0; i < num_full; ++i) {
+  for (int64_t i = 0; i < from_pool_end; ++i) {
     if (is_sink(table[i])) {
       for (int64_t t = 0; t < block_size_; ++t) {
         const int64_t p = i * block_size_ + t;
@@ -99,13 +99,6 @@ RotatedValues Int4KiviKvCache::gather(int64_t layer, const ForwardBatch& batch, 
                    sink_row(layer, table[i], 1, t) + kv_head * d, keys + p * d, values + p * d);
       }
       ++num_sink;
-      continue;
-    }
-    if (i == window) {
-      for (int64_t p = i * block_size_; p < (i + 1) * block_size_; ++p) {
-        decode_row(k_row(layer, batch, seq, p) + kv_head * d,
-                   v_row(layer, batch, seq, p) + kv_head * d, keys + p * d, values + p * d);
-      }
       continue;
     }
     const auto blk = block(layer, table[i], kv_head);
@@ -120,15 +113,13 @@ RotatedValues Int4KiviKvCache::gather(int64_t layer, const ForwardBatch& batch, 
     kv::dequantize_values_block_ref(layout_, blk,
                                     std::span<float>(values + i * block_size_ * d, block_elems));
   }
-  for (int64_t p = num_full * block_size_; p < n; ++p) {
+  for (int64_t p = from_pool_end * block_size_; p < n; ++p) {
     decode_row(k_row(layer, batch, seq, p) + kv_head * d, v_row(layer, batch, seq, p) + kv_head * d,
                keys + p * d, values + p * d);
   }
   if (!value_hadamard_) return {};
-  // The sink block, when there is one, is table index 0 and the window the last full block:
-  // the rotated rows lie between them.
-  const int64_t rotated_end = window >= num_sink ? window : num_full;
-  return {num_sink * block_size_, std::max(num_sink, rotated_end) * block_size_};
+  // The sink block, when there is one, is table index 0: the rotated (pool) rows follow it.
+  return {num_sink * block_size_, std::max(num_sink, from_pool_end) * block_size_};
 }
 
 const uint16_t* Int4KiviKvCache::k_row(int64_t layer, const ForwardBatch& batch, int64_t seq,
