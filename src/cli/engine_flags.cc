@@ -35,6 +35,7 @@ Result<engine::EngineArgs> engine_args(const EngineFlags& f) {
   engine::EngineArgs a;
   a.model = f.model;
   a.device = f.device;
+  a.dtype = f.dtype;
   a.load_format = f.load_format == "dummy" ? model::LoadFormat::kDummy : model::LoadFormat::kAuto;
   engine::EngineConfig& c = a.config;
   S4KV_ASSIGN_OR_RETURN(c.kv_cache_dtype, engine::parse_kv_cache_dtype(f.kv_cache_dtype));
@@ -70,9 +71,15 @@ void add_engine_flags(CLI::App& sub, EngineFlags& f, bool model_required) {
   sub.add_option("--load-format", f.load_format, "auto | dummy")
       ->check(CLI::IsMember({"auto", "dummy"}))
       ->capture_default_str();
-  sub.add_option("--device", f.device)
-      ->check(CLI::IsMember({"auto", "cpu"}))
+  sub.add_option("--device", f.device, "auto = cuda when a GPU is visible, else cpu")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
+  sub.add_option("--dtype", f.dtype,
+                 "compute dtype; auto = the checkpoint's (bf16 for fp32 checkpoints on cuda)")
+      ->check(CLI::IsMember({"auto", "bfloat16", "float16", "half", "float32", "float"}))
+      ->capture_default_str();
+  sub.add_flag("--enforce-eager", f.enforce_eager,
+               "run every step eagerly (no CUDA graphs; every step is eager today)");
 }
 
 }  // namespace s4kv::cli

@@ -1,8 +1,8 @@
 // The engine flags `s4kv generate` and `s4kv serve` share, with `vllm serve`'s names:
 // --model, --kv-cache-dtype, --max-model-len, --max-num-seqs, --max-num-batched-tokens,
 // --block-size, --kv-cache-memory, --[no-]enable-prefix-caching, --load-format, --device,
-// --seed, --chat-template; and their translation into engine::EngineArgs. Parsing only: the
-// engine checks the combination when it is built.
+// --dtype, --enforce-eager, --seed, --chat-template; and their translation into engine::EngineArgs.
+// Parsing only: the engine checks the combination when it is built.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,8 @@ struct EngineFlags {
   bool enable_prefix_caching = true;
   std::string load_format = "auto";
   std::string device = "auto";
+  std::string dtype = "auto";
+  bool enforce_eager = false;  // accepted as vLLM's; every step runs eagerly today
 };
 
 // Registers the flags on `sub`; `model_required` adds --model as a required option (serve

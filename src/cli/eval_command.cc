@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/registry.h"
 #include "cli/command.h"
 #include "common/file.h"
 #include "engine/fidelity_eval.h"
@@ -37,6 +37,8 @@ Result<kv::KvCacheDtype> parse_dtype(const std::string& name, const char* flag) 
 }
 
 struct Loaded {
+  std::string device;  // resolved --device
+  DType compute_dtype = DType::kF32;
   model::ModelConfig config;
   model::ModelWeights weights;
   std::vector<int32_t> tokens;
@@ -46,6 +48,8 @@ Result<Loaded> load(const EvalOptions& o) {
   S4KV_ASSIGN_OR_RETURN(const std::string dir, model::resolve_model_path(o.model));
   Loaded l;
   S4KV_ASSIGN_OR_RETURN(l.config, model::load_model_config(dir));
+  S4KV_ASSIGN_OR_RETURN(l.device, backend::resolve_device(o.device));
+  S4KV_ASSIGN_OR_RETURN(l.compute_dtype, backend::resolve_dtype(o.dtype, l.device, l.config));
   const auto format =
       o.load_format == "dummy" ? model::LoadFormat::kDummy : model::LoadFormat::kAuto;
   S4KV_ASSIGN_OR_RETURN(l.weights, model::load_weights(dir, l.config, format));
@@ -167,7 +171,9 @@ engine::BackendFactory factory(const Loaded& l, const Format& f) {
       kv.num_window_blocks = f.variant.window_blocks;
       kv.int4_value_hadamard = f.variant.value_hadamard;
     }
-    return backend::cpu::make_cpu_backend(l.config, l.weights, kv);
+    // One sequence of num_tokens tokens, prefilled in one step.
+    const backend::BackendLimits limits{num_tokens, 1, num_tokens};
+    return backend::make_backend(l.device, l.compute_dtype, l.config, l.weights, kv, limits);
   };
 }
 
@@ -321,6 +327,12 @@ void add_eval_command(CLI::App& app) {
                   "token id put first in every window, as a BOS (-1: none)");
   sub->add_option("--bootstrap-resamples", options->bootstrap_resamples,
                   "resamples of windows for the 95% intervals (0: none)");
+  sub->add_option("--device", options->device, "auto = cuda when a GPU is visible, else cpu")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  sub->add_option("--dtype", options->dtype, "compute dtype (as serve's --dtype)")
+      ->check(CLI::IsMember({"auto", "bfloat16", "float16", "half", "float32", "float"}))
+      ->capture_default_str();
   sub->add_option("--load-format", options->load_format, "auto or dummy")
       ->check(CLI::IsMember({"auto", "dummy"}));
   sub->add_option("--candidates", options->candidates,

@@ -39,6 +39,8 @@ struct EvalOptions {
   std::string json_out;
   std::string json_dir;  // one <format name>.json per tested format
   std::string load_format = "auto";
+  std::string device = "auto";  // --device: auto | cpu | cuda
+  std::string dtype = "auto";   // --dtype (backend/registry.h)
 };
 
 int run_eval(const EvalOptions& options);

@@ -2,24 +2,13 @@
 
 #include <utility>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/registry.h"
 #include "common/file.h"
 #include "engine/generation_config.h"
 #include "model/model_path.h"
 
 namespace s4kv::engine {
 namespace {
-
-// Only the CPU backend runs a forward pass today; "auto" means it.
-Result<std::unique_ptr<backend::Backend>> make_backend(const std::string& device,
-                                                       const model::ModelConfig& config,
-                                                       const model::ModelWeights& weights,
-                                                       const backend::KvCacheConfig& kv) {
-  if (device != "auto" && device != "cpu") {
-    return unsupported("unsupported --device=" + device + " (supported: auto, cpu)");
-  }
-  return backend::cpu::make_cpu_backend(config, weights, kv);
-}
 
 Result<std::unique_ptr<tokenizer::Tokenizer>> load_tokenizer(const std::string& model_dir) {
   const std::string path = model_dir + "/tokenizer.json";
@@ -38,6 +27,9 @@ Result<LlmEngine> load_llm_engine(const EngineArgs& args) {
   const model::ModelConfig& mc = e.model_config;
   S4KV_ASSIGN_OR_RETURN(const ResolvedEngineConfig resolved,
                         resolve_engine_config(args.config, mc));
+  S4KV_ASSIGN_OR_RETURN(e.device, backend::resolve_device(args.device));
+  S4KV_ASSIGN_OR_RETURN(const DType compute_dtype,
+                        backend::resolve_dtype(args.dtype, e.device, mc));
   S4KV_ASSIGN_OR_RETURN(e.tokenizer, load_tokenizer(e.model_dir));
   S4KV_ASSIGN_OR_RETURN(e.generation_config, read_generation_config(e.model_dir, mc.vocab_size));
   std::unique_ptr<backend::Backend> backend;
@@ -47,7 +39,11 @@ Result<LlmEngine> load_llm_engine(const EngineArgs& args) {
     // The backend converts the weights to its own format; the file maps go with this scope.
     S4KV_ASSIGN_OR_RETURN(const model::ModelWeights weights,
                           model::load_weights(e.model_dir, mc, args.load_format, args.config.seed));
-    S4KV_ASSIGN_OR_RETURN(backend, make_backend(args.device, mc, weights, resolved.kv));
+    const backend::BackendLimits limits{resolved.scheduler.max_num_batched_tokens,
+                                        resolved.scheduler.max_num_seqs,
+                                        resolved.scheduler.max_model_len};
+    S4KV_ASSIGN_OR_RETURN(
+        backend, backend::make_backend(e.device, compute_dtype, mc, weights, resolved.kv, limits));
   }
   std::vector<int32_t> eos = resolve_eos_token_ids(e.generation_config, mc.eos_token_ids);
   for (int32_t id : eos) {
@@ -57,7 +53,7 @@ Result<LlmEngine> load_llm_engine(const EngineArgs& args) {
                               std::to_string(mc.vocab_size) + ")");
     }
   }
-  e.capacity_line = describe_capacity(resolved);
+  e.capacity_line = describe_capacity(resolved) + " (device " + e.device + ")";
   e.engine =
       std::make_unique<EngineCore>(resolved, std::move(backend), *e.tokenizer, std::move(eos));
   return e;

@@ -23,7 +23,8 @@ namespace s4kv::engine {
 struct EngineArgs {
   std::string model;  // --model: directory or ORG/NAME in the local Hugging Face cache
   model::LoadFormat load_format = model::LoadFormat::kAuto;
-  std::string device = "auto";  // "auto" | "cpu"
+  std::string device = "auto";  // --device: "auto" | "cpu" | "cuda"
+  std::string dtype = "auto";   // --dtype (backend/registry.h resolve_dtype)
   EngineConfig config;
   // Tests only (a fake backend for exact engine tests): when set, builds the backend in place
   // of --device's from the model's config and the resolved KV cache; no weights are loaded.
@@ -36,6 +37,7 @@ struct EngineArgs {
 // engine, which refers to it, so it is destroyed after.
 struct LlmEngine {
   std::string model_dir;
+  std::string device;  // the resolved --device: "cpu" | "cuda"
   model::ModelConfig model_config;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::unique_ptr<EngineCore> engine;

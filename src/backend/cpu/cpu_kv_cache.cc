@@ -41,6 +41,9 @@ class Paged16BitKvCache final : public CpuKvCache {
   }
 
   int64_t num_bytes() const override { return cache_.num_bytes(); }
+  KvStorageView storage(int64_t layer) const override {
+    return {.k = std::as_bytes(cache_.k(layer)), .v = std::as_bytes(cache_.v(layer))};
+  }
 
  private:
   PagedKvCache cache_;
@@ -87,6 +90,12 @@ class PagedFp8KvCache final : public CpuKvCache {
   }
 
   int64_t num_bytes() const override { return static_cast<int64_t>(data_.size()); }
+  KvStorageView storage(int64_t layer) const override {
+    const auto all = std::as_bytes(std::span<const uint8_t>(data_));
+    const auto n = static_cast<size_t>(layer_elems_);
+    return {.k = all.subspan(static_cast<size_t>(layer) * 2 * n, n),
+            .v = all.subspan((static_cast<size_t>(layer) * 2 + 1) * n, n)};
+  }
 
  private:
   uint8_t encode(float x) const {

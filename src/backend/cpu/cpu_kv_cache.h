@@ -28,6 +28,18 @@ struct CpuKvCacheShape {
   DType dtype = DType::kBF16;  // the model's 16-bit dtype (kBF16 or kF16)
 };
 
+// The raw arrays of one layer of a CPU cache, for tests that load the same bytes into another
+// backend (the CUDA equivalence tests); empty spans for parts a dtype does not have. Layouts
+// as each cache documents them (paged_kv_cache.h, int4_kivi_kv_cache.h), one layer each.
+struct KvStorageView {
+  std::span<const std::byte> k, v;       // 16-bit / fp8: [num_blocks, B, nkv, D] elements
+  std::span<const std::byte> pool;       // int4_kivi: [num_blocks, nkv, block_bytes]
+  std::span<const std::byte> residual;   // int4_kivi: [slots, 2, ring * B, nkv * D] 16-bit
+  std::span<const std::byte> sink;       // int4_kivi: [num_sink, 2, B, nkv * D] 16-bit
+  std::span<const std::byte> staging_k;  // int4_kivi: [num_tokens, nkv * D] 16-bit (this
+  std::span<const std::byte> staging_v;  //   step's write, until commit)
+};
+
 class CpuKvCache {
  public:
   virtual ~CpuKvCache() = default;
@@ -54,6 +66,9 @@ class CpuKvCache {
   }
 
   virtual int64_t num_bytes() const = 0;
+
+  // Tests only: the layer's arrays as they are now.
+  virtual KvStorageView storage(int64_t layer) const = 0;
 };
 
 // Refuses (kInvalidArgument) a bad int4_kivi layout (block size, value group size, head dim), a

@@ -182,6 +182,19 @@ uint16_t* Int4KiviKvCache::residual(int64_t layer, int64_t slot, int which) {
          ((layer * num_slots_ + slot) * 2 + which) * ring_ * block_size_ * slot_elems_;
 }
 
+KvStorageView Int4KiviKvCache::storage(int64_t layer) const {
+  S4KV_CHECK(layer >= 0 && layer < num_layers_, "int4_kivi storage: layer ", layer);
+  const auto l = static_cast<size_t>(layer);
+  const auto pool = static_cast<size_t>(num_blocks_ * num_kv_heads_) * layout_.block_bytes;
+  const auto res = static_cast<size_t>(num_slots_ * 2 * ring_ * block_size_ * slot_elems_);
+  const auto sink = static_cast<size_t>(num_sink_ * 2 * block_size_ * slot_elems_);
+  return {.pool = std::span<const std::byte>(pool_).subspan(l * pool, pool),
+          .residual = std::as_bytes(std::span<const uint16_t>(residual_).subspan(l * res, res)),
+          .sink = std::as_bytes(std::span<const uint16_t>(sink_).subspan(l * sink, sink)),
+          .staging_k = std::as_bytes(std::span<const uint16_t>(staging_k_)),
+          .staging_v = std::as_bytes(std::span<const uint16_t>(staging_v_))};
+}
+
 int64_t Int4KiviKvCache::num_bytes() const {
   return static_cast<int64_t>(pool_.size() + (residual_.size() + sink_.size()) * sizeof(uint16_t));
 }

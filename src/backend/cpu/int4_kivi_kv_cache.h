@@ -55,6 +55,7 @@ class Int4KiviKvCache final : public CpuKvCache {
                        int64_t num_positions, float* keys, float* values) const override;
   void commit(int64_t layer, const ForwardBatch& batch, ThreadPool* pool) override;
   int64_t num_bytes() const override;
+  KvStorageView storage(int64_t layer) const override;
 
   // For tests and tools: one pool block (layout().block_bytes) and one residual slot's K or V
   // ([ring * block_size, num_kv_heads, head_dim] 16-bit bits, rows as ring_row places them).

@@ -80,13 +80,15 @@ struct SixteenBitInput {
 };
 
 template <typename Input>
-__global__ void quantize_kernel(Input in, std::byte* blocks, kv::Int4KiviLayout l, bool hadamard) {
+__global__ void quantize_kernel(Input in, std::byte* blocks, const int64_t* out_index,
+                                kv::Int4KiviLayout l, bool hadamard) {
   __shared__ float row[kD];
   __shared__ uint8_t codes[kD];
   const int c = threadIdx.x;
   const int b = l.block_size;
   const size_t blk = blockIdx.x;
-  std::byte* out = blocks + blk * l.block_bytes;
+  std::byte* out =
+      blocks + (out_index != nullptr ? static_cast<size_t>(out_index[blk]) : blk) * l.block_bytes;
   auto* k_codes = reinterpret_cast<uint32_t*>(out + l.k_codes_offset);
   auto* v_codes = reinterpret_cast<uint32_t*>(out + l.v_codes_offset);
   auto* k_scale = reinterpret_cast<uint16_t*>(out + l.k_scale_offset);
@@ -154,8 +156,8 @@ void launch_int4_kivi_quantize(const Int4KiviQuantizeArgs& a, cudaStream_t strea
   S4KV_CHECK(a.keys != nullptr && a.values != nullptr && a.blocks != nullptr,
              "int4_kivi quantize: null buffer");
   const Fp32Input in{a.keys, a.values, a.layout.block_size};
-  quantize_kernel<<<static_cast<unsigned>(a.num_blocks), kD, 0, stream>>>(in, a.blocks, a.layout,
-                                                                          a.value_hadamard);
+  quantize_kernel<<<static_cast<unsigned>(a.num_blocks), kD, 0, stream>>>(
+      in, a.blocks, nullptr, a.layout, a.value_hadamard);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -168,8 +170,8 @@ void launch_int4_kivi_commit(const Int4KiviCommitArgs& a, cudaStream_t stream) {
              "int4_kivi commit: null buffer");
   const SixteenBitInput in{a.keys, a.values, a.bf16,           a.first_position,
                            a.cos,  a.sin,    a.keys_post_rope, a.layout.block_size};
-  quantize_kernel<<<static_cast<unsigned>(a.num_blocks), kD, 0, stream>>>(in, a.blocks, a.layout,
-                                                                          a.value_hadamard);
+  quantize_kernel<<<static_cast<unsigned>(a.num_blocks), kD, 0, stream>>>(
+      in, a.blocks, a.out_index, a.layout, a.value_hadamard);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -42,7 +42,10 @@ struct Int4KiviCommitArgs {
   const float* sin = nullptr;               // [num_positions, D/2]
   int64_t num_positions = 0;    // every first_position + B - 1 must be below it (not checked)
   bool keys_post_rope = false;  // comparison layout: no rotation back
-  std::byte* blocks = nullptr;  // [num_blocks, layout.block_bytes], device
+  std::byte* blocks = nullptr;  // [*, layout.block_bytes], device
+  // [num_blocks] where input block i goes: blocks + out_index[i] * block_bytes (a pool block
+  // id times the kv heads plus the head); null: block i itself.
+  const int64_t* out_index = nullptr;
   int64_t num_blocks = 0;
   kv::Int4KiviLayout layout;
   bool value_hadamard = false;

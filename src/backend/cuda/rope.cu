@@ -6,11 +6,11 @@ namespace s4kv::backend::cuda {
 namespace {
 
 __global__ void rope_kernel(float* x, const int32_t* positions, const float* cos, const float* sin,
-                            int num_heads, int head_dim) {
+                            int num_heads, int head_dim, int64_t row_stride) {
   const int half = head_dim / 2;
   const int i = threadIdx.x;
   const int64_t token = blockIdx.x / num_heads;
-  float* row = x + blockIdx.x * static_cast<int64_t>(head_dim);
+  float* row = x + token * row_stride + (blockIdx.x % num_heads) * static_cast<int64_t>(head_dim);
   const int64_t pos = positions[token];
   const float c = cos[pos * half + i], s = sin[pos * half + i];
   const float x1 = row[i], x2 = row[i + half];
@@ -28,9 +28,12 @@ void launch_rope(const RopeArgs& a, cudaStream_t stream) {
   S4KV_CHECK(a.x != nullptr && a.positions != nullptr && a.cos != nullptr && a.sin != nullptr,
              "rope: null buffer");
   const int64_t rows = a.num_tokens * a.num_heads;
+  const int64_t stride = a.row_stride != 0 ? a.row_stride : a.num_heads * a.head_dim;
+  S4KV_CHECK(stride >= a.num_heads * a.head_dim, "rope: row stride ", stride);
   S4KV_CHECK(rows <= 0x7fffffff, "rope: too many rows");
   rope_kernel<<<static_cast<unsigned>(rows), static_cast<unsigned>(a.head_dim / 2), 0, stream>>>(
-      a.x, a.positions, a.cos, a.sin, static_cast<int>(a.num_heads), static_cast<int>(a.head_dim));
+      a.x, a.positions, a.cos, a.sin, static_cast<int>(a.num_heads), static_cast<int>(a.head_dim),
+      stride);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 

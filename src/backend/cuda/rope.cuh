@@ -12,7 +12,9 @@
 namespace s4kv::backend::cuda {
 
 struct RopeArgs {
-  float* x = nullptr;                  // [num_tokens, num_heads, head_dim] fp32, device, in place
+  // [num_tokens, row_stride] fp32, device, in place: heads 0..num_heads-1 at the start of a row
+  float* x = nullptr;
+  int64_t row_stride = 0;              // 0: num_heads * head_dim
   const int32_t* positions = nullptr;  // [num_tokens], device
   const float* cos = nullptr;          // [num_positions, head_dim / 2] RopeTable::cos_table()
   const float* sin = nullptr;          // [num_positions, head_dim / 2]

@@ -1,0 +1,710 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/cpu/cpu_weights.h"
+#include "backend/cpu/rope.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/forward_kernels.cuh"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/int4_kivi_cache.cuh"
+#include "backend/cuda/int4_kivi_quantize.cuh"
+#include "backend/cuda/paged_attention.cuh"
+#include "backend/cuda/rope.cuh"
+#include "backend/rope_table.h"
+#include "common/half.h"
+#include "kv/int4_kivi_layout.h"
+
+namespace s4kv::backend::cuda {
+namespace {
+
+constexpr int64_t kHeadDim = 128;
+
+int64_t act_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Host pinned memory, freed on destruction.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes > 0) S4KV_CUDA_CHECK(cudaMallocHost(&data_, bytes));
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  PinnedBuffer(PinnedBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  ~PinnedBuffer() {
+    if (data_ != nullptr) cudaFreeHost(data_);
+  }
+  std::byte* data() const { return static_cast<std::byte*>(data_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+struct LayerWeights {
+  const float* input_norm = nullptr;  // [hidden] fp32
+  const float* post_norm = nullptr;   // [hidden] fp32
+  const void* qkv = nullptr;          // [qkv_dim, hidden] compute dtype
+  const float* qkv_bias = nullptr;    // [qkv_dim] fp32 or null
+  const void* o = nullptr;            // [hidden, q_dim]
+  const void* gate_up = nullptr;      // [2 * inter, hidden]
+  const void* down = nullptr;         // [hidden, inter]
+};
+
+// Per-step batch arrays packed into one pinned buffer and copied with one cudaMemcpyAsync.
+class StepArena {
+ public:
+  explicit StepArena(size_t bytes) : host_(bytes), device_(bytes) {}
+  void clear() { used_ = 0; }
+  // Copies n elements to the arena; returns their device address.
+  template <typename T>
+  const T* put(const T* src, size_t n) {
+    T* dst = alloc<T>(n);
+    if (n > 0) std::memcpy(dst, src, n * sizeof(T));
+    return device_of(dst);
+  }
+  template <typename T>
+  T* alloc(size_t n) {
+    used_ = (used_ + 15) / 16 * 16;
+    S4KV_CHECK(used_ + n * sizeof(T) <= host_.bytes(), "cuda step arena: ", used_ + n * sizeof(T),
+               " bytes > ", host_.bytes());
+    T* p = reinterpret_cast<T*>(host_.data() + used_);
+    used_ += n * sizeof(T);
+    return p;
+  }
+  template <typename T>
+  const T* device_of(const T* host) const {
+    return reinterpret_cast<const T*>(static_cast<const std::byte*>(device_.data()) +
+                                      (reinterpret_cast<const std::byte*>(host) - host_.data()));
+  }
+  void upload(cudaStream_t stream) {
+    if (used_ > 0) {
+      S4KV_CUDA_CHECK(
+          cudaMemcpyAsync(device_.data(), host_.data(), used_, cudaMemcpyHostToDevice, stream));
+    }
+  }
+
+ private:
+  PinnedBuffer host_;
+  DeviceBuffer device_;
+  size_t used_ = 0;
+};
+
+size_t arena_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_table, int64_t max_fills,
+                   int64_t nkv) {
+  const int64_t i32 = 4 * max_tokens + 4 * max_seqs + 1 + max_table + max_fills * nkv;
+  const int64_t i64 = max_tokens + max_fills * nkv;
+  return static_cast<size_t>(i32 * 4 + i64 * 8 + max_fills * 12 + 16 * 16 + 4096);
+}
+
+// Every start-up allocation but the weights and the KV cache, in bytes: the constructor
+// allocates these and activation_bytes() sums them, from one place.
+struct Sizes {
+  int64_t max_blocks_per_seq, max_fills, arena, rope, staging, scratch;
+  int64_t x, h, qkv, attn, gate_up, act, rows, logits;
+
+  Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBackendOptions& o) {
+    const int64_t T = o.max_num_tokens, as = act_size(o.compute_dtype);
+    const int64_t nkv = c.num_key_value_heads, kv_dim = nkv * kHeadDim;
+    const int64_t q_dim = c.num_attention_heads * kHeadDim, qkv_dim = q_dim + 2 * kv_dim;
+    max_blocks_per_seq = ceil_div(o.max_model_len, kv.block_size) + 1;
+    max_fills = o.max_num_tokens / kv.block_size + o.max_num_seqs;
+    arena = static_cast<int64_t>(
+        arena_bytes(T, o.max_num_seqs, o.max_num_seqs * max_blocks_per_seq, max_fills, nkv));
+    rope = 2 * ceil_div(o.max_model_len, 1024) * 1024 * (kHeadDim / 2) * 4;
+    const bool int4 = kv.dtype == kv::KvCacheDtype::kInt4Kivi;
+    staging = int4 ? T * kv_dim * 2 : 0;                                  // each of K, V
+    scratch = int4 ? max_fills * nkv * kv.block_size * kHeadDim * 2 : 0;  // each of K, V
+    x = T * c.hidden_size * 4;
+    h = T * c.hidden_size * as;
+    qkv = T * qkv_dim * 4;
+    attn = T * q_dim * as;
+    gate_up = T * 2 * c.intermediate_size * 4;
+    act = T * c.intermediate_size * as;
+    rows = T * c.hidden_size * as;
+    logits = T * c.vocab_size * 4;
+  }
+  int64_t total() const {
+    return arena + rope + 2 * staging + 2 * scratch + x + h + qkv + attn + gate_up + act + rows +
+           logits + Gemm::kWorkspaceBytes;
+  }
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const model::ModelConfig& config, const KvCacheConfig& kv,
+              const CudaBackendOptions& options, std::span<const float> inv_freq,
+              const kv::Int4KiviLayout& layout);
+  ~CudaBackend() override;
+
+  std::string_view name() const override { return "cuda"; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  const KvCacheConfig& kv_cache_config() const override { return kv_; }
+  std::span<const float> forward(const ForwardBatch& batch) override;
+
+  void load_weights(const model::ModelWeights& weights);
+
+ private:
+  // Uploads a tensor (any of bf16/fp16/fp32) converted to `dtype` at dst.
+  void upload(const model::TensorView& t, DType dtype, void* dst);
+  void* alloc(size_t bytes);  // owned device memory, for the backend's life
+  void attention_block(int64_t layer, int64_t n);
+  void mlp_block(int64_t layer, int64_t n);
+
+  model::ModelConfig config_;
+  KvCacheConfig kv_;
+  CudaBackendOptions opt_;
+  DType act_;   // compute dtype of GEMM inputs
+  DType kv16_;  // the 16-bit dtype of the cache (bf16 or fp16)
+  int64_t q_dim_, kv_dim_, qkv_dim_;
+  Sizes sizes_;
+  int64_t max_blocks_per_seq_;
+  int64_t max_fills_;
+  kv::Int4KiviLayout layout_;
+  int ring_ = 1;
+  cudaStream_t stream_ = nullptr;
+  std::vector<DeviceBuffer> owned_;
+  std::unique_ptr<Gemm> gemm_;
+
+  // Weights.
+  const void* embed_ = nullptr;
+  const void* lm_head_ = nullptr;
+  const float* final_norm_ = nullptr;
+  std::vector<LayerWeights> layers_;
+
+  // RoPE table rows 0..max_model_len-1.
+  const float* rope_cos_ = nullptr;
+  const float* rope_sin_ = nullptr;
+
+  // KV cache (per layer strides in elements / bytes).
+  void* kv_k_ = nullptr;  // 16-bit / fp8: [L, num_blocks * B * kv_dim]
+  void* kv_v_ = nullptr;
+  int64_t kv_layer_elems_ = 0;
+  std::byte* pool_ = nullptr;      // int4: [L, num_blocks, nkv, block_bytes]
+  uint16_t* residual_ = nullptr;   // [L, slots, 2, ring * B, kv_dim]
+  uint16_t* sink_ = nullptr;       // [L, num_sink, 2, B, kv_dim]
+  uint16_t* staging_k_ = nullptr;  // [max_tokens, kv_dim]
+  uint16_t* staging_v_ = nullptr;
+  uint16_t* scratch_k_ = nullptr;  // [max_fills, nkv, B, 128]
+  uint16_t* scratch_v_ = nullptr;
+
+  // Activations.
+  float* x_ = nullptr;        // [max_tokens, hidden]
+  void* h_ = nullptr;         // [max_tokens, hidden] compute dtype
+  float* qkv_ = nullptr;      // [max_tokens, qkv_dim]
+  void* attn_ = nullptr;      // [max_tokens, q_dim] compute dtype
+  float* gate_up_ = nullptr;  // [max_tokens, 2 * inter]
+  void* act_buf_ = nullptr;   // [max_tokens, inter] compute dtype
+  void* rows_ = nullptr;      // [max_tokens, hidden] compute dtype
+  float* logits_ = nullptr;   // [max_tokens, vocab]
+  PinnedBuffer logits_host_;
+
+  // This step's device arrays.
+  StepArena arena_;
+  struct {
+    const int32_t *token_ids, *positions, *token_seq, *qsl, *seq_lens, *tables, *logits_rows,
+        *res_slots, *res_starts, *first_pos;
+    const int64_t *slots, *out_index;
+    const Int4FillBlock* fills;
+    int64_t max_blocks, num_fills, num_quantized;
+  } step_{};
+  std::vector<int32_t> token_seq_host_;
+  Int4FillPlan fills_;
+  std::vector<uint8_t> slot_used_;
+};
+
+CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& kv,
+                         const CudaBackendOptions& options, std::span<const float> inv_freq,
+                         const kv::Int4KiviLayout& layout)
+    : config_(config),
+      kv_(kv),
+      opt_(options),
+      act_(options.compute_dtype),
+      kv16_(options.compute_dtype == DType::kF16 ||
+                    (options.compute_dtype == DType::kF32 && config.dtype == DType::kF16)
+                ? DType::kF16
+                : DType::kBF16),
+      q_dim_(config.num_attention_heads * kHeadDim),
+      kv_dim_(config.num_key_value_heads * kHeadDim),
+      qkv_dim_(q_dim_ + 2 * kv_dim_),
+      sizes_(config, kv, options),
+      max_blocks_per_seq_(sizes_.max_blocks_per_seq),
+      max_fills_(sizes_.max_fills),
+      layout_(layout),
+      ring_(1 + static_cast<int>(kv.num_window_blocks)),
+      arena_(static_cast<size_t>(sizes_.arena)) {
+  S4KV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  gemm_ = std::make_unique<Gemm>(act_, stream_);
+  const int64_t L = config.num_hidden_layers;
+  const Sizes& z = sizes_;
+
+  RopeTable rope(inv_freq);
+  rope.ensure(options.max_model_len);
+  auto* cos = static_cast<float*>(alloc(rope.cos_table().size_bytes()));
+  auto* sin = static_cast<float*>(alloc(rope.sin_table().size_bytes()));
+  S4KV_CUDA_CHECK(cudaMemcpy(cos, rope.cos_table().data(), rope.cos_table().size_bytes(),
+                             cudaMemcpyHostToDevice));
+  S4KV_CUDA_CHECK(cudaMemcpy(sin, rope.sin_table().data(), rope.sin_table().size_bytes(),
+                             cudaMemcpyHostToDevice));
+  rope_cos_ = cos;
+  rope_sin_ = sin;
+
+  const int64_t B = kv.block_size;
+  if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
+    const int64_t nkv = config.num_key_value_heads;
+    pool_ = static_cast<std::byte*>(
+        alloc(static_cast<size_t>(L * kv.num_blocks * nkv) * layout.block_bytes));
+    residual_ = static_cast<uint16_t*>(
+        alloc(static_cast<size_t>(L * kv.num_residual_slots * 2 * ring_ * B * kv_dim_) * 2));
+    if (kv.num_sink_blocks > 0) {
+      sink_ = static_cast<uint16_t*>(
+          alloc(static_cast<size_t>(L * kv.num_sink_blocks * 2 * B * kv_dim_) * 2));
+    }
+    staging_k_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.staging)));
+    staging_v_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.staging)));
+    scratch_k_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.scratch)));
+    scratch_v_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.scratch)));
+    slot_used_.assign(static_cast<size_t>(kv.num_residual_slots), 0);
+  } else {
+    const int64_t es = kv.dtype == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
+    kv_layer_elems_ = kv.num_blocks * B * kv_dim_;
+    kv_k_ = alloc(static_cast<size_t>(L * kv_layer_elems_ * es));
+    kv_v_ = alloc(static_cast<size_t>(L * kv_layer_elems_ * es));
+  }
+
+  x_ = static_cast<float*>(alloc(static_cast<size_t>(z.x)));
+  h_ = alloc(static_cast<size_t>(z.h));
+  qkv_ = static_cast<float*>(alloc(static_cast<size_t>(z.qkv)));
+  attn_ = alloc(static_cast<size_t>(z.attn));
+  gate_up_ = static_cast<float*>(alloc(static_cast<size_t>(z.gate_up)));
+  act_buf_ = alloc(static_cast<size_t>(z.act));
+  rows_ = alloc(static_cast<size_t>(z.rows));
+  logits_ = static_cast<float*>(alloc(static_cast<size_t>(z.logits)));
+  logits_host_ = PinnedBuffer(static_cast<size_t>(z.logits));
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) {
+    cudaStreamSynchronize(stream_);
+    gemm_.reset();
+    cudaStreamDestroy(stream_);
+  }
+}
+
+void* CudaBackend::alloc(size_t bytes) {
+  owned_.emplace_back(std::max<size_t>(bytes, 16));
+  S4KV_CUDA_CHECK(cudaMemset(owned_.back().data(), 0, owned_.back().bytes()));
+  return owned_.back().data();
+}
+
+void CudaBackend::upload(const model::TensorView& t, DType dtype, void* dst) {
+  const auto n = static_cast<size_t>(t.numel());
+  if (t.dtype == dtype) {  // same element type: the bytes as they are
+    S4KV_CUDA_CHECK(cudaMemcpy(dst, t.data.data(), t.data.size(), cudaMemcpyHostToDevice));
+    return;
+  }
+  std::vector<float> f32;
+  f32.reserve(n);
+  cpu::append_as_f32(t, f32);
+  if (dtype == DType::kF32) {
+    S4KV_CUDA_CHECK(cudaMemcpy(dst, f32.data(), n * 4, cudaMemcpyHostToDevice));
+    return;
+  }
+  std::vector<uint16_t> bits(n);
+  for (size_t i = 0; i < n; ++i) {
+    bits[i] = dtype == DType::kBF16 ? float_to_bf16(f32[i]) : float_to_fp16(f32[i]);
+  }
+  S4KV_CUDA_CHECK(cudaMemcpy(dst, bits.data(), n * 2, cudaMemcpyHostToDevice));
+}
+
+void CudaBackend::load_weights(const model::ModelWeights& w) {
+  const model::ModelConfig& c = config_;
+  const int64_t as = act_size(act_);
+  const int64_t hidden = c.hidden_size, inter = c.intermediate_size;
+  const auto matrix = [&](const std::string& name) {
+    const model::TensorView& t = w.get(name);
+    void* p = alloc(static_cast<size_t>(t.numel() * as));
+    upload(t, act_, p);
+    return p;
+  };
+  const auto vec_f32 = [&](const std::string& name) {
+    const model::TensorView& t = w.get(name);
+    auto* p = static_cast<float*>(alloc(static_cast<size_t>(t.numel()) * 4));
+    upload(t, DType::kF32, p);
+    return p;
+  };
+  embed_ = matrix("model.embed_tokens.weight");
+  lm_head_ = c.tie_word_embeddings ? embed_ : matrix("lm_head.weight");
+  final_norm_ = vec_f32("model.norm.weight");
+  layers_.resize(static_cast<size_t>(c.num_hidden_layers));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    LayerWeights& l = layers_[static_cast<size_t>(i)];
+    l.input_norm = vec_f32(p + "input_layernorm.weight");
+    l.post_norm = vec_f32(p + "post_attention_layernorm.weight");
+    auto* qkv = static_cast<std::byte*>(alloc(static_cast<size_t>(qkv_dim_ * hidden * as)));
+    float* bias =
+        c.qkv_bias ? static_cast<float*>(alloc(static_cast<size_t>(qkv_dim_) * 4)) : nullptr;
+    int64_t row = 0;
+    for (const char* m : {"q_proj", "k_proj", "v_proj"}) {
+      const model::TensorView& t = w.get(p + "self_attn." + m + ".weight");
+      upload(t, act_, qkv + row * hidden * as);
+      if (bias != nullptr) upload(w.get(p + "self_attn." + m + ".bias"), DType::kF32, bias + row);
+      row += t.shape[0];
+    }
+    l.qkv = qkv;
+    l.qkv_bias = bias;
+    l.o = matrix(p + "self_attn.o_proj.weight");
+    auto* gate_up = static_cast<std::byte*>(alloc(static_cast<size_t>(2 * inter * hidden * as)));
+    upload(w.get(p + "mlp.gate_proj.weight"), act_, gate_up);
+    upload(w.get(p + "mlp.up_proj.weight"), act_, gate_up + inter * hidden * as);
+    l.gate_up = gate_up;
+    l.down = matrix(p + "mlp.down_proj.weight");
+  }
+  S4KV_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void CudaBackend::attention_block(int64_t layer, int64_t n) {
+  const LayerWeights& w = layers_[static_cast<size_t>(layer)];
+  const model::ModelConfig& c = config_;
+  launch_row_rmsnorm(
+      {x_, nullptr, w.input_norm, h_, act_, n, c.hidden_size, static_cast<float>(c.rms_norm_eps)},
+      stream_);
+  gemm_->run(h_, w.qkv, qkv_, n, c.hidden_size, qkv_dim_, false);
+  if (w.qkv_bias != nullptr) launch_add_bias(qkv_, w.qkv_bias, n, qkv_dim_, stream_);
+  RopeArgs rope;
+  rope.x = qkv_;
+  rope.row_stride = qkv_dim_;
+  rope.positions = step_.positions;
+  rope.cos = rope_cos_;
+  rope.sin = rope_sin_;
+  rope.num_tokens = n;
+  rope.num_heads = c.num_attention_heads + c.num_key_value_heads;  // q then k, adjacent
+  rope.head_dim = kHeadDim;
+  launch_rope(rope, stream_);
+
+  const bool int4 = kv_.dtype == kv::KvCacheDtype::kInt4Kivi;
+  const bool fp8 = kv_.dtype == kv::KvCacheDtype::kFp8E4M3;
+  const int64_t es = fp8 ? 1 : 2;
+  KvWriteArgs wr;
+  wr.k = qkv_ + q_dim_;
+  wr.v = qkv_ + q_dim_ + kv_dim_;
+  wr.row_stride = qkv_dim_;
+  wr.num_tokens = n;
+  wr.kv_dim = kv_dim_;
+  wr.cache_dtype = fp8 ? DType::kF8E4M3 : kv16_;
+  wr.fp8_from = kv16_;
+  if (int4) {
+    wr.k_cache = staging_k_;
+    wr.v_cache = staging_v_;
+  } else {
+    wr.slot_mapping = step_.slots;
+    wr.k_cache = static_cast<std::byte*>(kv_k_) + layer * kv_layer_elems_ * es;
+    wr.v_cache = static_cast<std::byte*>(kv_v_) + layer * kv_layer_elems_ * es;
+  }
+  launch_kv_write(wr, stream_);
+
+  const int64_t nkv = c.num_key_value_heads, B = kv_.block_size;
+  PagedAttentionArgs at;
+  at.q = qkv_;
+  at.q_stride = qkv_dim_;
+  at.out = attn_;
+  at.out_dtype = act_;
+  at.num_tokens = n;
+  at.num_heads = static_cast<int>(c.num_attention_heads);
+  at.num_kv_heads = static_cast<int>(nkv);
+  at.block_size = static_cast<int>(B);
+  at.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  at.token_seq = step_.token_seq;
+  at.positions = step_.positions;
+  at.query_start_loc = step_.qsl;
+  at.seq_lens = step_.seq_lens;
+  at.block_tables = step_.tables;
+  at.max_blocks_per_seq = step_.max_blocks;
+  at.cache = kv_.dtype;
+  at.bf16 = kv16_ == DType::kBF16;
+  Int4CacheLayer cl;
+  if (int4) {
+    at.pool = pool_ + layer * kv_.num_blocks * nkv * static_cast<int64_t>(layout_.block_bytes);
+    at.layout = layout_;
+    at.num_pool_blocks = kv_.num_blocks;
+    at.residual = residual_ + layer * kv_.num_residual_slots * 2 * ring_ * B * kv_dim_;
+    at.ring = ring_;
+    at.sink = sink_ != nullptr ? sink_ + layer * kv_.num_sink_blocks * 2 * B * kv_dim_ : nullptr;
+    at.staging_k = staging_k_;
+    at.staging_v = staging_v_;
+    at.residual_slots = step_.res_slots;
+    at.residual_starts = step_.res_starts;
+    at.rope_cos = rope_cos_;
+    at.rope_sin = rope_sin_;
+    at.keys_post_rope = kv_.int4_keys_post_rope;
+    at.value_hadamard = kv_.int4_value_hadamard;
+  } else {
+    at.k_cache = wr.k_cache;
+    at.v_cache = wr.v_cache;
+  }
+  launch_paged_attention(at, stream_);
+
+  if (int4) {  // kv_commit
+    Int4CacheBatch cb;
+    cb.query_start_loc = step_.qsl;
+    cb.seq_lens = step_.seq_lens;
+    cb.block_tables = step_.tables;
+    cb.max_blocks_per_seq = step_.max_blocks;
+    cb.residual_slots = step_.res_slots;
+    cb.token_seq = step_.token_seq;
+    cb.positions = step_.positions;
+    cb.num_tokens = n;
+    cl.residual = const_cast<uint16_t*>(at.residual);
+    cl.sink = const_cast<uint16_t*>(at.sink);
+    cl.staging_k = staging_k_;
+    cl.staging_v = staging_v_;
+    cl.num_pool_blocks = kv_.num_blocks;
+    cl.ring = ring_;
+    cl.block_size = static_cast<int>(B);
+    cl.num_kv_heads = static_cast<int>(nkv);
+    launch_int4_kivi_gather_fills(step_.fills, step_.num_fills, cb, cl, scratch_k_, scratch_v_,
+                                  stream_);
+    Int4KiviCommitArgs cm;
+    cm.keys = scratch_k_;
+    cm.values = scratch_v_;
+    cm.bf16 = at.bf16;
+    cm.first_position = step_.first_pos;
+    cm.cos = rope_cos_;
+    cm.sin = rope_sin_;
+    cm.num_positions = opt_.max_model_len;
+    cm.keys_post_rope = kv_.int4_keys_post_rope;
+    cm.blocks = const_cast<std::byte*>(at.pool);
+    cm.out_index = step_.out_index;
+    cm.num_blocks = step_.num_quantized * nkv;
+    cm.layout = layout_;
+    cm.value_hadamard = kv_.int4_value_hadamard;
+    launch_int4_kivi_commit(cm, stream_);
+    launch_int4_kivi_residual_write(cb, cl, stream_);
+  }
+  gemm_->run(attn_, w.o, x_, n, q_dim_, c.hidden_size, true);
+}
+
+void CudaBackend::mlp_block(int64_t layer, int64_t n) {
+  const LayerWeights& w = layers_[static_cast<size_t>(layer)];
+  const model::ModelConfig& c = config_;
+  launch_row_rmsnorm(
+      {x_, nullptr, w.post_norm, h_, act_, n, c.hidden_size, static_cast<float>(c.rms_norm_eps)},
+      stream_);
+  gemm_->run(h_, w.gate_up, gate_up_, n, c.hidden_size, 2 * c.intermediate_size, false);
+  launch_silu_mul(gate_up_, act_buf_, act_, n, c.intermediate_size, stream_);
+  gemm_->run(act_buf_, w.down, x_, n, c.intermediate_size, c.hidden_size, true);
+}
+
+std::span<const float> CudaBackend::forward(const ForwardBatch& b) {
+  check_forward_batch(b, kv_, config_.vocab_size);
+  const int64_t n = b.num_tokens(), num_seqs = b.num_seqs(), num_logits = b.num_logits();
+  S4KV_CHECK(n <= opt_.max_num_tokens && num_seqs <= opt_.max_num_seqs &&
+                 num_logits <= opt_.max_num_tokens &&
+                 num_seqs * b.max_num_blocks_per_seq <= opt_.max_num_seqs * max_blocks_per_seq_,
+             "cuda forward: batch of ", n, " tokens, ", num_seqs, " sequences beyond the limits");
+  for (int32_t len : b.seq_lens) {
+    S4KV_CHECK(len <= opt_.max_model_len, "cuda forward: sequence of ", len, " > max_model_len");
+  }
+  const bool int4 = kv_.dtype == kv::KvCacheDtype::kInt4Kivi;
+  const int64_t B = kv_.block_size, nkv = config_.num_key_value_heads;
+
+  token_seq_host_.resize(static_cast<size_t>(n));
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    for (int32_t t = b.query_start_loc[s]; t < b.query_start_loc[s + 1]; ++t) {
+      token_seq_host_[static_cast<size_t>(t)] = static_cast<int32_t>(s);
+    }
+  }
+  if (int4) {
+    std::fill(slot_used_.begin(), slot_used_.end(), 0);
+    for (int32_t slot : b.residual_slots) {
+      S4KV_CHECK(slot_used_[static_cast<size_t>(slot)] == 0, "int4_kivi: residual slot ", slot,
+                 " given to two sequences of one batch");
+      slot_used_[static_cast<size_t>(slot)] = 1;
+    }
+    plan_int4_fills(b, kv_.num_blocks, B, nkv, fills_);
+    S4KV_CHECK(static_cast<int64_t>(fills_.fills.size()) <= max_fills_,
+               "cuda forward: ", fills_.fills.size(), " blocks fill in one step (limit ",
+               max_fills_, ")");
+  }
+
+  arena_.clear();
+  step_.token_ids = arena_.put(b.token_ids.data(), b.token_ids.size());
+  step_.positions = arena_.put(b.positions.data(), b.positions.size());
+  step_.token_seq = arena_.put(token_seq_host_.data(), token_seq_host_.size());
+  step_.qsl = arena_.put(b.query_start_loc.data(), b.query_start_loc.size());
+  step_.seq_lens = arena_.put(b.seq_lens.data(), b.seq_lens.size());
+  step_.tables = arena_.put(b.block_tables.data(), b.block_tables.size());
+  step_.max_blocks = b.max_num_blocks_per_seq;
+  step_.logits_rows = arena_.put(b.logits_indices.data(), b.logits_indices.size());
+  step_.slots = arena_.put(b.slot_mapping.data(), b.slot_mapping.size());
+  step_.res_slots = arena_.put(b.residual_slots.data(), b.residual_slots.size());
+  step_.res_starts = arena_.put(b.residual_starts.data(), b.residual_starts.size());
+  step_.fills = arena_.put(fills_.fills.data(), fills_.fills.size());
+  step_.num_fills = int4 ? static_cast<int64_t>(fills_.fills.size()) : 0;
+  step_.first_pos = arena_.put(fills_.first_position.data(), fills_.first_position.size());
+  step_.out_index = arena_.put(fills_.out_index.data(), fills_.out_index.size());
+  step_.num_quantized = int4 ? fills_.num_quantized : 0;
+  arena_.upload(stream_);
+
+  launch_embed(embed_, act_, step_.token_ids, x_, n, config_.hidden_size, stream_);
+  for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
+    attention_block(layer, n);
+    mlp_block(layer, n);
+  }
+  launch_row_rmsnorm({x_, step_.logits_rows, final_norm_, rows_, act_, num_logits,
+                      config_.hidden_size, static_cast<float>(config_.rms_norm_eps)},
+                     stream_);
+  gemm_->run(rows_, lm_head_, logits_, num_logits, config_.hidden_size, config_.vocab_size, false);
+  const auto bytes = static_cast<size_t>(num_logits * config_.vocab_size) * 4;
+  if (bytes > 0) {
+    S4KV_CUDA_CHECK(
+        cudaMemcpyAsync(logits_host_.data(), logits_, bytes, cudaMemcpyDeviceToHost, stream_));
+  }
+  S4KV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return {reinterpret_cast<const float*>(logits_host_.data()),
+          static_cast<size_t>(num_logits * config_.vocab_size)};
+}
+
+}  // namespace
+
+int64_t weight_bytes(const model::ModelConfig& c, DType compute_dtype) {
+  const int64_t as = act_size(compute_dtype);
+  const int64_t matrices =
+      model::count_parameters(c) - c.num_hidden_layers * 2 * c.hidden_size - c.hidden_size;
+  return matrices * as + (2 * c.num_hidden_layers + 1) * c.hidden_size * 4;
+}
+
+int64_t activation_bytes(const model::ModelConfig& config, const KvCacheConfig& kv,
+                         const CudaBackendOptions& options) {
+  return Sizes(config, kv, options).total();
+}
+
+Status check_device(cudaDeviceProp& prop) {
+  if (device_count() == 0) return unsupported("--device cuda: no CUDA device is visible");
+  S4KV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major < 8) {
+    return unsupported("--device cuda: " + std::string(prop.name) + " has compute capability " +
+                       std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+                       " (S4 KV needs 8.0 or later)");
+  }
+  return Status::ok();
+}
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+  return buf;
+}
+
+// The CUDA runtime's own allocations beyond what the backend asks for (module images, cuBLASLt
+// handles, the stream): kept out of the KV cache.
+constexpr int64_t kRuntimeReserveBytes = int64_t{512} << 20;
+
+Result<CudaMemoryPlan> plan_cuda_memory(const model::ModelConfig& config, const KvCacheConfig& kv,
+                                        const CudaBackendOptions& options,
+                                        double gpu_memory_utilization) {
+  cudaDeviceProp prop{};
+  S4KV_RETURN_IF_ERROR(check_device(prop));
+  if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
+    return invalid_argument("--gpu-memory-utilization=" + std::to_string(gpu_memory_utilization) +
+                            " (must be in (0, 1])");
+  }
+  size_t free_bytes = 0, total_bytes = 0;
+  S4KV_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  CudaMemoryPlan p;
+  p.device = device_description();
+  p.total = static_cast<int64_t>(total_bytes);
+  p.in_use = static_cast<int64_t>(total_bytes - free_bytes);
+  p.weights = weight_bytes(config, options.compute_dtype);
+  p.activations = activation_bytes(config, kv, options);
+  p.reserve = kRuntimeReserveBytes;
+  const auto share = static_cast<int64_t>(gpu_memory_utilization * static_cast<double>(p.total));
+  p.kv_budget = share - p.in_use - p.weights - p.activations - p.reserve;
+  const std::string sums = " (--gpu-memory-utilization " + std::to_string(gpu_memory_utilization) +
+                           " of " + gib(p.total) + " = " + gib(share) + "; in use " +
+                           gib(p.in_use) + ", weights " + gib(p.weights) + " in " +
+                           std::string(dtype_name(options.compute_dtype)) + ", activations " +
+                           gib(p.activations) + ", reserve " + gib(p.reserve) + ")";
+  if (p.weights > share - p.in_use) {
+    return Status(StatusCode::kResourceExhausted, "the weights do not fit on " + p.device + sums);
+  }
+  if (p.kv_budget <= 0) {
+    return Status(StatusCode::kResourceExhausted,
+                  "no memory is left for the KV cache on " + p.device + sums +
+                      "; raise --gpu-memory-utilization or lower --max-num-batched-tokens");
+  }
+  return p;
+}
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const model::ModelConfig& config,
+                                                   const model::ModelWeights& weights,
+                                                   const KvCacheConfig& kv,
+                                                   const CudaBackendOptions& options) {
+  cudaDeviceProp prop{};
+  S4KV_RETURN_IF_ERROR(check_device(prop));
+  if (config.head_dim != kHeadDim) {
+    return unsupported("cuda backend: head_dim=" + std::to_string(config.head_dim) +
+                       " (supported: 128)");
+  }
+  if (options.compute_dtype != DType::kBF16 && options.compute_dtype != DType::kF16 &&
+      options.compute_dtype != DType::kF32) {
+    return invalid_argument("cuda backend: --dtype must be bfloat16, float16 or float32");
+  }
+  if (options.max_num_tokens <= 0 || options.max_num_seqs <= 0 || options.max_model_len <= 0) {
+    return invalid_argument("cuda backend: limits must be positive");
+  }
+  if (kv.num_blocks <= 0 || kv.block_size <= 0) {
+    return invalid_argument("cuda backend: num_blocks and block_size must be positive");
+  }
+  kv::Int4KiviLayout layout;
+  if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
+    if (kv.int4_keys_post_rope) {
+      return unsupported(
+          "cuda backend: int4_kivi with keys quantized after RoPE is a CPU evaluation layout");
+    }
+    if (kv.num_residual_slots <= 0 || kv.num_sink_blocks < 0 || kv.num_window_blocks < 0 ||
+        kv.num_window_blocks > 1) {
+      return invalid_argument("cuda backend: int4_kivi residual slots / sink / window");
+    }
+    S4KV_ASSIGN_OR_RETURN(layout, kv::Int4KiviLayout::create(
+                                      static_cast<int>(kv.block_size), static_cast<int>(kHeadDim),
+                                      static_cast<int>(kv.value_group_size)));
+  } else if (kv.num_sink_blocks != 0 || kv.int4_value_hadamard || kv.num_window_blocks != 0) {
+    return invalid_argument("cuda backend: sink, window and Hadamard values are int4_kivi's");
+  }
+  size_t free_bytes = 0, total_bytes = 0;
+  S4KV_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const int64_t need = weight_bytes(config, options.compute_dtype);
+  if (need > static_cast<int64_t>(free_bytes)) {
+    return Status(StatusCode::kResourceExhausted,
+                  "the weights do not fit: " + std::to_string(need >> 20) + " MiB in " +
+                      std::string(dtype_name(options.compute_dtype)) + ", " +
+                      std::to_string(free_bytes >> 20) + " MiB free on " + prop.name);
+  }
+  auto backend =
+      std::make_unique<CudaBackend>(config, kv, options, cpu::rope_inv_freq(config), layout);
+  backend->load_weights(weights);
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace s4kv::backend::cuda

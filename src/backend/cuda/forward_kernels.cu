@@ -1,0 +1,222 @@
+// forward_kernels.cuh's launchers. Arithmetic is written with explicit _rn intrinsics where
+// the CPU reference rounds step by step, so fp32 runs stay close to it (summation order still
+// differs: block reductions).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/forward_kernels.cuh"
+
+namespace s4kv::backend::cuda {
+namespace {
+
+// Activation element types by DType.
+template <typename T>
+__device__ inline float to_f32(T x);
+template <>
+__device__ inline float to_f32<float>(float x) {
+  return x;
+}
+template <>
+__device__ inline float to_f32<__nv_bfloat16>(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <>
+__device__ inline float to_f32<__half>(__half x) {
+  return __half2float(x);
+}
+template <typename T>
+__device__ inline T from_f32(float x);
+template <>
+__device__ inline float from_f32<float>(float x) {
+  return x;
+}
+template <>
+__device__ inline __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ inline __half from_f32<__half>(float x) {
+  return __float2half_rn(x);
+}
+
+// Calls f(T{}) with T the element type of an activation dtype.
+template <typename F>
+void with_act_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kF32:
+      f(float{});
+      return;
+    case DType::kBF16:
+      f(__nv_bfloat16{});
+      return;
+    case DType::kF16:
+      f(__half{});
+      return;
+    default:
+      S4KV_CHECK(false, "cuda: activation dtype ", dtype_name(dtype));
+  }
+}
+
+unsigned grid_of(int64_t n) {
+  S4KV_CHECK(n > 0 && n <= 0x7fffffff, "cuda: grid of ", n);
+  return static_cast<unsigned>(n);
+}
+
+template <typename T>
+__global__ void embed_kernel(const T* table, const int32_t* ids, float* x, int64_t hidden) {
+  const T* src = table + static_cast<int64_t>(ids[blockIdx.x]) * hidden;
+  float* dst = x + blockIdx.x * hidden;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = to_f32(src[i]);
+}
+
+constexpr int kNormThreads = 256;
+
+template <typename T>
+__global__ void row_rmsnorm_kernel(const float* x, const int32_t* rows, const float* w, T* out,
+                                   int64_t hidden, float eps) {
+  __shared__ float partial[kNormThreads / 32];
+  const int64_t src_row = rows != nullptr ? rows[blockIdx.x] : blockIdx.x;
+  const float* row = x + src_row * hidden;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    sum = __fadd_rn(sum, __fmul_rn(row[i], row[i]));
+  }
+  for (int o = 16; o > 0; o /= 2) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+  __syncthreads();
+  float total = 0.0f;
+  for (int i = 0; i < kNormThreads / 32; ++i) total = __fadd_rn(total, partial[i]);
+  const float mean = __fdiv_rn(total, static_cast<float>(hidden));
+  const float inv_rms = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+  T* dst = out + blockIdx.x * hidden;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    dst[i] = from_f32<T>(__fmul_rn(__fmul_rn(row[i], inv_rms), w[i]));
+  }
+}
+
+__global__ void add_bias_kernel(float* y, const float* bias, int64_t width) {
+  float* row = y + blockIdx.x * width;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) row[i] = __fadd_rn(row[i], bias[i]);
+}
+
+template <typename T>
+__global__ void silu_mul_kernel(const float* gate_up, T* out, int64_t inter) {
+  const float* gate = gate_up + blockIdx.x * 2 * inter;
+  const float* up = gate + inter;
+  T* o = out + blockIdx.x * inter;
+  for (int64_t i = threadIdx.x; i < inter; i += blockDim.x) {
+    const float g = gate[i];
+    const float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+    o[i] = from_f32<T>(__fmul_rn(silu, up[i]));
+  }
+}
+
+// One thread block per token: K and V rows rounded to the cache's element type.
+template <typename Encode, typename E>
+__global__ void kv_write_kernel(const float* k, const float* v, int64_t row_stride,
+                                const int64_t* slots, E* k_cache, E* v_cache, int64_t kv_dim,
+                                Encode encode) {
+  const int64_t t = blockIdx.x;
+  const int64_t dst = (slots != nullptr ? slots[t] : t) * kv_dim;
+  for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+    k_cache[dst + i] = encode(k[t * row_stride + i]);
+    v_cache[dst + i] = encode(v[t * row_stride + i]);
+  }
+}
+
+struct EncodeBf16 {
+  __device__ uint16_t operator()(float x) const {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  }
+};
+struct EncodeF16 {
+  __device__ uint16_t operator()(float x) const { return __half_as_ushort(__float2half_rn(x)); }
+};
+// As the CPU's fp8 cache: the 16-bit value the model holds first, then E4M3 of it.
+template <bool kBf16>
+struct EncodeFp8 {
+  __device__ uint8_t operator()(float x) const {
+    const float x16 =
+        kBf16 ? __bfloat162float(__float2bfloat16_rn(x)) : __half2float(__float2half_rn(x));
+    return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x16, __NV_SATFINITE, __NV_E4M3));
+  }
+};
+
+}  // namespace
+
+void launch_embed(const void* table, DType act_dtype, const int32_t* token_ids, float* x,
+                  int64_t num_tokens, int64_t hidden, cudaStream_t stream) {
+  if (num_tokens == 0) return;
+  with_act_type(act_dtype, [&](auto zero) {
+    using T = decltype(zero);
+    embed_kernel<T><<<grid_of(num_tokens), 256, 0, stream>>>(static_cast<const T*>(table),
+                                                             token_ids, x, hidden);
+  });
+  S4KV_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_row_rmsnorm(const RowNormArgs& a, cudaStream_t stream) {
+  S4KV_CHECK(a.hidden > 0 && a.num_rows >= 0, "row_rmsnorm: shape");
+  if (a.num_rows == 0) return;
+  with_act_type(a.act_dtype, [&](auto zero) {
+    using T = decltype(zero);
+    row_rmsnorm_kernel<T><<<grid_of(a.num_rows), kNormThreads, 0, stream>>>(
+        a.x, a.rows, a.weight, static_cast<T*>(a.out), a.hidden, a.eps);
+  });
+  S4KV_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_add_bias(float* y, const float* bias, int64_t num_tokens, int64_t width,
+                     cudaStream_t stream) {
+  if (num_tokens == 0) return;
+  add_bias_kernel<<<grid_of(num_tokens), 256, 0, stream>>>(y, bias, width);
+  S4KV_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_silu_mul(const float* gate_up, void* out, DType act_dtype, int64_t num_tokens,
+                     int64_t inter, cudaStream_t stream) {
+  if (num_tokens == 0) return;
+  with_act_type(act_dtype, [&](auto zero) {
+    using T = decltype(zero);
+    silu_mul_kernel<T>
+        <<<grid_of(num_tokens), 256, 0, stream>>>(gate_up, static_cast<T*>(out), inter);
+  });
+  S4KV_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_kv_write(const KvWriteArgs& a, cudaStream_t stream) {
+  S4KV_CHECK(a.kv_dim > 0 && a.row_stride >= a.kv_dim && a.num_tokens >= 0, "kv_write: shape");
+  if (a.num_tokens == 0) return;
+  const unsigned grid = grid_of(a.num_tokens);
+  switch (a.cache_dtype) {
+    case DType::kBF16:
+      kv_write_kernel<<<grid, 256, 0, stream>>>(
+          a.k, a.v, a.row_stride, a.slot_mapping, static_cast<uint16_t*>(a.k_cache),
+          static_cast<uint16_t*>(a.v_cache), a.kv_dim, EncodeBf16{});
+      break;
+    case DType::kF16:
+      kv_write_kernel<<<grid, 256, 0, stream>>>(
+          a.k, a.v, a.row_stride, a.slot_mapping, static_cast<uint16_t*>(a.k_cache),
+          static_cast<uint16_t*>(a.v_cache), a.kv_dim, EncodeF16{});
+      break;
+    case DType::kF8E4M3:
+      S4KV_CHECK(a.fp8_from == DType::kBF16 || a.fp8_from == DType::kF16, "kv_write: fp8_from");
+      if (a.fp8_from == DType::kBF16) {
+        kv_write_kernel<<<grid, 256, 0, stream>>>(
+            a.k, a.v, a.row_stride, a.slot_mapping, static_cast<uint8_t*>(a.k_cache),
+            static_cast<uint8_t*>(a.v_cache), a.kv_dim, EncodeFp8<true>{});
+      } else {
+        kv_write_kernel<<<grid, 256, 0, stream>>>(
+            a.k, a.v, a.row_stride, a.slot_mapping, static_cast<uint8_t*>(a.k_cache),
+            static_cast<uint8_t*>(a.v_cache), a.kv_dim, EncodeFp8<false>{});
+      }
+      break;
+    default:
+      S4KV_CHECK(false, "kv_write: cache dtype ", dtype_name(a.cache_dtype));
+  }
+  S4KV_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace s4kv::backend::cuda

@@ -1,0 +1,44 @@
+// The CUDA backend's GEMMs through cuBLASLt: y[n, out] fp32 = x[n, in] . w[out, in]^T, x and w in
+// the compute dtype (fp32, bf16 or fp16), fp32 accumulation (CUBLAS_COMPUTE_32F: no TF32 for
+// fp32 inputs), y overwritten or accumulated into (the residual add of o_proj and down_proj, as
+// the CPU's linear(accumulate)). One workspace, allocated once; the heuristic's algorithm is
+// cached per shape. Row-major arrays are passed to cuBLASLt as their column-major transposes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "common/dtype.h"
+
+struct cublasLtContext;
+
+namespace s4kv::backend::cuda {
+
+class Gemm {
+ public:
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // one per Gemm, at construction
+
+  Gemm(DType dtype, cudaStream_t stream);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  void run(const void* x, const void* w, float* y, int64_t n, int64_t in, int64_t out,
+           bool accumulate);
+
+ private:
+  struct Plan;
+  const Plan& plan(int64_t n, int64_t in, int64_t out, bool accumulate);
+
+  DType dtype_;
+  cudaStream_t stream_;
+  cublasLtContext* handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, Plan*> plans_;
+};
+
+}  // namespace s4kv::backend::cuda

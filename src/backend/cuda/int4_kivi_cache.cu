@@ -1,0 +1,118 @@
+// int4_kivi_cache.cuh's launchers: plain copies of 16-bit bits, one thread block per row.
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/int4_kivi_cache.cuh"
+
+namespace s4kv::backend::cuda {
+namespace {
+
+constexpr int kD = 128;
+
+__device__ inline int64_t ring_row(int64_t p, int b, int ring) {
+  return (p / b % ring) * b + p % b;
+}
+
+// Block (fill f, token t): the 16-bit K and V rows (every kv head) of position index * B + t.
+__global__ void gather_fills_kernel(const Int4FillBlock* fills, Int4CacheBatch batch,
+                                    Int4CacheLayer layer, uint16_t* scratch_k,
+                                    uint16_t* scratch_v) {
+  const Int4FillBlock f = fills[blockIdx.x];
+  const int t = blockIdx.y;
+  const int b = layer.block_size;
+  const int64_t kv_dim = static_cast<int64_t>(layer.num_kv_heads) * kD;
+  const int q_begin = batch.query_start_loc[f.seq];
+  const int start = batch.seq_lens[f.seq] - (batch.query_start_loc[f.seq + 1] - q_begin);
+  const int64_t pos = static_cast<int64_t>(f.index) * b + t;
+  const uint16_t *k, *v;
+  if (pos >= start) {
+    k = layer.staging_k + (q_begin + pos - start) * kv_dim;
+    v = layer.staging_v + (q_begin + pos - start) * kv_dim;
+  } else {
+    const int64_t slot = batch.residual_slots[f.seq];
+    k = layer.residual + (slot * 2 * layer.ring * b + ring_row(pos, b, layer.ring)) * kv_dim;
+    v = k + static_cast<int64_t>(layer.ring) * b * kv_dim;
+  }
+  if (f.dest < 0) {
+    const int32_t id = batch.block_tables[f.seq * batch.max_blocks_per_seq + f.index];
+    uint16_t* dk =
+        layer.sink + ((id - layer.num_pool_blocks) * 2 * static_cast<int64_t>(b) + t) * kv_dim;
+    uint16_t* dv = dk + static_cast<int64_t>(b) * kv_dim;
+    for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+      dk[i] = k[i];
+      dv[i] = v[i];
+    }
+    return;
+  }
+  for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+    const int64_t g = i / kD, c = i % kD;
+    const int64_t dst = ((static_cast<int64_t>(f.dest) * layer.num_kv_heads + g) * b + t) * kD + c;
+    scratch_k[dst] = k[i];
+    scratch_v[dst] = v[i];
+  }
+}
+
+__global__ void residual_write_kernel(Int4CacheBatch batch, Int4CacheLayer layer) {
+  const int64_t tok = blockIdx.x;
+  const int s = batch.token_seq[tok];
+  const int64_t p = batch.positions[tok];
+  const int b = layer.block_size;
+  const int64_t seq_len = batch.seq_lens[s];
+  const int64_t kept_blocks = seq_len / b - (layer.ring - 1);
+  if (p < (kept_blocks > 0 ? kept_blocks : 0) * b) return;
+  const int64_t kv_dim = static_cast<int64_t>(layer.num_kv_heads) * kD;
+  const int64_t slot = batch.residual_slots[s];
+  uint16_t* k = layer.residual + (slot * 2 * layer.ring * b + ring_row(p, b, layer.ring)) * kv_dim;
+  uint16_t* v = k + static_cast<int64_t>(layer.ring) * b * kv_dim;
+  for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+    k[i] = layer.staging_k[tok * kv_dim + i];
+    v[i] = layer.staging_v[tok * kv_dim + i];
+  }
+}
+
+}  // namespace
+
+void plan_int4_fills(const ForwardBatch& b, int64_t num_pool_blocks, int64_t block_size,
+                     int64_t num_kv_heads, Int4FillPlan& plan) {
+  plan.fills.clear();
+  plan.first_position.clear();
+  plan.out_index.clear();
+  int32_t quantized = 0;
+  for (int64_t s = 0; s < b.num_seqs(); ++s) {
+    const int64_t seq_len = b.seq_lens[s];
+    const int64_t start = seq_len - (b.query_start_loc[s + 1] - b.query_start_loc[s]);
+    const int32_t* table = b.block_tables.data() + s * b.max_num_blocks_per_seq;
+    for (int64_t i = start / block_size; i < seq_len / block_size; ++i) {
+      const bool sink = table[i] >= num_pool_blocks;
+      plan.fills.push_back(
+          {static_cast<int32_t>(s), static_cast<int32_t>(i), sink ? -1 : quantized});
+      if (sink) continue;
+      ++quantized;
+      for (int64_t g = 0; g < num_kv_heads; ++g) {
+        plan.first_position.push_back(static_cast<int32_t>(i * block_size));
+        plan.out_index.push_back(static_cast<int64_t>(table[i]) * num_kv_heads + g);
+      }
+    }
+  }
+  plan.num_quantized = quantized;
+}
+
+void launch_int4_kivi_gather_fills(const Int4FillBlock* fills, int64_t num_fills,
+                                   const Int4CacheBatch& batch, const Int4CacheLayer& layer,
+                                   uint16_t* scratch_k, uint16_t* scratch_v, cudaStream_t stream) {
+  S4KV_CHECK(num_fills >= 0 && num_fills <= 0x7fffffff && layer.block_size > 0 &&
+                 layer.block_size <= 65535 && layer.num_kv_heads > 0 && layer.ring >= 1,
+             "int4_kivi gather_fills: shape");
+  if (num_fills == 0) return;
+  const dim3 grid(static_cast<unsigned>(num_fills), static_cast<unsigned>(layer.block_size));
+  gather_fills_kernel<<<grid, 256, 0, stream>>>(fills, batch, layer, scratch_k, scratch_v);
+  S4KV_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_int4_kivi_residual_write(const Int4CacheBatch& batch, const Int4CacheLayer& layer,
+                                     cudaStream_t stream) {
+  S4KV_CHECK(batch.num_tokens >= 0 && batch.num_tokens <= 0x7fffffff, "residual_write: tokens");
+  if (batch.num_tokens == 0) return;
+  residual_write_kernel<<<static_cast<unsigned>(batch.num_tokens), 256, 0, stream>>>(batch, layer);
+  S4KV_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace s4kv::backend::cuda

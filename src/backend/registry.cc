@@ -1,0 +1,69 @@
+#include "backend/registry.h"
+
+#include "backend/cpu/cpu_backend.h"
+#ifdef S4KV_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device.h"
+#endif
+
+namespace s4kv::backend {
+
+bool cuda_available() {
+#ifdef S4KV_HAVE_CUDA
+  return cuda::device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+Result<std::string> resolve_device(const std::string& device) {
+  if (device == "cpu" || device == "cuda") return device;
+  if (device == "auto") return std::string(cuda_available() ? "cuda" : "cpu");
+  return invalid_argument("--device=" + device + " (supported: auto, cpu, cuda)");
+}
+
+Result<DType> resolve_dtype(const std::string& dtype, const std::string& device,
+                            const model::ModelConfig& config) {
+  DType want;
+  if (dtype == "auto") {
+    if (device == "cpu") return DType::kF32;
+    return config.dtype == DType::kF16 ? DType::kF16 : DType::kBF16;
+  }
+  if (dtype == "bfloat16") {
+    want = DType::kBF16;
+  } else if (dtype == "float16" || dtype == "half") {
+    want = DType::kF16;
+  } else if (dtype == "float32" || dtype == "float") {
+    want = DType::kF32;
+  } else {
+    return invalid_argument("--dtype=" + dtype +
+                            " (supported: auto, bfloat16, float16, half, float32, float)");
+  }
+  if (device == "cpu" && want != DType::kF32) {
+    return invalid_argument("--dtype=" + dtype +
+                            ": the CPU backend computes in float32 (use auto or float32)");
+  }
+  return want;
+}
+
+Result<std::unique_ptr<Backend>> make_backend(const std::string& device, DType compute_dtype,
+                                              const model::ModelConfig& config,
+                                              const model::ModelWeights& weights,
+                                              const KvCacheConfig& kv,
+                                              const BackendLimits& limits) {
+  if (device == "cpu") return cpu::make_cpu_backend(config, weights, kv);
+  if (device != "cuda") return invalid_argument("--device=" + device + " (supported: cpu, cuda)");
+#ifdef S4KV_HAVE_CUDA
+  cuda::CudaBackendOptions options;
+  options.compute_dtype = compute_dtype;
+  options.max_num_tokens = limits.max_num_tokens;
+  options.max_num_seqs = limits.max_num_seqs;
+  options.max_model_len = limits.max_model_len;
+  return cuda::make_cuda_backend(config, weights, kv, options);
+#else
+  (void)compute_dtype, (void)config, (void)weights, (void)kv, (void)limits;
+  return unsupported("--device cuda: this s4kv was built without the CUDA toolkit");
+#endif
+}
+
+}  // namespace s4kv::backend
