@@ -1,20 +1,31 @@
 #!/usr/bin/env bash
-# The cuda-labelled tests and a `serve --device cuda` smoke run on the GPU machine, without
-# building there (it lacks the Debian libraries). Here: build `s4kv` and `backend_cuda_test` in
-# build-device/ (sm_90 for the H200, OpenBLAS linked statically so the binaries need only the
-# CUDA runtime there), strip, xz and split them into parts of at most 0.9 MB under .devcarry/
-# (ignored by git), since only about 1 MB travels beside the tracked tree per call. There:
-# carry one part per call, `stash` keeps it in /tmp/s4kv-stash (the warm machine keeps /tmp;
-# the carried folder is replaced each call); `run` joins the stash and the last part, checks
-# the sum, unpacks them and runs the tests plain, under
-# compute-sanitizer memcheck and racecheck, then a short serve run. Results land in $OUT.
+# The GPU checks of the CUDA backend on the GPU machine (device tool), without building there
+# (it lacks the Debian libraries). Here, `pack` builds `s4kv` and `backend_cuda_test` in
+# build-device/ (sm_90 for the H200; OpenBLAS linked statically, so the binaries need only the
+# CUDA runtime and cuBLASLt there), strips and xz-compresses them (and, with E2E=1, the e2e
+# suite's Python packages that the machine lacks: openai and its dependencies, as wheels from
+# PyPI unpacked) and splits them into parts of 0.9 MB under .devcarry/ (ignored by git): only
+# about 1 MB travels beside the tracked tree per call. There, one call per part carries it and
+# `stash` keeps it in /tmp/s4kv-stash (a warm machine keeps /tmp; the carried folder is replaced
+# on every call); the last call carries the last part and the sums and runs the steps:
+#   tests     backend_cuda_test (the `cuda` label: kernels, attention, whole backend, goldens)
+#   sanitize  compute-sanitizer memcheck and racecheck on a subset of it
+#   serve     s4kv serve --device cuda vs --device cpu on s4kv-tiny: one greedy completion each
+#   twins     shape twins of the five seed models (tools/make_shape_twins.py), transformers'
+#             goldens, S4 KV's logits against them (fp32 and bf16) and s4kv eval of int4_kivi
+#             and fp8_e4m3 on each
+#   eval      s4kv eval --device cuda on s4kv-tiny, docs/fidelity.md's settings
+#   dummy     --load-format dummy on the full Qwen2.5-7B and Llama-3.1-8B configs: start,
+#             one request, the capacity line
+#   e2e       the tests/server suite against `s4kv serve --device cuda` (S4KV_SERVE_ARGS)
+# Everything lands in $OUT/summary.txt and $OUT/results.tar.gz.
 #
-#   bash tools/device_cuda_tests.sh pack        # here; prints the parts
-#   device run, carry [".devcarry/part.00"]: bash tools/device_cuda_tests.sh stash
-#   ... one call per part ...
-#   device run, carry [last part, ".devcarry/bins.sha256"]: bash tools/device_cuda_tests.sh run
+#   E2E=1 bash tools/device_cuda_tests.sh pack      # here; lists the parts
+#   device run, carry [".devcarry/<part>"]: bash tools/device_cuda_tests.sh stash   (per part)
+#   device run, carry [last part, ".devcarry/sums"]: bash tools/device_cuda_tests.sh run tests serve ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 case "${1:-}" in
   pack)
     grep -qx '/.devcarry/' .git/info/exclude || echo '/.devcarry/' >> .git/info/exclude
@@ -25,40 +36,54 @@ case "${1:-}" in
         ${S4KV_CMAKE_ARGS:-}
     fi
     cmake --build build-device -j2 --target s4kv backend_cuda_test
-    rm -rf .devcarry && mkdir -p .devcarry/stage
-    strip -o .devcarry/stage/s4kv build-device/src/cli/s4kv
-    strip -o .devcarry/stage/backend_cuda_test build-device/tests/backend/backend_cuda_test
-    tar -C .devcarry/stage -cf - s4kv backend_cuda_test | xz -9e -T2 > .devcarry/bins.tar.xz
+    rm -rf .devcarry && mkdir -p .devcarry/stage/bin
+    strip -o .devcarry/stage/bin/s4kv build-device/src/cli/s4kv
+    strip -o .devcarry/stage/bin/backend_cuda_test build-device/tests/backend/backend_cuda_test
+    if [ "${E2E:-0}" = 1 ]; then
+      mkdir -p .devcarry/stage/whl .devcarry/stage/site
+      # openai and what the machine's image lacks of its dependencies (KINDS.md lists the rest).
+      for p in $(grep -E '^openai==' requirements-test.txt) httpx2 httpcore2 pydantic pydantic_core \
+          jiter annotated-types typing-inspection sniffio truststore; do
+        python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+          --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+          --platform manylinux2014_x86_64 -d .devcarry/stage/whl "$p"
+      done
+      for w in .devcarry/stage/whl/*.whl; do python3 -m zipfile -e "$w" .devcarry/stage/site; done
+      find .devcarry/stage/site -name '*.pyi' -delete
+      rm -rf .devcarry/stage/whl
+    fi
+    tar -C .devcarry/stage -cf - . | xz -9e -T2 > .devcarry/all.tar.xz
     rm -rf .devcarry/stage
-    (cd .devcarry && split -b 900000 -d bins.tar.xz part. && sha256sum bins.tar.xz > bins.sha256 \
-      && rm bins.tar.xz)
+    (cd .devcarry && split -b 900000 -d all.tar.xz part. && sha256sum all.tar.xz > sums && rm all.tar.xz)
     ls -la .devcarry
     ;;
   stash)
-    mkdir -p /tmp/s4kv-stash && cp .devcarry/part.* /tmp/s4kv-stash/ && ls -la /tmp/s4kv-stash
+    mkdir -p /tmp/s4kv-stash && cp .devcarry/part.* /tmp/s4kv-stash/ && ls /tmp/s4kv-stash
     ;;
   run)
+    shift
     : "${OUT:?run on the GPU machine, where the device tool sets OUT}"
+    res=/tmp/s4kv-results && rm -rf $res && mkdir -p $res
     mkdir -p /tmp/s4kv-stash && cp .devcarry/part.* /tmp/s4kv-stash/
-    cat /tmp/s4kv-stash/part.* > /tmp/bins.tar.xz
-    (cd /tmp && sed 's#bins.tar.xz#/tmp/bins.tar.xz#' "$OLDPWD/.devcarry/bins.sha256" | sha256sum -c -)
-    mkdir -p /tmp/s4kv-bin && tar -C /tmp/s4kv-bin -xJf /tmp/bins.tar.xz
-    export PATH=/tmp/s4kv-bin:$PATH
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+    cat /tmp/s4kv-stash/part.* > /tmp/all.tar.xz
+    (cd /tmp && sed 's#all.tar.xz#/tmp/all.tar.xz#' "$root/.devcarry/sums" | sha256sum -c -)
+    rm -rf /tmp/s4kv && mkdir -p /tmp/s4kv && tar -C /tmp/s4kv -xJf /tmp/all.tar.xz
+    export PATH=/tmp/s4kv/bin:$PATH S4KV_BIN=/tmp/s4kv/bin/s4kv
+    [ ! -d /tmp/s4kv/site ] || export PYTHONPATH=/tmp/s4kv/site
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $res/gpu.txt
+    git -C "$root" log -1 --format='commit %H' 2>/dev/null | tee -a $res/gpu.txt || true
     status=0
-    backend_cuda_test > "$OUT/tests.txt" 2>&1 || status=1
-    grep -E "^\[ (golden|cuda/cpu) |FAILED|PASSED" "$OUT/tests.txt" | tail -60
-    if [ "${S4KV_SANITIZE:-1}" = 1 ]; then
-      compute-sanitizer --tool memcheck backend_cuda_test \
-        --gtest_filter='*Int4*:*Rope*:*Rmsnorm*:*s4kv_tiny_int4_v2_b64*:*llama_tiny_fp8_b32*:*Refuses*' \
-        > "$OUT/memcheck.txt" 2>&1 || status=1
-      tail -1 "$OUT/memcheck.txt"
-      compute-sanitizer --tool racecheck backend_cuda_test \
-        --gtest_filter='*Int4*:*s4kv_tiny_int4_v2_b32*' > "$OUT/racecheck.txt" 2>&1 || status=1
-      tail -1 "$OUT/racecheck.txt"
-    fi
-    bash tools/device_serve_smoke.sh "$OUT" || status=1
+    for step in "$@"; do
+      echo "== $step" | tee -a $res/summary.txt
+      if ! bash tools/device_steps.sh "$step" $res >> $res/summary.txt 2>&1; then
+        echo "STEP FAILED: $step" | tee -a $res/summary.txt
+        status=1
+      fi
+      tail -n 25 $res/summary.txt | sed -n '/^== '"$step"'/,$p' | tail -n 20
+    done
+    cp $res/summary.txt "$OUT/summary.txt"
+    tar -C /tmp -czf "$OUT/results.tar.gz" s4kv-results
     exit $status
     ;;
-  *) echo "usage: $0 pack|stash|run" >&2; exit 2 ;;
+  *) echo "usage: $0 pack|stash|run STEP..." >&2; exit 2 ;;
 esac

@@ -46,6 +46,29 @@ Result<DType> resolve_dtype(const std::string& dtype, const std::string& device,
   return want;
 }
 
+Result<KvBudget> cuda_kv_budget(DType compute_dtype, const model::ModelConfig& config,
+                                const KvCacheConfig& kv, const BackendLimits& limits,
+                                double gpu_memory_utilization) {
+#ifdef S4KV_HAVE_CUDA
+  cuda::CudaBackendOptions options;
+  options.compute_dtype = compute_dtype;
+  options.max_num_tokens = limits.max_num_tokens;
+  options.max_num_seqs = limits.max_num_seqs;
+  options.max_model_len = limits.max_model_len;
+  S4KV_ASSIGN_OR_RETURN(const cuda::CudaMemoryPlan p,
+                        cuda::plan_cuda_memory(config, kv, options, gpu_memory_utilization));
+  const auto mib = [](int64_t b) { return std::to_string(b >> 20) + " MiB"; };
+  return KvBudget{p.kv_budget, p.device + ": " + mib(p.total) + " x " +
+                                   std::to_string(gpu_memory_utilization) + " - in use " +
+                                   mib(p.in_use) + " - weights " + mib(p.weights) +
+                                   " - activations " + mib(p.activations) + " - reserve " +
+                                   mib(p.reserve) + " = KV cache " + mib(p.kv_budget)};
+#else
+  (void)compute_dtype, (void)config, (void)kv, (void)limits, (void)gpu_memory_utilization;
+  return unsupported("--device cuda: this s4kv was built without the CUDA toolkit");
+#endif
+}
+
 Result<std::unique_ptr<Backend>> make_backend(const std::string& device, DType compute_dtype,
                                               const model::ModelConfig& config,
                                               const model::ModelWeights& weights,

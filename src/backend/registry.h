@@ -35,6 +35,19 @@ Result<std::string> resolve_device(const std::string& device);
 Result<DType> resolve_dtype(const std::string& dtype, const std::string& device,
                             const model::ModelConfig& config);
 
+// The KV cache bytes (pool plus residual and sink blocks) a cuda backend of these limits gets
+// from gpu_memory_utilization x the device's memory, and a line saying how (vLLM's start-up
+// arithmetic: cuda/cuda_backend.h plan_cuda_memory). kv: dtype, block size, int4 variant.
+// Refuses, one line naming the values: no device, compute capability below 8.0, weights that
+// do not fit, nothing left for the KV cache.
+struct KvBudget {
+  int64_t bytes = 0;
+  std::string line;
+};
+Result<KvBudget> cuda_kv_budget(DType compute_dtype, const model::ModelConfig& config,
+                                const KvCacheConfig& kv, const BackendLimits& limits,
+                                double gpu_memory_utilization);
+
 // Creates the backend of a resolved device ("cpu" | "cuda") and compute dtype.
 Result<std::unique_ptr<Backend>> make_backend(const std::string& device, DType compute_dtype,
                                               const model::ModelConfig& config,

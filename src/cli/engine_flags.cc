@@ -39,8 +39,16 @@ Result<engine::EngineArgs> engine_args(const EngineFlags& f) {
   a.load_format = f.load_format == "dummy" ? model::LoadFormat::kDummy : model::LoadFormat::kAuto;
   engine::EngineConfig& c = a.config;
   S4KV_ASSIGN_OR_RETURN(c.kv_cache_dtype, engine::parse_kv_cache_dtype(f.kv_cache_dtype));
-  S4KV_ASSIGN_OR_RETURN(c.kv_cache_memory_bytes,
-                        parse_bytes(f.kv_cache_memory, "--kv-cache-memory"));
+  if (f.kv_cache_memory == "auto") {
+    c.kv_cache_memory_bytes = 0;
+  } else {
+    S4KV_ASSIGN_OR_RETURN(c.kv_cache_memory_bytes,
+                          parse_bytes(f.kv_cache_memory, "--kv-cache-memory"));
+  }
+  if (!(f.gpu_memory_utilization > 0.0 && f.gpu_memory_utilization <= 1.0)) {
+    return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
+  }
+  c.gpu_memory_utilization = f.gpu_memory_utilization;
   c.max_model_len = f.max_model_len;
   c.max_num_seqs = f.max_num_seqs;
   c.max_num_batched_tokens = f.max_num_batched_tokens;
@@ -64,7 +72,12 @@ void add_engine_flags(CLI::App& sub, EngineFlags& f, bool model_required) {
   sub.add_option("--max-num-batched-tokens", f.max_num_batched_tokens)->capture_default_str();
   sub.add_option("--block-size", f.block_size, "KV block size (32, 64, 128)")
       ->capture_default_str();
-  sub.add_option("--kv-cache-memory", f.kv_cache_memory, "KV cache bytes (e.g. 512MiB)")
+  sub.add_option("--kv-cache-memory", f.kv_cache_memory,
+                 "KV cache bytes (e.g. 512MiB); auto: 1GiB on cpu, the share of "
+                 "--gpu-memory-utilization left on cuda")
+      ->capture_default_str();
+  sub.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
+                 "share of the GPU's memory for weights, activations and the KV cache (cuda)")
       ->capture_default_str();
   sub.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", f.enable_prefix_caching,
                "reuse cached KV blocks of shared prompt prefixes (default on)");

@@ -26,7 +26,8 @@ struct EngineFlags {
   int max_num_seqs = 0;
   int64_t max_num_batched_tokens = engine::kDefaultMaxNumBatchedTokens;
   int block_size = 64;
-  std::string kv_cache_memory = "1GiB";
+  std::string kv_cache_memory = "auto";  // cpu: 1GiB; cuda: --gpu-memory-utilization's share
+  double gpu_memory_utilization = 0.9;
   bool enable_prefix_caching = true;
   std::string load_format = "auto";
   std::string device = "auto";

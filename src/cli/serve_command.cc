@@ -43,7 +43,6 @@ struct ServeOptions {
   std::string max_request_bytes = "8MiB";
   int64_t max_queued_requests = 1024;
   double shutdown_timeout = 30.0;
-  double gpu_memory_utilization = 0.9;
   std::string generation_config = "auto";
   // JSON arrays of strings, as vllm serve takes them.
   std::string allowed_origins = R"(["*"])";
@@ -81,9 +80,6 @@ Status check_options(ServeOptions& o) {
   }
   if (!(o.shutdown_timeout >= 0.0 && o.shutdown_timeout <= 86400.0)) {
     return invalid_argument("--shutdown-timeout must be in [0, 86400] seconds");
-  }
-  if (!(o.gpu_memory_utilization > 0.0 && o.gpu_memory_utilization <= 1.0)) {
-    return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
   }
   if (o.api_key.empty()) {
     if (const char* env = std::getenv("S4KV_API_KEY")) o.api_key = env;
@@ -232,9 +228,6 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--shutdown-timeout", o->shutdown_timeout,
                   "seconds running requests get to finish after SIGTERM")
-      ->capture_default_str();
-  sub->add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
-                  "GPU memory share (CUDA backend; on CPU --kv-cache-memory sizes the cache)")
       ->capture_default_str();
   sub->add_option("--generation-config", o->generation_config,
                   "auto: sampling defaults from generation_config.json; vllm: none")

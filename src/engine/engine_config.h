@@ -22,6 +22,7 @@ namespace s4kv::engine {
 // --max-num-seqs default on CPU (vLLM's GPU default is 256; a CPU step is far slower, and
 // each running sequence of an int4_kivi cache holds a 16-bit residual block).
 inline constexpr int kDefaultMaxNumSeqsCpu = 64;
+inline constexpr int kDefaultMaxNumSeqsGpu = 256;  // vLLM's
 inline constexpr int64_t kDefaultMaxNumBatchedTokens = 2048;
 
 struct EngineConfig {
@@ -30,7 +31,10 @@ struct EngineConfig {
   int64_t max_num_batched_tokens = kDefaultMaxNumBatchedTokens;
   int block_size = kv::kDefaultBlockSize;
   kv::KvCacheDtype kv_cache_dtype = kv::KvCacheDtype::kInt4Kivi;
-  int64_t kv_cache_memory_bytes = kv::kDefaultKvCacheMemoryBytes;  // pool plus residual slots
+  // Pool plus residual and sink blocks. 0 (--kv-cache-memory auto): load_llm_engine sizes it,
+  // kDefaultKvCacheMemoryBytes on cpu, the --gpu-memory-utilization share left on cuda.
+  int64_t kv_cache_memory_bytes = kv::kDefaultKvCacheMemoryBytes;
+  double gpu_memory_utilization = 0.9;  // cuda only
   bool enable_prefix_caching = true;
   uint64_t seed = 0;  // the engine RNG that keys unseeded requests
 };

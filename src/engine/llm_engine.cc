@@ -5,6 +5,7 @@
 #include "backend/registry.h"
 #include "common/file.h"
 #include "engine/generation_config.h"
+#include "kv/kv_capacity.h"
 #include "model/model_path.h"
 
 namespace s4kv::engine {
@@ -25,11 +26,32 @@ Result<LlmEngine> load_llm_engine(const EngineArgs& args) {
   S4KV_ASSIGN_OR_RETURN(e.model_dir, model::resolve_model_path(args.model));
   S4KV_ASSIGN_OR_RETURN(e.model_config, model::load_model_config(e.model_dir));
   const model::ModelConfig& mc = e.model_config;
-  S4KV_ASSIGN_OR_RETURN(const ResolvedEngineConfig resolved,
-                        resolve_engine_config(args.config, mc));
-  S4KV_ASSIGN_OR_RETURN(e.device, backend::resolve_device(args.device));
+  // A test's backend factory stands for the device: sized as on cpu.
+  S4KV_ASSIGN_OR_RETURN(e.device, args.backend_factory ? Result<std::string>(std::string("cpu"))
+                                                       : backend::resolve_device(args.device));
   S4KV_ASSIGN_OR_RETURN(const DType compute_dtype,
                         backend::resolve_dtype(args.dtype, e.device, mc));
+  EngineConfig config = args.config;
+  if (e.device == "cuda" && config.max_num_seqs == 0) config.max_num_seqs = kDefaultMaxNumSeqsGpu;
+  std::string memory_line;
+  if (config.kv_cache_memory_bytes == 0 && e.device == "cpu") {
+    config.kv_cache_memory_bytes = kv::kDefaultKvCacheMemoryBytes;
+  } else if (config.kv_cache_memory_bytes == 0) {
+    // The activations are sized for the largest max_model_len the flags allow.
+    backend::KvCacheConfig shape;
+    shape.block_size = config.block_size;
+    shape.dtype = config.kv_cache_dtype;
+    shape.num_window_blocks = config.kv_cache_dtype == kv::KvCacheDtype::kInt4Kivi ? 1 : 0;
+    const backend::BackendLimits upper{
+        config.max_num_batched_tokens, config.max_num_seqs,
+        config.max_model_len > 0 ? config.max_model_len : mc.max_position_embeddings};
+    S4KV_ASSIGN_OR_RETURN(
+        const backend::KvBudget budget,
+        backend::cuda_kv_budget(compute_dtype, mc, shape, upper, config.gpu_memory_utilization));
+    config.kv_cache_memory_bytes = budget.bytes;
+    memory_line = "; " + budget.line;
+  }
+  S4KV_ASSIGN_OR_RETURN(const ResolvedEngineConfig resolved, resolve_engine_config(config, mc));
   S4KV_ASSIGN_OR_RETURN(e.tokenizer, load_tokenizer(e.model_dir));
   S4KV_ASSIGN_OR_RETURN(e.generation_config, read_generation_config(e.model_dir, mc.vocab_size));
   std::unique_ptr<backend::Backend> backend;
@@ -53,7 +75,7 @@ Result<LlmEngine> load_llm_engine(const EngineArgs& args) {
                               std::to_string(mc.vocab_size) + ")");
     }
   }
-  e.capacity_line = describe_capacity(resolved) + " (device " + e.device + ")";
+  e.capacity_line = describe_capacity(resolved) + " (device " + e.device + memory_line + ")";
   e.engine =
       std::make_unique<EngineCore>(resolved, std::move(backend), *e.tokenizer, std::move(eos));
   return e;

@@ -25,13 +25,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/registry.h"
@@ -81,6 +85,40 @@ constexpr GoldenModel kGoldenModels[] = {
 constexpr int64_t kBlockSize = 32;
 constexpr int64_t kMaxBlocks = 80;  // 2,560 tokens: the longest prompt plus 48 steps
 constexpr int64_t kChunk = 100;
+
+// More models from the environment, for the shape twins on the GPU machine
+// (tools/device_cuda_tests.sh twins): S4KV_GOLDEN_EXTRA="name=model_dir:golden_dir;...",
+// each run in fp32 and (CUDA build) in bf16 on the device of this build.
+std::vector<GoldenModel> extra_models() {
+  static std::deque<std::string> strings;  // owns what the GoldenModels point into (stable)
+  std::vector<GoldenModel> out;
+  const char* env = std::getenv("S4KV_GOLDEN_EXTRA");
+  if (env == nullptr) return out;
+  const std::string all = env;
+  for (size_t start = 0; start < all.size();) {
+    size_t end = all.find(';', start);
+    if (end == std::string::npos) end = all.size();
+    const std::string item = all.substr(start, end - start);
+    start = end + 1;
+    const size_t eq = item.find('='), colon = item.find(':');
+    if (eq == std::string::npos || colon == std::string::npos || colon < eq) continue;
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      strings.push_back(item.substr(0, eq) + (dtype == DType::kF32 ? "_fp32" : "_bf16"));
+      const char* name = strings.back().c_str();
+      strings.push_back(item.substr(eq + 1, colon - eq - 1));
+      const char* model = strings.back().c_str();
+      strings.push_back(item.substr(colon + 1));
+      const char* golden = strings.back().c_str();
+#ifdef S4KV_GOLDEN_CUDA
+      out.push_back(
+          {name, model, golden, "cuda", dtype, dtype == DType::kF32 ? kFp32Tol : kBf16Tol});
+#else
+      if (dtype == DType::kF32) out.push_back({name, model, golden, "cpu", dtype});
+#endif
+    }
+  }
+  return out;
+}
 
 double l2(const float* a, const float* b, int64_t n) {
   double s = 0;
@@ -236,6 +274,14 @@ TEST_P(CpuForwardGolden, PrefillThenDecode) { check_path(Path::kPrefillThenDecod
 
 INSTANTIATE_TEST_SUITE_P(Models, CpuForwardGolden, ::testing::ValuesIn(kGoldenModels),
                          [](const auto& info) { return std::string(info.param.name); });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CpuForwardGolden);
+INSTANTIATE_TEST_SUITE_P(Extra, CpuForwardGolden, ::testing::ValuesIn(extra_models()),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           for (char& ch : n)
+                             ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace s4kv::backend

@@ -74,6 +74,13 @@ class Server:
         if api_key:
             cmd += ["--api-key", api_key]
         cmd += list(args)
+        # Extra "--flag value" pairs for every server of the run, each unless the test sets that
+        # flag itself, e.g. S4KV_SERVE_ARGS="--device cuda --max-num-seqs 64" to run the suite
+        # against the CUDA backend on a GPU machine (tools/device_steps.sh e2e).
+        extra = os.environ.get("S4KV_SERVE_ARGS", "").split()
+        for flag, value in zip(extra[::2], extra[1::2]):
+            if flag not in cmd:
+                cmd += [flag, value]
         self.cmd = cmd
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,

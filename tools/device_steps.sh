@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# One step of tools/device_cuda_tests.sh on the GPU machine: bash tools/device_steps.sh STEP DIR.
+# Logs go to DIR; what is printed is the step's summary. See device_cuda_tests.sh for the steps.
+set -euo pipefail
+step=$1 res=$2
+port=18777
+
+serve_start() {  # log args...: starts s4kv serve in the background, waits for /health
+  local log=$1; shift
+  s4kv serve "$@" --port $port > "$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 1200); do
+    curl -sf "http://127.0.0.1:$port/health" > /dev/null && return 0
+    kill -0 $pid 2> /dev/null || break
+    sleep 0.5
+  done
+  echo "server did not become healthy: $*"; tail -5 "$log"; return 1
+}
+complete() {  # model prompt max_tokens
+  curl -sf "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"model\":\"$1\",\"prompt\":\"$2\",\"max_tokens\":$3,\"temperature\":0}" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])'
+}
+serve_stop() { kill -TERM $pid; wait $pid || true; }
+
+case $step in
+  tests)
+    status=0
+    backend_cuda_test > $res/tests.txt 2>&1 || status=1
+    grep -E '^\[ (cuda|golden)' $res/tests.txt | grep -v 'golden   \] .* p[0-4] ' || true
+    grep -E '^\[  (PASSED|FAILED) ' $res/tests.txt
+    exit $status
+    ;;
+  sanitize)
+    status=0
+    compute-sanitizer --tool memcheck backend_cuda_test \
+      --gtest_filter='*Int4Kivi*:*Rope*:*Rmsnorm*:*CudaAttention*int4_v2_b64*:*CudaAttention*fp8_b32*:*llama_tiny_int4_v2_b32*:*OnePrefill/s4kv_tiny_cuda_bf16*:*Refuses*' \
+      > $res/memcheck.txt 2>&1 || status=1
+    tail -n 1 $res/memcheck.txt
+    compute-sanitizer --tool racecheck backend_cuda_test \
+      --gtest_filter='*Int4Kivi*:*CudaAttention*int4_v2_b32*:*CudaAttention*16bit_b16*' \
+      > $res/racecheck.txt 2>&1 || status=1
+    tail -n 1 $res/racecheck.txt
+    exit $status
+    ;;
+  serve)
+    for dev in cuda cpu; do
+      serve_start $res/serve_$dev.log models/s4kv-tiny --device $dev --kv-cache-memory 256MiB \
+        --max-num-seqs 64
+      complete models/s4kv-tiny "Once upon a time" 48 > $res/completion_$dev.txt
+      serve_stop
+    done
+    grep -h "KV cache" $res/serve_cuda.log | head -1
+    serve_start $res/serve_auto.log models/s4kv-tiny --device cuda --max-num-seqs 32
+    grep -h "KV cache" $res/serve_auto.log | head -1
+    serve_stop
+    echo "cuda: $(head -c 120 $res/completion_cuda.txt)"
+    echo "cpu:  $(head -c 120 $res/completion_cpu.txt)"
+    cmp -s $res/completion_cuda.txt $res/completion_cpu.txt && echo "greedy text equal" ||
+      { echo "greedy text differs"; exit 1; }
+    ;;
+  twins)
+    python3 tools/make_shape_twins.py --out /tmp/twins > $res/twins_make.log 2>&1
+    extra=""
+    for d in /tmp/twins/*; do
+      n=$(basename $d)
+      CUDA_VISIBLE_DEVICES= python3 tools/make_golden.py --model $d --synthetic-seed 1 \
+        --out /tmp/twins-golden/$n > $res/twins_golden_$n.log 2>&1
+      extra+="${n//[.-]/_}=$d:/tmp/twins-golden/$n;"
+    done
+    status=0
+    S4KV_GOLDEN_EXTRA="$extra" backend_cuda_test --gtest_filter='Extra/*' > $res/twins_tests.txt 2>&1 ||
+      status=1
+    grep -E '^\[ golden' $res/twins_tests.txt | awk '{m[$4" "$5" "$6]=($14>m[$4" "$5" "$6])?$14:m[$4" "$5" "$6]} END {for (k in m) print k, "max rel L2", m[k]}' | sort
+    grep -E '^\[  (PASSED|FAILED) ' $res/twins_tests.txt
+    xz -dc bench/data/heldout.txt.xz > /tmp/heldout.txt
+    for d in /tmp/twins/*; do
+      n=$(basename $d)
+      s4kv eval --device cuda --model $d --text /tmp/heldout.txt --prefix-len 1024 \
+        --continuation-len 256 --num-windows 4 --greedy-len 16 --bootstrap-resamples 200 \
+        --candidates int4_b64_gv128_sink1_win1_had,fp8_e4m3 --json-dir $res/twin_eval_$n \
+        > $res/twin_eval_$n.txt 2>&1 || status=1
+      echo "$n: $(grep -o 'eval [a-z0-9_]* vs [a-z0-9]*: density@8k [0-9.x]*\|mean KL [0-9.]*' $res/twin_eval_$n.txt | paste -sd' ')"
+    done
+    exit $status
+    ;;
+  eval)
+    for t in heldout fortunes; do
+      xz -dc bench/data/$t.txt.xz > /tmp/$t.txt
+      for dt in float32 bfloat16; do
+        s4kv eval --device cuda --dtype $dt --model models/s4kv-tiny --text /tmp/$t.txt \
+          --prefix-len 1024 --continuation-len 256 --num-windows 8 --greedy-len 32 \
+          --candidates fp8_e4m3,int4_b64_gv128,int4_b64_gv128_sink1_win1_had \
+          --json-dir $res/eval_${t}_$dt > $res/eval_${t}_$dt.txt 2>&1
+        echo "$t $dt:"
+        grep -o 'eval [a-z0-9_]* vs [a-z0-9]*\|mean KL [0-9.]* \[[0-9., ]*\]\|ppl [0-9.]* -> [0-9.]* ([-+0-9.%]*' \
+          $res/eval_${t}_$dt.txt | paste -sd' ' | sed 's/ eval /\n  eval /g; s/^/  /'
+      done
+    done
+    ;;
+  dummy)
+    for n in qwen2.5-7b-instruct llama-3.1-8b-instruct; do
+      d=/tmp/full/$n && mkdir -p $d
+      cp tests/fixtures/configs/$n.json $d/config.json
+      tok=$([[ $n == llama* ]] && echo llama3 || echo qwen2.5)
+      xz -dc tests/fixtures/tokenizers/$tok/tokenizer.json.xz > $d/tokenizer.json
+      cp tests/fixtures/tokenizers/$tok/tokenizer_config.json $d/
+      start=$(date +%s)
+      serve_start $res/dummy_$n.log --model $d --load-format dummy --device cuda
+      echo "$n: healthy after $(( $(date +%s) - start )) s"
+      grep -h "KV cache" $res/dummy_$n.log | head -1
+      echo "  completion: $(complete $d 'The capital of France is' 8 | head -c 80)"
+      serve_stop
+    done
+    ;;
+  e2e)
+    # The CPU's --max-num-seqs default (64) where a test sets none: the suite's KV budgets are
+    # sized for it (cuda's default, 256, reserves 4x the int4 residual blocks).
+    S4KV_SERVE_ARGS="--device cuda --max-num-seqs 64 --gpu-memory-utilization 0.05" timeout 500 \
+      python3 -m pytest -q -p no:cacheprovider tests/server > $res/e2e.txt 2>&1 || {
+      tail -n 30 $res/e2e.txt; exit 1; }
+    tail -n 3 $res/e2e.txt
+    ;;
+  *) echo "unknown step $step"; exit 2 ;;
+esac
