@@ -52,7 +52,9 @@ case "${1:-}" in
       find .devcarry/stage/site -name '*.pyi' -delete
       rm -rf .devcarry/stage/whl
     fi
-    tar -C .devcarry/stage -cf - . | xz -9e -T2 > .devcarry/all.tar.xz
+    # Same inputs, same parts: a part already stashed there need not travel again.
+    tar -C .devcarry/stage --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - . |
+      xz -9e -T2 > .devcarry/all.tar.xz
     rm -rf .devcarry/stage
     (cd .devcarry && split -b 900000 -d all.tar.xz part. && sha256sum all.tar.xz > sums && rm all.tar.xz)
     ls -la .devcarry
@@ -79,10 +81,11 @@ case "${1:-}" in
         echo "STEP FAILED: $step" | tee -a $res/summary.txt
         status=1
       fi
-      tail -n 25 $res/summary.txt | sed -n '/^== '"$step"'/,$p' | tail -n 20
+      sed -n '/^== '"$step"'$/,$p' $res/summary.txt | tail -n 20
+      # After every step, so that a later step cut off by the time limit loses only itself.
+      cp $res/summary.txt "$OUT/summary.txt"
+      tar -C /tmp -czf "$OUT/results.tar.gz" s4kv-results
     done
-    cp $res/summary.txt "$OUT/summary.txt"
-    tar -C /tmp -czf "$OUT/results.tar.gz" s4kv-results
     exit $status
     ;;
   *) echo "usage: $0 pack|stash|run STEP..." >&2; exit 2 ;;

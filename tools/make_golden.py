@@ -53,7 +53,12 @@ def main():
     src.add_argument("--synthetic-seed", type=int,
                      help="long windows of seeded random ids (for random-weight models)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="cpu",
+                    help="torch device of the fp32 reference (cuda: TF32 stays off)")
+    ap.add_argument("--long-lens", default="300,1024,2048",
+                    help="lengths of the long windows (comma-separated)")
     args = ap.parse_args()
+    long_lens = [int(x) for x in args.long_lens.split(",")]
 
     import safetensors
     import tokenizers
@@ -64,9 +69,11 @@ def main():
 
     torch.set_num_threads(min(16, os.cpu_count() or 1))
     torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     AttentionInterface.register("s4kv_16bit_kv", round_kv_attention)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32,
                                                  attn_implementation="s4kv_16bit_kv")
+    model.to(args.device)
     stored = json.load(open(os.path.join(args.model, "config.json")))
     kv_name = stored.get("torch_dtype") or stored.get("dtype") or "bfloat16"
     model.config.s4kv_kv_dtype = getattr(torch, kv_name)
@@ -86,7 +93,7 @@ def main():
         # Windows of held-out text starting at a document boundary, up to 2048 tokens.
         held = np.fromfile(args.heldout, dtype="<u2").astype(np.int64)
         starts = np.flatnonzero(held == eot) + 1
-        for n, s in zip((300, 1024, 2048), (starts[3], starts[len(starts) // 2], starts[-40])):
+        for n, s in zip(long_lens, (starts[3], starts[len(starts) // 2], starts[-40])):
             s = int(s)
             if s + n > len(held):
                 s = len(held) - n
@@ -95,19 +102,19 @@ def main():
         # Ordinary (non-special) ids: the tokenizer's added tokens sit at the top of the vocab.
         rng = np.random.default_rng(args.synthetic_seed)
         num_ordinary = min(tok.get_added_tokens_decoder())
-        for n in (300, 1024, 2048):
+        for n in long_lens:
             ids = rng.integers(0, num_ordinary, size=n).tolist()
             prompts.append({"name": f"random_{n}", "ids": ids})
 
     tensors, meta = {}, []
     for i, p in enumerate(prompts):
-        ids = torch.tensor([p["ids"]])
+        ids = torch.tensor([p["ids"]], device=args.device)
         with torch.no_grad():
-            logits = model(input_ids=ids).logits[0].float().numpy()
+            logits = model(input_ids=ids).logits[0].float().cpu().numpy()
             gen = model.generate(ids, max_new_tokens=GREEDY_LEN, min_new_tokens=GREEDY_LEN,
                                  do_sample=False, output_scores=True, return_dict_in_generate=True,
                                  pad_token_id=eot)
-        greedy = gen.sequences[0, ids.shape[1]:].numpy()
+        greedy = gen.sequences[0, ids.shape[1]:].cpu().numpy()
         margins = []
         for score in gen.scores:
             top2 = torch.topk(score[0].float(), 2).values
@@ -129,7 +136,8 @@ def main():
         json.dump({
             "made_by": "tools/make_golden.py",
             "reference": "float32 compute from the stored weights; keys (after RoPE) and values "
-                         "rounded to the model dtype before attention (a 16-bit KV cache); CPU",
+                         "rounded to the model dtype before attention (a 16-bit KV cache); " +
+                         ("CPU" if args.device == "cpu" else "GPU, no TF32"),
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                          "tokenizers": tokenizers.__version__,
                          "safetensors": safetensors.__version__},
