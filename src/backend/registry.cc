@@ -17,7 +17,15 @@ bool cuda_available() {
 }
 
 Result<std::string> resolve_device(const std::string& device) {
-  if (device == "cpu" || device == "cuda") return device;
+  if (device == "cpu") return device;
+  if (device == "cuda") {
+#ifdef S4KV_HAVE_CUDA
+    if (!cuda_available()) return unsupported("--device cuda: no CUDA device is visible");
+    return device;
+#else
+    return unsupported("--device cuda: this s4kv was built without the CUDA toolkit");
+#endif
+  }
   if (device == "auto") return std::string(cuda_available() ? "cuda" : "cpu");
   return invalid_argument("--device=" + device + " (supported: auto, cpu, cuda)");
 }

@@ -25,7 +25,8 @@ struct BackendLimits {
 // True when this binary has the CUDA backend and a CUDA device is visible.
 bool cuda_available();
 
-// --device: "cpu" or "cuda" stay; "auto" is "cuda" when cuda_available(), else "cpu". Anything
+// --device: "cpu" stays; "cuda" stays when cuda_available() (else kUnsupported: no device, or
+// a build without the toolkit); "auto" is "cuda" when cuda_available(), else "cpu". Anything
 // else is kInvalidArgument naming the flag.
 Result<std::string> resolve_device(const std::string& device);
 

@@ -30,11 +30,15 @@ Status Scheduler::validate(const SchedulerConfig& config, const CacheConfig& cac
   if (cache.num_sink_blocks < 0)
     return bad("num_sink_blocks", cache.num_sink_blocks, "must be >= 0");
   if (blocks_needed > cache.num_blocks) {
+    const int64_t tokens =
+        (cache.num_blocks + (cache.num_sink_blocks > 0 ? 1 : 0)) * int64_t{cache.block_size};
     return bad("max_model_len", config.max_model_len,
                "one sequence of this length needs " + std::to_string(blocks_needed) +
                    " KV blocks of " + std::to_string(cache.block_size) +
                    " tokens but the KV cache has " + std::to_string(cache.num_blocks) +
-                   "; lower --max-model-len or give the KV cache more memory");
+                   ": the most tokens one sequence can hold is " + std::to_string(tokens) +
+                   "; lower --max-model-len or give the KV cache more memory "
+                   "(--kv-cache-memory, or --gpu-memory-utilization on cuda)");
   }
   if (!config.enable_chunked_prefill && config.max_num_batched_tokens < config.max_model_len) {
     return bad("max_num_batched_tokens", config.max_num_batched_tokens,

@@ -14,12 +14,16 @@ ROOT = Path(__file__).resolve().parents[2]
 MODEL = str(ROOT / "models" / "s4kv-tiny")
 
 
-def run(*args, stdin=None):
+def run_cmd(*args, stdin=None):
     binary = os.environ.get("S4KV_BIN")
     if not binary:
         pytest.skip("S4KV_BIN is not set (run through ctest)")
-    return subprocess.run([binary, "generate", *args], input=stdin, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run([binary, *args], input=stdin, capture_output=True, text=True,
+                          timeout=300)
+
+
+def run(*args, stdin=None):
+    return run_cmd("generate", *args, stdin=stdin)
 
 
 def looks_english(text):
@@ -107,6 +111,12 @@ def test_jsonl_batch_of_four():
     (["--jsonl"], "{\"prompt\": \"a\", \"n\": 0, \"temperature\": 1}\n", "n must"),
     (["--jsonl"], "{\"prompt\": \"" + "word " * 5000 + "\"}\n", "max_tokens"),
     (["--jsonl"], "", "no request"),
+    (["--prompt", "x", "--device", "tpu"], None, "--device"),
+    (["--prompt", "x", "--dtype", "bfloat16"], None, "--dtype=bfloat16"),
+    (["--prompt", "x", "--dtype", "int8"], None, "--dtype"),
+    (["--prompt", "x", "--gpu-memory-utilization", "1.5"], None, "--gpu-memory-utilization"),
+    (["--prompt", "x", "--max-model-len", "4096", "--kv-cache-memory", "1MiB"], None,
+     "most tokens one sequence can hold is 128"),
 ])
 def test_bad_input_exits_2_with_one_line(args, stdin, needle):
     if "--model" not in args:
@@ -117,3 +127,24 @@ def test_bad_input_exits_2_with_one_line(args, stdin, needle):
     errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and len(r.stderr.strip().splitlines()) <= 2, r.stderr
     assert needle in errors[0], errors[0]
+
+
+def gpu_visible():
+    return os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
+
+
+@pytest.mark.parametrize("command", [
+    ["generate", "--model", MODEL, "--prompt", "x"],
+    ["serve", MODEL, "--port", "0", "--kv-cache-memory", "192MiB"],
+    ["eval", "--model", MODEL, "--text", "README.md"],
+])
+def test_device_cuda_without_a_gpu_exits_2_naming_it(command):
+    # Where the GPU is, --device cuda runs (the `cuda` tests and tools/device_steps.sh).
+    if gpu_visible():
+        pytest.skip("a GPU is visible here")
+    r = run_cmd(*command, "--device", "cuda")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, r.stderr
+    assert "--device cuda" in errors[0] and ("no CUDA device" in errors[0] or
+                                            "without the CUDA toolkit" in errors[0]), errors[0]
