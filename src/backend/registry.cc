@@ -54,17 +54,26 @@ Result<DType> resolve_dtype(const std::string& dtype, const std::string& device,
   return want;
 }
 
-Result<KvBudget> cuda_kv_budget(DType compute_dtype, const model::ModelConfig& config,
-                                const KvCacheConfig& kv, const BackendLimits& limits,
-                                double gpu_memory_utilization) {
 #ifdef S4KV_HAVE_CUDA
+namespace {
+cuda::CudaBackendOptions cuda_options(DType compute_dtype, const BackendLimits& limits) {
   cuda::CudaBackendOptions options;
   options.compute_dtype = compute_dtype;
   options.max_num_tokens = limits.max_num_tokens;
   options.max_num_seqs = limits.max_num_seqs;
   options.max_model_len = limits.max_model_len;
+  return options;
+}
+}  // namespace
+#endif
+
+Result<KvBudget> cuda_kv_budget(DType compute_dtype, const model::ModelConfig& config,
+                                const KvCacheConfig& kv, const BackendLimits& limits,
+                                double gpu_memory_utilization) {
+#ifdef S4KV_HAVE_CUDA
   S4KV_ASSIGN_OR_RETURN(const cuda::CudaMemoryPlan p,
-                        cuda::plan_cuda_memory(config, kv, options, gpu_memory_utilization));
+                        cuda::plan_cuda_memory(config, kv, cuda_options(compute_dtype, limits),
+                                               gpu_memory_utilization));
   const auto mib = [](int64_t b) { return std::to_string(b >> 20) + " MiB"; };
   return KvBudget{p.kv_budget, p.device + ": " + mib(p.total) + " x " +
                                    std::to_string(gpu_memory_utilization) + " - in use " +
@@ -85,12 +94,7 @@ Result<std::unique_ptr<Backend>> make_backend(const std::string& device, DType c
   if (device == "cpu") return cpu::make_cpu_backend(config, weights, kv);
   if (device != "cuda") return invalid_argument("--device=" + device + " (supported: cpu, cuda)");
 #ifdef S4KV_HAVE_CUDA
-  cuda::CudaBackendOptions options;
-  options.compute_dtype = compute_dtype;
-  options.max_num_tokens = limits.max_num_tokens;
-  options.max_num_seqs = limits.max_num_seqs;
-  options.max_model_len = limits.max_model_len;
-  return cuda::make_cuda_backend(config, weights, kv, options);
+  return cuda::make_cuda_backend(config, weights, kv, cuda_options(compute_dtype, limits));
 #else
   (void)compute_dtype, (void)config, (void)weights, (void)kv, (void)limits;
   return unsupported("--device cuda: this s4kv was built without the CUDA toolkit");

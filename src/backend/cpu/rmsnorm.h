@@ -1,5 +1,6 @@
 // RMSNorm, CPU reference: y = x / sqrt(mean(x^2) + eps) * weight, fp32 accumulation.
-// The CUDA kernel (backend/cuda/rmsnorm.cuh) is tested against this function.
+// The CUDA kernel (launch_row_rmsnorm, backend/cuda/forward_kernels.cuh) is tested against
+// this function.
 #pragma once
 
 #include <cstdint>

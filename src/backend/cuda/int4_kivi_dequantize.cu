@@ -4,22 +4,12 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/hadamard.cuh"
 #include "backend/cuda/int4_kivi_dequantize.cuh"
+#include "backend/cuda/int4_kivi_device.cuh"
 
 namespace s4kv::backend::cuda {
 namespace {
 
 constexpr int kD = 128;
-
-__device__ float half_bits(const std::byte* p, size_t index) {
-  return __half2float(__ushort_as_half(reinterpret_cast<const uint16_t*>(p)[index]));
-}
-
-// Code of channel c in a token's words (nibble order of docs/kv-format.md), dequantized.
-__device__ float dequant(const uint32_t* words, int c, float scale, float zero) {
-  const int j = c % 8;
-  const uint32_t q = (words[c / 8] >> (4 * ((j % 2) * 4 + j / 2))) & 0xfu;
-  return __fadd_rn(__fmul_rn(static_cast<float>(q), scale), zero);
-}
 
 __global__ void dequantize_kernel(const std::byte* blocks, float* keys, float* values,
                                   kv::Int4KiviLayout l) {
@@ -29,14 +19,14 @@ __global__ void dequantize_kernel(const std::byte* blocks, float* keys, float* v
   const std::byte* in = blocks + blk * l.block_bytes;
   const auto* k_codes = reinterpret_cast<const uint32_t*>(in + l.k_codes_offset);
   const auto* v_codes = reinterpret_cast<const uint32_t*>(in + l.v_codes_offset);
-  const float ks = half_bits(in + l.k_scale_offset, c), kz = half_bits(in + l.k_zero_offset, c);
+  const float ks = fp16_at(in + l.k_scale_offset, c), kz = fp16_at(in + l.k_zero_offset, c);
   const int groups = kD / l.value_group_size;
   for (int t = 0; t < b; ++t) {
     const size_t out = (blk * b + t) * kD + c;
-    keys[out] = dequant(k_codes + t * (kD / 8), c, ks, kz);
+    keys[out] = dequant_int4(k_codes + t * (kD / 8), c, ks, kz);
     const size_t g = static_cast<size_t>(t) * groups + c / l.value_group_size;
-    values[out] = dequant(v_codes + t * (kD / 8), c, half_bits(in + l.v_scale_offset, g),
-                          half_bits(in + l.v_zero_offset, g));
+    values[out] = dequant_int4(v_codes + t * (kD / 8), c, fp16_at(in + l.v_scale_offset, g),
+                               fp16_at(in + l.v_zero_offset, g));
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/hadamard.cuh"
+#include "backend/cuda/int4_kivi_device.cuh"
 #include "backend/cuda/int4_kivi_quantize.cuh"
 
 namespace s4kv::backend::cuda {
@@ -59,9 +60,7 @@ struct SixteenBitInput {
   const float* sin;
   bool post_rope;
   int b;
-  __device__ float widen(uint16_t h) const {
-    return bf16 ? __uint_as_float(uint32_t{h} << 16) : __half2float(__ushort_as_half(h));
-  }
+  __device__ float widen(uint16_t h) const { return widen16(h, bf16); }
   __device__ float key(size_t blk, int t, int c) const {
     const uint16_t* row = keys + (blk * b + t) * kD;
     if (post_rope) return widen(row[c]);

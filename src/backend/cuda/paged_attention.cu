@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/hadamard.cuh"
+#include "backend/cuda/int4_kivi_device.cuh"
 #include "backend/cuda/paged_attention.cuh"
 
 namespace s4kv::backend::cuda {
@@ -16,24 +17,9 @@ constexpr int kD = 128;
 constexpr int kWarps = 4;
 constexpr int kPerLane = kD / 32;  // lane l owns channels l + 32 j
 
-__device__ inline float widen16(uint16_t h, bool bf16) {
-  return bf16 ? __uint_as_float(uint32_t{h} << 16) : __half2float(__ushort_as_half(h));
-}
-
 __device__ inline float fp8_to_float(uint8_t b) {
   const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(b), __NV_E4M3);
   return __half2float(__half(h));
-}
-
-__device__ inline float half_at(const std::byte* part, int index) {
-  return __half2float(__ushort_as_half(reinterpret_cast<const uint16_t*>(part)[index]));
-}
-
-// Code of channel c of a token's code words, dequantized as the reference: q * scale + zero.
-__device__ inline float dequant(const uint32_t* words, int c, float scale, float zero) {
-  const int j = c % 8;
-  const uint32_t q = (words[c / 8] >> (4 * ((j % 2) * 4 + j / 2))) & 0xfu;
-  return __fadd_rn(__fmul_rn(static_cast<float>(q), scale), zero);
 }
 
 // Where position p of a token's sequence lives in this step, per format.
@@ -94,11 +80,11 @@ __device__ inline bool load_kv(const PagedAttentionArgs& a, const SeqView& sv, i
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int c = lane + 32 * j;
-      k[j] = dequant(k_words, c, half_at(blk_bytes + l.k_scale_offset, c),
-                     half_at(blk_bytes + l.k_zero_offset, c));
+      k[j] = dequant_int4(k_words, c, fp16_at(blk_bytes + l.k_scale_offset, c),
+                          fp16_at(blk_bytes + l.k_zero_offset, c));
       const int gi = t * groups + c / l.value_group_size;
-      v[j] = dequant(v_words, c, half_at(blk_bytes + l.v_scale_offset, gi),
-                     half_at(blk_bytes + l.v_zero_offset, gi));
+      v[j] = dequant_int4(v_words, c, fp16_at(blk_bytes + l.v_scale_offset, gi),
+                          fp16_at(blk_bytes + l.v_zero_offset, gi));
     }
     if (!a.keys_post_rope) {  // rope_rotate with the shared table: pairs (j, j + 2)
 #pragma unroll

@@ -1,0 +1,31 @@
+// Device helpers that read the cache's element formats, shared by the kernels that read int4_kivi
+// blocks and 16-bit rows (dequantize, commit, attention): each the CPU reference's arithmetic,
+// rounded step by step (no FMA contraction).
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace s4kv::backend::cuda {
+
+// 16-bit cache bits (bf16 or fp16) widened exactly to fp32.
+__device__ inline float widen16(uint16_t h, bool bf16) {
+  return bf16 ? __uint_as_float(uint32_t{h} << 16) : __half2float(__ushort_as_half(h));
+}
+
+// The fp16 value at `index` of an fp16 part of a block (k_scale, k_zero, v_scale, v_zero).
+__device__ inline float fp16_at(const std::byte* part, size_t index) {
+  return __half2float(__ushort_as_half(reinterpret_cast<const uint16_t*>(part)[index]));
+}
+
+// Channel c of a token's code words (the format's nibble order, docs/kv-format.md),
+// dequantized as the reference: float(q) * scale, then + zero.
+__device__ inline float dequant_int4(const uint32_t* words, int c, float scale, float zero) {
+  const int j = c % 8;
+  const uint32_t q = (words[c / 8] >> (4 * ((j % 2) * 4 + j / 2))) & 0xfu;
+  return __fadd_rn(__fmul_rn(static_cast<float>(q), scale), zero);
+}
+
+}  // namespace s4kv::backend::cuda
