@@ -29,7 +29,6 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/forward_kernels.cuh"
 #include "backend/cuda/int4_kivi_cache.cuh"
-#include "backend/cuda/int4_kivi_quantize.cuh"
 #include "backend/cuda/paged_attention.cuh"
 #include "backend/forward_batch_builder.h"
 #include "backend/rope_table.h"
@@ -345,22 +344,21 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
         static_cast<size_t>(std::max<int64_t>(plan.num_quantized, 1) * kKvHeads * B * kD);
     uint16_t* sk = d.zeros<uint16_t>(scratch);
     uint16_t* sv = d.zeros<uint16_t>(scratch);
-    launch_int4_kivi_gather_fills(d.put(std::span<const Int4FillBlock>(plan.fills)),
-                                  static_cast<int64_t>(plan.fills.size()), cb, cl, sk, sv, nullptr);
-    Int4KiviCommitArgs cm;
-    cm.keys = sk;
-    cm.values = sv;
-    cm.first_position = d.put(std::span<const int32_t>(plan.first_position));
-    cm.cos = cos;
-    cm.sin = sin;
-    cm.num_positions = kMaxLen;
-    cm.blocks = pool;
-    cm.out_index = d.put(std::span<const int64_t>(plan.out_index));
-    cm.num_blocks = plan.num_quantized * kKvHeads;
-    cm.layout = layout;
-    cm.value_hadamard = kv.int4_value_hadamard;
-    launch_int4_kivi_commit(cm, nullptr);
-    launch_int4_kivi_residual_write(cb, cl, nullptr);
+    Int4CommitStep st;
+    st.fills = d.put(std::span<const Int4FillBlock>(plan.fills));
+    st.num_fills = static_cast<int64_t>(plan.fills.size());
+    st.first_position = d.put(std::span<const int32_t>(plan.first_position));
+    st.out_index = d.put(std::span<const int64_t>(plan.out_index));
+    st.num_quantized = plan.num_quantized;
+    st.scratch_k = sk;
+    st.scratch_v = sv;
+    st.pool = pool;
+    st.layout = layout;
+    st.cos = cos;
+    st.sin = sin;
+    st.num_positions = kMaxLen;
+    st.value_hadamard = kv.int4_value_hadamard;
+    launch_int4_kivi_commit_step(st, cb, cl, nullptr);
     const cpu::KvStorageView post = cache.storage(0);
     ASSERT_EQ(differing(post.pool, download(pool, post.pool.size())), 0) << "pool bytes";
     ASSERT_EQ(differing(post.residual, download(cl.residual, post.residual.size())), 0)

@@ -17,7 +17,6 @@
 #include "backend/cuda/forward_kernels.cuh"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/int4_kivi_cache.cuh"
-#include "backend/cuda/int4_kivi_quantize.cuh"
 #include "backend/cuda/paged_attention.cuh"
 #include "backend/cuda/rope.cuh"
 #include "backend/rope_table.h"
@@ -482,24 +481,23 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     cl.ring = ring_;
     cl.block_size = static_cast<int>(B);
     cl.num_kv_heads = static_cast<int>(nkv);
-    launch_int4_kivi_gather_fills(step_.fills, step_.num_fills, cb, cl, scratch_k_, scratch_v_,
-                                  stream_);
-    Int4KiviCommitArgs cm;
-    cm.keys = scratch_k_;
-    cm.values = scratch_v_;
-    cm.bf16 = at.bf16;
-    cm.first_position = step_.first_pos;
-    cm.cos = rope_cos_;
-    cm.sin = rope_sin_;
-    cm.num_positions = opt_.max_model_len;
-    cm.keys_post_rope = kv_.int4_keys_post_rope;
-    cm.blocks = const_cast<std::byte*>(at.pool);
-    cm.out_index = step_.out_index;
-    cm.num_blocks = step_.num_quantized * nkv;
-    cm.layout = layout_;
-    cm.value_hadamard = kv_.int4_value_hadamard;
-    launch_int4_kivi_commit(cm, stream_);
-    launch_int4_kivi_residual_write(cb, cl, stream_);
+    Int4CommitStep st;
+    st.fills = step_.fills;
+    st.num_fills = step_.num_fills;
+    st.first_position = step_.first_pos;
+    st.out_index = step_.out_index;
+    st.num_quantized = step_.num_quantized;
+    st.scratch_k = scratch_k_;
+    st.scratch_v = scratch_v_;
+    st.pool = const_cast<std::byte*>(at.pool);
+    st.layout = layout_;
+    st.cos = rope_cos_;
+    st.sin = rope_sin_;
+    st.num_positions = opt_.max_model_len;
+    st.bf16 = at.bf16;
+    st.keys_post_rope = kv_.int4_keys_post_rope;
+    st.value_hadamard = kv_.int4_value_hadamard;
+    launch_int4_kivi_commit_step(st, cb, cl, stream_);
   }
   gemm_->run(attn_, w.o, x_, n, q_dim_, c.hidden_size, true);
 }

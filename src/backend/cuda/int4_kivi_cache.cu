@@ -1,6 +1,7 @@
 // int4_kivi_cache.cuh's launchers: plain copies of 16-bit bits, one thread block per row.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/int4_kivi_cache.cuh"
+#include "backend/cuda/int4_kivi_quantize.cuh"
 
 namespace s4kv::backend::cuda {
 namespace {
@@ -113,6 +114,28 @@ void launch_int4_kivi_residual_write(const Int4CacheBatch& batch, const Int4Cach
   if (batch.num_tokens == 0) return;
   residual_write_kernel<<<static_cast<unsigned>(batch.num_tokens), 256, 0, stream>>>(batch, layer);
   S4KV_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_int4_kivi_commit_step(const Int4CommitStep& st, const Int4CacheBatch& batch,
+                                  const Int4CacheLayer& layer, cudaStream_t stream) {
+  launch_int4_kivi_gather_fills(st.fills, st.num_fills, batch, layer, st.scratch_k, st.scratch_v,
+                                stream);
+  Int4KiviCommitArgs cm;
+  cm.keys = st.scratch_k;
+  cm.values = st.scratch_v;
+  cm.bf16 = st.bf16;
+  cm.first_position = st.first_position;
+  cm.cos = st.cos;
+  cm.sin = st.sin;
+  cm.num_positions = st.num_positions;
+  cm.keys_post_rope = st.keys_post_rope;
+  cm.blocks = st.pool;
+  cm.out_index = st.out_index;
+  cm.num_blocks = st.num_quantized * layer.num_kv_heads;
+  cm.layout = st.layout;
+  cm.value_hadamard = st.value_hadamard;
+  launch_int4_kivi_commit(cm, stream);
+  launch_int4_kivi_residual_write(batch, layer, stream);
 }
 
 }  // namespace s4kv::backend::cuda

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "kv/int4_kivi_layout.h"
 
 namespace s4kv::backend::cuda {
 
@@ -69,5 +70,32 @@ void launch_int4_kivi_gather_fills(const Int4FillBlock* fills, int64_t num_fills
 
 void launch_int4_kivi_residual_write(const Int4CacheBatch& batch, const Int4CacheLayer& layer,
                                      cudaStream_t stream);
+
+}  // namespace s4kv::backend::cuda
+
+namespace s4kv::backend::cuda {
+
+// A layer's whole kv_commit, the three launches in order: gather_fills -> the quantizer
+// (launch_int4_kivi_commit into the pool at out_index) -> residual_write. Device arrays of the
+// step's Int4FillPlan; pool is this layer's.
+struct Int4CommitStep {
+  const Int4FillBlock* fills = nullptr;
+  int64_t num_fills = 0;
+  const int32_t* first_position = nullptr;  // [num_quantized * num_kv_heads]
+  const int64_t* out_index = nullptr;       // [num_quantized * num_kv_heads]
+  int64_t num_quantized = 0;
+  uint16_t* scratch_k = nullptr;  // [num_quantized, num_kv_heads, B, 128]
+  uint16_t* scratch_v = nullptr;
+  std::byte* pool = nullptr;
+  kv::Int4KiviLayout layout;
+  const float* cos = nullptr;  // the RoPE table's rows
+  const float* sin = nullptr;
+  int64_t num_positions = 0;
+  bool bf16 = true;
+  bool keys_post_rope = false;
+  bool value_hadamard = false;
+};
+void launch_int4_kivi_commit_step(const Int4CommitStep& step, const Int4CacheBatch& batch,
+                                  const Int4CacheLayer& layer, cudaStream_t stream);
 
 }  // namespace s4kv::backend::cuda
