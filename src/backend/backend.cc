@@ -69,4 +69,24 @@ void check_forward_batch(const ForwardBatch& b, const KvCacheConfig& kv, int64_t
   }
 }
 
+void SynchronousBackend::submit(const ForwardBatch& batch) {
+  S4KV_CHECK(in_flight_ < kMaxInFlight, "backend: more than ", kMaxInFlight,
+             " steps submitted without wait()");
+  if (in_flight_ == 1) {  // run() is about to reuse the buffer the pending step points into
+    // The other copy may be what the last wait() returned, still valid until the next wait().
+    next_kept_ ^= 1;
+    kept_[next_kept_].assign(pending_[0].begin(), pending_[0].end());
+    pending_[0] = kept_[next_kept_];
+  }
+  pending_[in_flight_++] = run(batch);
+}
+
+std::span<const float> SynchronousBackend::wait() {
+  S4KV_CHECK(in_flight_ > 0, "backend: wait() without a submitted step");
+  const std::span<const float> out = pending_[0];
+  pending_[0] = pending_[1];
+  --in_flight_;
+  return out;
+}
+
 }  // namespace s4kv::backend

@@ -9,8 +9,11 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
+#include <vector>
 
+#include "common/status.h"
 #include "kv/kv_format.h"
 
 namespace s4kv::backend {
@@ -83,18 +86,78 @@ struct ForwardBatch {
 // Backends call it at the top of forward(); costs O(num_tokens + num_seqs).
 void check_forward_batch(const ForwardBatch& batch, const KvCacheConfig& kv, int64_t vocab_size);
 
+// Sizes every per-step buffer of a backend at construction (nothing is grown per step).
+struct BackendLimits {
+  int64_t max_num_tokens = 0;  // tokens of one step (--max-num-batched-tokens)
+  int64_t max_num_seqs = 0;    // sequences of one step (--max-num-seqs)
+  int64_t max_model_len = 0;   // the longest sequence (--max-model-len)
+};
+
+// What profile() measured: the bytes the backend can give its KV cache now that its weights and
+// a step's activations are resident, and a line saying how; kv_cache_bytes < 0 when the backend
+// has no memory budget of its own (the CPU: --kv-cache-memory decides).
+struct MemoryProfile {
+  int64_t kv_cache_bytes = -1;
+  std::string line;
+};
+
+// A backend is built with its weights and limits, then started in this order, once each:
+//   unsupported(kv)   -> why it cannot run a cache of this shape (num_blocks not yet set);
+//   profile()         -> how many KV bytes fit (the backend, not the engine, answers);
+//   init_kv_cache(kv) -> allocates the cache of the engine's chosen num_blocks.
+// Then every step is submit(batch) followed by wait(); at most kMaxInFlight steps are submitted
+// and not yet waited for, and wait() returns outputs in submit order.
 class Backend {
  public:
+  static constexpr int kMaxInFlight = 2;
+
   virtual ~Backend() = default;
 
   // "cpu" | "cuda".
   virtual std::string_view name() const = 0;
   virtual int64_t vocab_size() const = 0;
+
+  // Reasons this backend cannot run a cache of this shape, each one line naming the value;
+  // empty when it can.
+  virtual std::vector<std::string> unsupported(const KvCacheConfig& kv) const {
+    (void)kv;
+    return {};
+  }
+  virtual Result<MemoryProfile> profile() { return MemoryProfile{}; }
+  // Allocates the cache. Refuses a shape that unsupported() names, or a second call.
+  virtual Status init_kv_cache(const KvCacheConfig& kv) = 0;
+  // The initialized cache's config (S4KV_CHECK: after init_kv_cache).
   virtual const KvCacheConfig& kv_cache_config() const = 0;
 
-  // Runs the model over the batch. Returns logits [num_logits, vocab_size] fp32, host memory
-  // owned by the backend, row i for token row logits_indices[i]; valid until the next call.
-  virtual std::span<const float> forward(const ForwardBatch& batch) = 0;
+  // Starts a step. The batch's spans are read before submit returns.
+  virtual void submit(const ForwardBatch& batch) = 0;
+  // Waits for the oldest submitted step: logits [num_logits, vocab_size] fp32, host memory owned
+  // by the backend, row i for token row logits_indices[i]; valid until the next wait().
+  virtual std::span<const float> wait() = 0;
+
+  // One step: submit() then wait().
+  std::span<const float> forward(const ForwardBatch& batch) {
+    submit(batch);
+    return wait();
+  }
+};
+
+// A backend that computes a step inside submit() (the CPU backend, test fakes): run() returns
+// the step's logits in the backend's own buffer, valid until the next run(); this base keeps a
+// copy when a second step is submitted before the first is waited for.
+class SynchronousBackend : public Backend {
+ public:
+  void submit(const ForwardBatch& batch) final;
+  std::span<const float> wait() final;
+
+ protected:
+  virtual std::span<const float> run(const ForwardBatch& batch) = 0;
+
+ private:
+  std::span<const float> pending_[kMaxInFlight];  // oldest first
+  std::vector<float> kept_[2];  // copies of pending_[0] made when a second step was submitted
+  int next_kept_ = 0;
+  int in_flight_ = 0;
 };
 
 }  // namespace s4kv::backend

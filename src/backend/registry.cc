@@ -56,8 +56,10 @@ Result<DType> resolve_dtype(const std::string& dtype, const std::string& device,
 
 #ifdef S4KV_HAVE_CUDA
 namespace {
-cuda::CudaBackendOptions cuda_options(DType compute_dtype, const BackendLimits& limits) {
+cuda::CudaBackendOptions cuda_options(DType compute_dtype, const BackendLimits& limits,
+                                      double gpu_memory_utilization) {
   cuda::CudaBackendOptions options;
+  options.gpu_memory_utilization = gpu_memory_utilization;
   options.compute_dtype = compute_dtype;
   options.max_num_tokens = limits.max_num_tokens;
   options.max_num_seqs = limits.max_num_seqs;
@@ -67,38 +69,32 @@ cuda::CudaBackendOptions cuda_options(DType compute_dtype, const BackendLimits& 
 }  // namespace
 #endif
 
-Result<KvBudget> cuda_kv_budget(DType compute_dtype, const model::ModelConfig& config,
-                                const KvCacheConfig& kv, const BackendLimits& limits,
-                                double gpu_memory_utilization) {
+Result<std::unique_ptr<Backend>> make_backend(const std::string& device, DType compute_dtype,
+                                              const model::ModelConfig& config,
+                                              const model::ModelWeights& weights,
+                                              const KvCacheConfig& kv, const BackendLimits& limits,
+                                              double gpu_memory_utilization) {
+  if (device == "cpu") return cpu::make_cpu_backend(config, weights);
+  if (device != "cuda") return invalid_argument("--device=" + device + " (supported: cpu, cuda)");
 #ifdef S4KV_HAVE_CUDA
-  S4KV_ASSIGN_OR_RETURN(const cuda::CudaMemoryPlan p,
-                        cuda::plan_cuda_memory(config, kv, cuda_options(compute_dtype, limits),
-                                               gpu_memory_utilization));
-  const auto mib = [](int64_t b) { return std::to_string(b >> 20) + " MiB"; };
-  return KvBudget{p.kv_budget, p.device + ": " + mib(p.total) + " x " +
-                                   std::to_string(gpu_memory_utilization) + " - in use " +
-                                   mib(p.in_use) + " - weights " + mib(p.weights) +
-                                   " - activations " + mib(p.activations) + " - reserve " +
-                                   mib(p.reserve) + " = KV cache " + mib(p.kv_budget)};
+  return cuda::make_cuda_backend(config, weights, kv,
+                                 cuda_options(compute_dtype, limits, gpu_memory_utilization));
 #else
-  (void)compute_dtype, (void)config, (void)kv, (void)limits, (void)gpu_memory_utilization;
+  (void)compute_dtype, (void)kv, (void)limits, (void)gpu_memory_utilization;
   return unsupported("--device cuda: this s4kv was built without the CUDA toolkit");
 #endif
 }
 
-Result<std::unique_ptr<Backend>> make_backend(const std::string& device, DType compute_dtype,
-                                              const model::ModelConfig& config,
-                                              const model::ModelWeights& weights,
-                                              const KvCacheConfig& kv,
-                                              const BackendLimits& limits) {
-  if (device == "cpu") return cpu::make_cpu_backend(config, weights, kv);
-  if (device != "cuda") return invalid_argument("--device=" + device + " (supported: cpu, cuda)");
-#ifdef S4KV_HAVE_CUDA
-  return cuda::make_cuda_backend(config, weights, kv, cuda_options(compute_dtype, limits));
-#else
-  (void)compute_dtype, (void)config, (void)weights, (void)kv, (void)limits;
-  return unsupported("--device cuda: this s4kv was built without the CUDA toolkit");
-#endif
+Result<std::unique_ptr<Backend>> make_started_backend(
+    const std::string& device, DType compute_dtype, const model::ModelConfig& config,
+    const model::ModelWeights& weights, const KvCacheConfig& kv, const BackendLimits& limits) {
+  S4KV_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                        make_backend(device, compute_dtype, config, weights, kv, limits));
+  if (const auto reasons = backend->unsupported(kv); !reasons.empty()) {
+    return unsupported(reasons.front());
+  }
+  S4KV_RETURN_IF_ERROR(backend->init_kv_cache(kv));
+  return backend;
 }
 
 }  // namespace s4kv::backend

@@ -15,13 +15,6 @@
 
 namespace s4kv::backend {
 
-// Sizes every per-step buffer of a backend at start-up.
-struct BackendLimits {
-  int64_t max_num_tokens = 0;  // --max-num-batched-tokens
-  int64_t max_num_seqs = 0;    // --max-num-seqs
-  int64_t max_model_len = 0;   // --max-model-len
-};
-
 // True when this binary has the CUDA backend and a CUDA device is visible.
 bool cuda_available();
 
@@ -36,23 +29,19 @@ Result<std::string> resolve_device(const std::string& device);
 Result<DType> resolve_dtype(const std::string& dtype, const std::string& device,
                             const model::ModelConfig& config);
 
-// The KV cache bytes (pool plus residual and sink blocks) a cuda backend of these limits gets
-// from gpu_memory_utilization x the device's memory, and a line saying how (vLLM's start-up
-// arithmetic: cuda/cuda_backend.h plan_cuda_memory). kv: dtype, block size, int4 variant.
-// Refuses, one line naming the values: no device, compute capability below 8.0, weights that
-// do not fit, nothing left for the KV cache.
-struct KvBudget {
-  int64_t bytes = 0;
-  std::string line;
-};
-Result<KvBudget> cuda_kv_budget(DType compute_dtype, const model::ModelConfig& config,
-                                const KvCacheConfig& kv, const BackendLimits& limits,
-                                double gpu_memory_utilization);
-
-// Creates the backend of a resolved device ("cpu" | "cuda") and compute dtype.
+// Creates the backend of a resolved device ("cpu" | "cuda") and compute dtype, before its
+// start-up (backend.h): the caller asks unsupported(kv), profile() and calls init_kv_cache.
+// kv: the cache's shape (num_blocks unused); gpu_memory_utilization: cuda's profile() share.
 Result<std::unique_ptr<Backend>> make_backend(const std::string& device, DType compute_dtype,
                                               const model::ModelConfig& config,
                                               const model::ModelWeights& weights,
-                                              const KvCacheConfig& kv, const BackendLimits& limits);
+                                              const KvCacheConfig& kv, const BackendLimits& limits,
+                                              double gpu_memory_utilization = 0.9);
+
+// make_backend, then unsupported(kv) (its first reason as the error) and init_kv_cache(kv): for
+// callers that pick num_blocks themselves (s4kv eval, tests).
+Result<std::unique_ptr<Backend>> make_started_backend(
+    const std::string& device, DType compute_dtype, const model::ModelConfig& config,
+    const model::ModelWeights& weights, const KvCacheConfig& kv, const BackendLimits& limits);
 
 }  // namespace s4kv::backend

@@ -173,7 +173,8 @@ engine::BackendFactory factory(const Loaded& l, const Format& f) {
     }
     // One sequence of num_tokens tokens, prefilled in one step.
     const backend::BackendLimits limits{num_tokens, 1, num_tokens};
-    return backend::make_backend(l.device, l.compute_dtype, l.config, l.weights, kv, limits);
+    return backend::make_started_backend(l.device, l.compute_dtype, l.config, l.weights, kv,
+                                         limits);
   };
 }
 

@@ -33,39 +33,44 @@ Result<LlmEngine> load_llm_engine(const EngineArgs& args) {
                         backend::resolve_dtype(args.dtype, e.device, mc));
   EngineConfig config = args.config;
   if (e.device == "cuda" && config.max_num_seqs == 0) config.max_num_seqs = kDefaultMaxNumSeqsGpu;
-  std::string memory_line;
-  if (config.kv_cache_memory_bytes == 0 && e.device == "cpu") {
-    config.kv_cache_memory_bytes = kv::kDefaultKvCacheMemoryBytes;
-  } else if (config.kv_cache_memory_bytes == 0) {
-    // The activations are sized for the largest max_model_len the flags allow.
-    backend::KvCacheConfig shape;
-    shape.block_size = config.block_size;
-    shape.dtype = config.kv_cache_dtype;
-    shape.num_window_blocks = config.kv_cache_dtype == kv::KvCacheDtype::kInt4Kivi ? 1 : 0;
-    const backend::BackendLimits upper{
-        config.max_num_batched_tokens, config.max_num_seqs,
-        config.max_model_len > 0 ? config.max_model_len : mc.max_position_embeddings};
-    S4KV_ASSIGN_OR_RETURN(
-        const backend::KvBudget budget,
-        backend::cuda_kv_budget(compute_dtype, mc, shape, upper, config.gpu_memory_utilization));
-    config.kv_cache_memory_bytes = budget.bytes;
-    memory_line = "; " + budget.line;
-  }
-  S4KV_ASSIGN_OR_RETURN(const ResolvedEngineConfig resolved, resolve_engine_config(config, mc));
+  const bool auto_memory = config.kv_cache_memory_bytes == 0;
+  // The flags resolved once before anything is loaded (errors come first): with --kv-cache-memory
+  // auto the budget stands in (1 GiB; on cuda a placeholder until the backend's profile()), and
+  // the cache's shape and the limits come from it.
+  EngineConfig provisional = config;
+  if (auto_memory) provisional.kv_cache_memory_bytes = kv::kDefaultKvCacheMemoryBytes;
+  if (auto_memory && e.device == "cuda") provisional.kv_cache_memory_bytes = int64_t{1} << 40;
+  S4KV_ASSIGN_OR_RETURN(ResolvedEngineConfig resolved, resolve_engine_config(provisional, mc));
   S4KV_ASSIGN_OR_RETURN(e.tokenizer, load_tokenizer(e.model_dir));
   S4KV_ASSIGN_OR_RETURN(e.generation_config, read_generation_config(e.model_dir, mc.vocab_size));
   std::unique_ptr<backend::Backend> backend;
+  std::string memory_line;
   if (args.backend_factory) {
     S4KV_ASSIGN_OR_RETURN(backend, args.backend_factory(mc, resolved.kv));
   } else {
     // The backend converts the weights to its own format; the file maps go with this scope.
     S4KV_ASSIGN_OR_RETURN(const model::ModelWeights weights,
                           model::load_weights(e.model_dir, mc, args.load_format, args.config.seed));
+    // Start-up in the backend's order (backend.h): limits -> unsupported -> profile -> init.
     const backend::BackendLimits limits{resolved.scheduler.max_num_batched_tokens,
                                         resolved.scheduler.max_num_seqs,
                                         resolved.scheduler.max_model_len};
     S4KV_ASSIGN_OR_RETURN(
-        backend, backend::make_backend(e.device, compute_dtype, mc, weights, resolved.kv, limits));
+        backend, backend::make_backend(e.device, compute_dtype, mc, weights, resolved.kv, limits,
+                                       config.gpu_memory_utilization));
+    if (const auto reasons = backend->unsupported(resolved.kv); !reasons.empty()) {
+      return unsupported(reasons.front());
+    }
+    S4KV_ASSIGN_OR_RETURN(const backend::MemoryProfile profile, backend->profile());
+    if (auto_memory && profile.kv_cache_bytes >= 0) {
+      config.kv_cache_memory_bytes = profile.kv_cache_bytes;
+      memory_line = "; " + profile.line;
+      S4KV_ASSIGN_OR_RETURN(resolved, resolve_engine_config(config, mc));
+      // The backend was sized for the provisional max_model_len, never below this one.
+      S4KV_CHECK(resolved.scheduler.max_model_len <= limits.max_model_len,
+                 "engine: max_model_len grew after profiling");
+    }
+    S4KV_RETURN_IF_ERROR(backend->init_kv_cache(resolved.kv));
   }
   std::vector<int32_t> eos = resolve_eos_token_ids(e.generation_config, mc.eos_token_ids);
   for (int32_t id : eos) {

@@ -185,9 +185,9 @@ TEST_P(CudaBackendEquivalence, LogitsMatchTheCpuBackendEveryStep) {
   Scenario scenario(f, config->vocab_size);
   const KvCacheConfig kv = scenario.kv_config();
   const BackendLimits limits{kMaxTokens, kMaxSeqs, kMaxModelLen};
-  auto cpu = make_backend("cpu", DType::kF32, *config, *weights, kv, limits);
+  auto cpu = make_started_backend("cpu", DType::kF32, *config, *weights, kv, limits);
   ASSERT_TRUE(cpu.is_ok()) << cpu.status().message();
-  auto gpu = make_backend("cuda", DType::kF32, *config, *weights, kv, limits);
+  auto gpu = make_started_backend("cuda", DType::kF32, *config, *weights, kv, limits);
   ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
 
   const int64_t vocab = config->vocab_size;
@@ -250,11 +250,11 @@ TEST(CudaBackend, RefusesWhatItCannotRun) {
   kv.dtype = kv::KvCacheDtype::kInt4Kivi;
   kv.num_residual_slots = 1;
   kv.int4_keys_post_rope = true;
-  auto r = make_backend("cuda", DType::kBF16, *config, *weights, kv, {64, 1, 256});
+  auto r = make_started_backend("cuda", DType::kBF16, *config, *weights, kv, {64, 1, 256});
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("after RoPE"), std::string::npos) << r.status().message();
   kv.int4_keys_post_rope = false;
-  r = make_backend("cuda", DType::kBF16, *config, *weights, kv, {0, 1, 256});
+  r = make_started_backend("cuda", DType::kBF16, *config, *weights, kv, {0, 1, 256});
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("limits"), std::string::npos) << r.status().message();
 }

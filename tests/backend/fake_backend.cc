@@ -106,7 +106,7 @@ float* FakeBackend::logits_row(const ForwardBatch& batch, int64_t seq, int64_t p
   return row;
 }
 
-std::span<const float> FakeBackend::forward(const ForwardBatch& batch) {
+std::span<const float> FakeBackend::run(const ForwardBatch& batch) {
   probe_->latch.pass();
   probe_->num_forward_calls.fetch_add(1);
   check_forward_batch(batch, kv_, vocab_size_);

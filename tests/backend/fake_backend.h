@@ -75,14 +75,22 @@ struct FakeBackendProbe {
   std::atomic<int64_t> num_stale_reads{0};
 };
 
-class FakeBackend final : public Backend {
+class FakeBackend final : public SynchronousBackend {
  public:
   FakeBackend(const KvCacheConfig& kv, int64_t vocab_size, std::shared_ptr<FakeBackendProbe> probe);
 
   std::string_view name() const override { return "fake"; }
   int64_t vocab_size() const override { return vocab_size_; }
   const KvCacheConfig& kv_cache_config() const override { return kv_; }
-  std::span<const float> forward(const ForwardBatch& batch) override;
+  // Built with its cache (fake_backend_factory): accepts only the config it has.
+  Status init_kv_cache(const KvCacheConfig& kv) override {
+    return kv.num_blocks == kv_.num_blocks && kv.block_size == kv_.block_size
+               ? Status::ok()
+               : invalid_argument("fake backend: another cache than the one it was built with");
+  }
+
+ protected:
+  std::span<const float> run(const ForwardBatch& batch) override;
 
  private:
   struct Slot {

@@ -149,9 +149,9 @@ class CpuForwardGolden : public ::testing::TestWithParam<GoldenModel> {
     config_ = std::make_unique<model::ModelConfig>(*config);
     auto weights = model::load_weights(dir, *config, model::LoadFormat::kAuto);
     ASSERT_TRUE(weights.is_ok()) << weights.status().message();
-    auto backend = make_backend(GetParam().device, GetParam().dtype, *config, *weights,
-                                {kMaxBlocks, kBlockSize},
-                                {kMaxBlocks * kBlockSize, 1, kMaxBlocks * kBlockSize});
+    auto backend = make_started_backend(GetParam().device, GetParam().dtype, *config, *weights,
+                                        {kMaxBlocks, kBlockSize},
+                                        {kMaxBlocks * kBlockSize, 1, kMaxBlocks * kBlockSize});
     ASSERT_TRUE(backend.is_ok()) << backend.status().message();
     backend_ = std::move(backend).value();
   }

@@ -15,7 +15,7 @@ namespace {
 // Vocabulary of 2. Logits depend only on whether the last token fed is even; `shift` is added
 // to token 0's logit. The fake checks the batch the evaluator builds (one sequence, positions
 // continuing where the cache ends) and records how many tokens it has seen.
-class FakeBackend : public backend::Backend {
+class FakeBackend : public backend::SynchronousBackend {
  public:
   // odd_only: the shift applies only after an odd token. first_tokens: where to record the
   // first token of every sequence (position 0), or nullptr.
@@ -28,7 +28,12 @@ class FakeBackend : public backend::Backend {
   std::string_view name() const override { return "fake"; }
   int64_t vocab_size() const override { return 2; }
   const backend::KvCacheConfig& kv_cache_config() const override { return kv_; }
-  std::span<const float> forward(const backend::ForwardBatch& b) override {
+  Status init_kv_cache(const backend::KvCacheConfig& kv) override {
+    return kv.num_blocks == kv_.num_blocks ? Status::ok() : invalid_argument("fake: num_blocks");
+  }
+
+ protected:
+  std::span<const float> run(const backend::ForwardBatch& b) override {
     backend::check_forward_batch(b, kv_, 2);
     EXPECT_EQ(b.num_seqs(), 1);
     EXPECT_EQ(b.num_logits(), 1);

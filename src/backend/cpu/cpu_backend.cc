@@ -35,22 +35,26 @@ std::span<float> sized(std::vector<float>& v, int64_t n) {
   return std::span<float>(v).first(static_cast<size_t>(n));
 }
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public SynchronousBackend {
  public:
   CpuBackend(const model::ModelConfig& config, const model::ModelWeights& weights,
-             const KvCacheConfig& kv_config, std::vector<float> inv_freq,
-             std::unique_ptr<CpuKvCache> cache, const CpuBackendOptions& options)
+             const CpuBackendOptions& options)
       : config_(config),
-        kv_config_(kv_config),
         weights_(convert_weights(config, weights)),
-        inv_freq_(std::move(inv_freq)),
-        cache_(std::move(cache)),
+        inv_freq_(rope_inv_freq(config)),
         pool_(options.num_threads) {}
 
   std::string_view name() const override { return "cpu"; }
   int64_t vocab_size() const override { return config_.vocab_size; }
-  const KvCacheConfig& kv_cache_config() const override { return kv_config_; }
-  std::span<const float> forward(const ForwardBatch& batch) override;
+  std::vector<std::string> unsupported(const KvCacheConfig& kv) const override;
+  Status init_kv_cache(const KvCacheConfig& kv) override;
+  const KvCacheConfig& kv_cache_config() const override {
+    S4KV_CHECK(cache_ != nullptr, "cpu backend: kv_cache_config() before init_kv_cache()");
+    return kv_config_;
+  }
+
+ protected:
+  std::span<const float> run(const ForwardBatch& batch) override;
 
  private:
   void attention_block(const ForwardBatch& batch, int64_t layer);
@@ -127,7 +131,8 @@ void CpuBackend::mlp_block(int64_t n, int64_t layer) {
   linear(act, w.down_proj, {}, inter, hidden, x, /*accumulate=*/true);
 }
 
-std::span<const float> CpuBackend::forward(const ForwardBatch& batch) {
+std::span<const float> CpuBackend::run(const ForwardBatch& batch) {
+  S4KV_CHECK(cache_ != nullptr, "cpu backend: a step before init_kv_cache()");
   check_forward_batch(batch, kv_config_, config_.vocab_size);
   const int64_t n = batch.num_tokens();
   const int64_t hidden = config_.hidden_size;
@@ -154,24 +159,52 @@ std::span<const float> CpuBackend::forward(const ForwardBatch& batch) {
   return logits;
 }
 
+CpuKvCacheShape cache_shape(const model::ModelConfig& config) {
+  return {config.num_hidden_layers, config.num_key_value_heads, config.head_dim,
+          config.dtype == DType::kF16 ? DType::kF16 : DType::kBF16};
+}
+
+// The cache's own checks are the reasons; num_blocks is not known yet (1 stands in for it).
+std::vector<std::string> CpuBackend::unsupported(const KvCacheConfig& kv) const {
+  if (kv.block_size <= 0) return {"cpu backend: block_size must be positive"};
+  KvCacheConfig probe = kv;
+  probe.num_blocks = 1;
+  probe.num_sink_blocks = std::min<int64_t>(kv.num_sink_blocks, 1);
+  probe.num_residual_slots = std::min<int64_t>(kv.num_residual_slots, 1);
+  auto cache = make_cpu_kv_cache(probe, cache_shape(config_), inv_freq_);
+  if (!cache.is_ok()) return {cache.status().message()};
+  return {};
+}
+
+Status CpuBackend::init_kv_cache(const KvCacheConfig& kv) {
+  if (cache_ != nullptr) return invalid_argument("cpu backend: init_kv_cache() called twice");
+  if (kv.num_blocks <= 0 || kv.block_size <= 0) {
+    return invalid_argument("cpu backend: num_blocks and block_size must be positive (got " +
+                            std::to_string(kv.num_blocks) + ", " + std::to_string(kv.block_size) +
+                            ")");
+  }
+  auto cache = make_cpu_kv_cache(kv, cache_shape(config_), inv_freq_);
+  if (!cache.is_ok()) return cache.status();
+  cache_ = std::move(cache).value();
+  kv_config_ = kv;
+  return Status::ok();
+}
+
 }  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const model::ModelConfig& config,
+                                          const model::ModelWeights& weights,
+                                          CpuBackendOptions options) {
+  return std::make_unique<CpuBackend>(config, weights, options);
+}
 
 Result<std::unique_ptr<Backend>> make_cpu_backend(const model::ModelConfig& config,
                                                   const model::ModelWeights& weights,
                                                   const KvCacheConfig& kv_config,
                                                   CpuBackendOptions options) {
-  if (kv_config.num_blocks <= 0 || kv_config.block_size <= 0) {
-    return invalid_argument("cpu backend: num_blocks and block_size must be positive (got " +
-                            std::to_string(kv_config.num_blocks) + ", " +
-                            std::to_string(kv_config.block_size) + ")");
-  }
-  auto inv_freq = rope_inv_freq(config);
-  const CpuKvCacheShape shape{config.num_hidden_layers, config.num_key_value_heads, config.head_dim,
-                              config.dtype == DType::kF16 ? DType::kF16 : DType::kBF16};
-  auto cache = make_cpu_kv_cache(kv_config, shape, inv_freq);
-  if (!cache.is_ok()) return cache.status();
-  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(
-      config, weights, kv_config, std::move(inv_freq), std::move(cache).value(), options));
+  auto backend = make_cpu_backend(config, weights, options);
+  S4KV_RETURN_IF_ERROR(backend->init_kv_cache(kv_config));
+  return backend;
 }
 
 }  // namespace s4kv::backend::cpu

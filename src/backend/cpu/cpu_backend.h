@@ -22,10 +22,17 @@ struct CpuBackendOptions {
   int num_threads = 0;  // attention threads, the caller included; 0: hardware_concurrency
 };
 
-// KV cache dtypes: 16-bit, fp8_e4m3 and int4_kivi (cpu_kv_cache.h). Refuses (kInvalidArgument)
-// a non-positive num_blocks or block_size, and for int4_kivi a block size, value group size or
-// head dim its layout does not allow or num_residual_slots <= 0. `weights` may be released
-// once this returns.
+// The backend before its start-up (backend.h: unsupported -> profile -> init_kv_cache). KV cache
+// dtypes: 16-bit, fp8_e4m3 and int4_kivi (cpu_kv_cache.h); init_kv_cache refuses
+// (kInvalidArgument) a non-positive num_blocks or block_size, and for int4_kivi a block size,
+// value group size or head dim its layout does not allow or num_residual_slots <= 0; profile()
+// has no budget (--kv-cache-memory sizes the CPU's cache). `weights` may be released once this
+// returns.
+std::unique_ptr<Backend> make_cpu_backend(const model::ModelConfig& config,
+                                          const model::ModelWeights& weights,
+                                          CpuBackendOptions options = {});
+
+// The same, started with kv_config (for tests and tools that pick num_blocks themselves).
 Result<std::unique_ptr<Backend>> make_cpu_backend(const model::ModelConfig& config,
                                                   const model::ModelWeights& weights,
                                                   const KvCacheConfig& kv_config,

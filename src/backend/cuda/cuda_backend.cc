@@ -116,7 +116,7 @@ size_t arena_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_table, int6
 }
 
 // Every start-up allocation but the weights and the KV cache, in bytes: the constructor
-// allocates these and activation_bytes() sums them, from one place.
+// allocates these and make_cuda_backend checks their sum against free memory, from one place.
 struct Sizes {
   int64_t max_blocks_per_seq, max_fills, arena, rope, staging, scratch;
   int64_t x, h, qkv, attn, gate_up, act, rows, logits;
@@ -148,7 +148,64 @@ struct Sizes {
   }
 };
 
-class CudaBackend final : public Backend {
+// The CUDA runtime's own allocations beyond what the backend asks for (module images, cuBLASLt
+// handles, the stream): kept out of the KV cache.
+constexpr int64_t kRuntimeReserveBytes = int64_t{512} << 20;
+
+// Why a cache of this shape cannot run here (num_blocks aside), one line each.
+std::vector<std::string> unsupported_reasons(const KvCacheConfig& kv) {
+  std::vector<std::string> r;
+  if (kv.block_size <= 0) r.push_back("cuda backend: block_size must be positive");
+  if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
+    if (kv.int4_keys_post_rope) {
+      r.push_back(
+          "cuda backend: int4_kivi with keys quantized after RoPE is a CPU evaluation layout");
+    }
+    if (kv.num_residual_slots <= 0 || kv.num_sink_blocks < 0 || kv.num_window_blocks < 0 ||
+        kv.num_window_blocks > 1) {
+      r.push_back(
+          "cuda backend: int4_kivi needs residual slots, sink blocks >= 0 and a window "
+          "of 0 or 1 blocks");
+    }
+    auto layout =
+        kv::Int4KiviLayout::create(static_cast<int>(kv.block_size), static_cast<int>(kHeadDim),
+                                   static_cast<int>(kv.value_group_size));
+    if (!layout.is_ok()) r.push_back(layout.status().message());
+  } else if (kv.num_sink_blocks != 0 || kv.int4_value_hadamard || kv.num_window_blocks != 0) {
+    r.push_back("cuda backend: sink, window and Hadamard values are int4_kivi's");
+  }
+  return r;
+}
+
+Status unsupported_status(const std::vector<std::string>& reasons) {
+  return unsupported(reasons.front());
+}
+
+// Equal but for num_blocks.
+bool same_shape(const KvCacheConfig& a, const KvCacheConfig& b) {
+  return a.num_blocks == b.num_blocks && a.block_size == b.block_size && a.dtype == b.dtype &&
+         a.num_residual_slots == b.num_residual_slots && a.value_group_size == b.value_group_size &&
+         a.num_sink_blocks == b.num_sink_blocks && a.num_window_blocks == b.num_window_blocks &&
+         a.int4_value_hadamard == b.int4_value_hadamard &&
+         a.int4_keys_post_rope == b.int4_keys_post_rope;
+}
+
+// Device bytes of the KV cache itself (pool or paged K/V, residual ring, sink blocks).
+int64_t kv_cache_bytes(const model::ModelConfig& c, const KvCacheConfig& kv,
+                       const kv::Int4KiviLayout& layout) {
+  const int64_t L = c.num_hidden_layers, B = kv.block_size, nkv = c.num_key_value_heads;
+  const int64_t kv_dim = nkv * kHeadDim;
+  if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
+    const int64_t ring = 1 + kv.num_window_blocks;
+    return L * kv.num_blocks * nkv * static_cast<int64_t>(layout.block_bytes) +
+           L * kv.num_residual_slots * 2 * ring * B * kv_dim * 2 +
+           L * kv.num_sink_blocks * 2 * B * kv_dim * 2;
+  }
+  const int64_t es = kv.dtype == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
+  return 2 * L * kv.num_blocks * B * kv_dim * es;
+}
+
+class CudaBackend final : public SynchronousBackend {
  public:
   CudaBackend(const model::ModelConfig& config, const KvCacheConfig& kv,
               const CudaBackendOptions& options, std::span<const float> inv_freq,
@@ -157,10 +214,18 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return "cuda"; }
   int64_t vocab_size() const override { return config_.vocab_size; }
-  const KvCacheConfig& kv_cache_config() const override { return kv_; }
-  std::span<const float> forward(const ForwardBatch& batch) override;
+  std::vector<std::string> unsupported(const KvCacheConfig& kv) const override;
+  Result<MemoryProfile> profile() override;
+  Status init_kv_cache(const KvCacheConfig& kv) override;
+  const KvCacheConfig& kv_cache_config() const override {
+    S4KV_CHECK(initialized_, "cuda backend: kv_cache_config() before init_kv_cache()");
+    return kv_;
+  }
 
   void load_weights(const model::ModelWeights& weights);
+
+ protected:
+  std::span<const float> run(const ForwardBatch& batch) override;
 
  private:
   // Uploads a tensor (any of bf16/fp16/fp32) converted to `dtype` at dst.
@@ -170,7 +235,8 @@ class CudaBackend final : public Backend {
   void mlp_block(int64_t layer, int64_t n);
 
   model::ModelConfig config_;
-  KvCacheConfig kv_;
+  KvCacheConfig kv_;  // the shape given at construction; num_blocks from init_kv_cache()
+  bool initialized_ = false;
   CudaBackendOptions opt_;
   DType act_;   // compute dtype of GEMM inputs
   DType kv16_;  // the 16-bit dtype of the cache (bf16 or fp16)
@@ -253,7 +319,6 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
       arena_(static_cast<size_t>(sizes_.arena)) {
   S4KV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_ = std::make_unique<Gemm>(act_, stream_);
-  const int64_t L = config.num_hidden_layers;
   const Sizes& z = sizes_;
 
   RopeTable rope(inv_freq);
@@ -267,27 +332,11 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
   rope_cos_ = cos;
   rope_sin_ = sin;
 
-  const int64_t B = kv.block_size;
-  if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
-    const int64_t nkv = config.num_key_value_heads;
-    pool_ = static_cast<std::byte*>(
-        alloc(static_cast<size_t>(L * kv.num_blocks * nkv) * layout.block_bytes));
-    residual_ = static_cast<uint16_t*>(
-        alloc(static_cast<size_t>(L * kv.num_residual_slots * 2 * ring_ * B * kv_dim_) * 2));
-    if (kv.num_sink_blocks > 0) {
-      sink_ = static_cast<uint16_t*>(
-          alloc(static_cast<size_t>(L * kv.num_sink_blocks * 2 * B * kv_dim_) * 2));
-    }
+  if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {  // per step, sized by the limits
     staging_k_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.staging)));
     staging_v_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.staging)));
     scratch_k_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.scratch)));
     scratch_v_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.scratch)));
-    slot_used_.assign(static_cast<size_t>(kv.num_residual_slots), 0);
-  } else {
-    const int64_t es = kv.dtype == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
-    kv_layer_elems_ = kv.num_blocks * B * kv_dim_;
-    kv_k_ = alloc(static_cast<size_t>(L * kv_layer_elems_ * es));
-    kv_v_ = alloc(static_cast<size_t>(L * kv_layer_elems_ * es));
   }
 
   x_ = static_cast<float*>(alloc(static_cast<size_t>(z.x)));
@@ -307,6 +356,82 @@ CudaBackend::~CudaBackend() {
     gemm_.reset();
     cudaStreamDestroy(stream_);
   }
+}
+
+Status CudaBackend::init_kv_cache(const KvCacheConfig& kv) {
+  if (initialized_) return invalid_argument("cuda backend: init_kv_cache() called twice");
+  if (const auto reasons = unsupported(kv); !reasons.empty()) return unsupported_status(reasons);
+  KvCacheConfig shape = kv;
+  shape.num_blocks = kv_.num_blocks;
+  if (!same_shape(shape, kv_)) {
+    return invalid_argument(
+        "cuda backend: init_kv_cache() with another shape than the backend was "
+        "built for");
+  }
+  if (kv.num_blocks <= 0) {
+    return invalid_argument("cuda backend: num_blocks must be positive (got " +
+                            std::to_string(kv.num_blocks) + ")");
+  }
+  const int64_t L = config_.num_hidden_layers, B = kv.block_size;
+  const int64_t nkv = config_.num_key_value_heads;
+  const auto need = static_cast<size_t>(kv_cache_bytes(config_, kv, layout_));
+  size_t free_bytes = 0, total_bytes = 0;
+  S4KV_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (need > free_bytes) {
+    return Status(StatusCode::kResourceExhausted,
+                  "cuda backend: the KV cache needs " + std::to_string(need >> 20) + " MiB, " +
+                      std::to_string(free_bytes >> 20) + " MiB are free");
+  }
+  if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
+    pool_ = static_cast<std::byte*>(
+        alloc(static_cast<size_t>(L * kv.num_blocks * nkv) * layout_.block_bytes));
+    residual_ = static_cast<uint16_t*>(
+        alloc(static_cast<size_t>(L * kv.num_residual_slots * 2 * ring_ * B * kv_dim_) * 2));
+    if (kv.num_sink_blocks > 0) {
+      sink_ = static_cast<uint16_t*>(
+          alloc(static_cast<size_t>(L * kv.num_sink_blocks * 2 * B * kv_dim_) * 2));
+    }
+    slot_used_.assign(static_cast<size_t>(kv.num_residual_slots), 0);
+  } else {
+    const int64_t es = kv.dtype == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
+    kv_layer_elems_ = kv.num_blocks * B * kv_dim_;
+    kv_k_ = alloc(static_cast<size_t>(L * kv_layer_elems_ * es));
+    kv_v_ = alloc(static_cast<size_t>(L * kv_layer_elems_ * es));
+  }
+  kv_ = kv;
+  initialized_ = true;
+  return Status::ok();
+}
+
+std::vector<std::string> CudaBackend::unsupported(const KvCacheConfig& kv) const {
+  return unsupported_reasons(kv);
+}
+
+// Weights and every per-step buffer are resident since construction (a step allocates nothing,
+// so what is in use now is the peak outside the KV cache): the cache gets the utilization's
+// share of the device minus all that is in use, minus a reserve for the runtime.
+Result<MemoryProfile> CudaBackend::profile() {
+  S4KV_CUDA_CHECK(cudaDeviceSynchronize());
+  size_t free_bytes = 0, total_bytes = 0;
+  S4KV_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const auto total = static_cast<int64_t>(total_bytes);
+  const int64_t in_use = total - static_cast<int64_t>(free_bytes);
+  const auto share = static_cast<int64_t>(opt_.gpu_memory_utilization * static_cast<double>(total));
+  MemoryProfile p;
+  p.kv_cache_bytes = share - in_use - kRuntimeReserveBytes;
+  const auto mib = [](int64_t b) { return std::to_string(b >> 20) + " MiB"; };
+  char util[32];
+  std::snprintf(util, sizeof(util), "%.2f", opt_.gpu_memory_utilization);
+  p.line = device_description() + ": " + mib(total) + " x " + util + " - in use " + mib(in_use) +
+           " (weights " + mib(weight_bytes(config_, act_)) + ", activations " +
+           mib(sizes_.total()) + ", runtime) - reserve " + mib(kRuntimeReserveBytes) +
+           " = KV cache " + mib(p.kv_cache_bytes);
+  if (p.kv_cache_bytes <= 0) {
+    return Status(StatusCode::kResourceExhausted,
+                  "no memory is left for the KV cache on " + p.line +
+                      "; raise --gpu-memory-utilization or lower --max-num-batched-tokens");
+  }
+  return p;
 }
 
 void* CudaBackend::alloc(size_t bytes) {
@@ -513,7 +638,8 @@ void CudaBackend::mlp_block(int64_t layer, int64_t n) {
   gemm_->run(act_buf_, w.down, x_, n, c.intermediate_size, c.hidden_size, true);
 }
 
-std::span<const float> CudaBackend::forward(const ForwardBatch& b) {
+std::span<const float> CudaBackend::run(const ForwardBatch& b) {
+  S4KV_CHECK(initialized_, "cuda backend: a step before init_kv_cache()");
   check_forward_batch(b, kv_, config_.vocab_size);
   const int64_t n = b.num_tokens(), num_seqs = b.num_seqs(), num_logits = b.num_logits();
   S4KV_CHECK(n <= opt_.max_num_tokens && num_seqs <= opt_.max_num_seqs &&
@@ -592,11 +718,6 @@ int64_t weight_bytes(const model::ModelConfig& c, DType compute_dtype) {
   return matrices * as + (2 * c.num_hidden_layers + 1) * c.hidden_size * 4;
 }
 
-int64_t activation_bytes(const model::ModelConfig& config, const KvCacheConfig& kv,
-                         const CudaBackendOptions& options) {
-  return Sizes(config, kv, options).total();
-}
-
 Status check_device(cudaDeviceProp& prop) {
   if (device_count() == 0) return unsupported("--device cuda: no CUDA device is visible");
   S4KV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -606,52 +727,6 @@ Status check_device(cudaDeviceProp& prop) {
                        " (S4 KV needs 8.0 or later)");
   }
   return Status::ok();
-}
-
-std::string gib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
-  return buf;
-}
-
-// The CUDA runtime's own allocations beyond what the backend asks for (module images, cuBLASLt
-// handles, the stream): kept out of the KV cache.
-constexpr int64_t kRuntimeReserveBytes = int64_t{512} << 20;
-
-Result<CudaMemoryPlan> plan_cuda_memory(const model::ModelConfig& config, const KvCacheConfig& kv,
-                                        const CudaBackendOptions& options,
-                                        double gpu_memory_utilization) {
-  cudaDeviceProp prop{};
-  S4KV_RETURN_IF_ERROR(check_device(prop));
-  if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
-    return invalid_argument("--gpu-memory-utilization=" + std::to_string(gpu_memory_utilization) +
-                            " (must be in (0, 1])");
-  }
-  size_t free_bytes = 0, total_bytes = 0;
-  S4KV_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  CudaMemoryPlan p;
-  p.device = device_description();
-  p.total = static_cast<int64_t>(total_bytes);
-  p.in_use = static_cast<int64_t>(total_bytes - free_bytes);
-  p.weights = weight_bytes(config, options.compute_dtype);
-  p.activations = activation_bytes(config, kv, options);
-  p.reserve = kRuntimeReserveBytes;
-  const auto share = static_cast<int64_t>(gpu_memory_utilization * static_cast<double>(p.total));
-  p.kv_budget = share - p.in_use - p.weights - p.activations - p.reserve;
-  const std::string sums = " (--gpu-memory-utilization " + std::to_string(gpu_memory_utilization) +
-                           " of " + gib(p.total) + " = " + gib(share) + "; in use " +
-                           gib(p.in_use) + ", weights " + gib(p.weights) + " in " +
-                           std::string(dtype_name(options.compute_dtype)) + ", activations " +
-                           gib(p.activations) + ", reserve " + gib(p.reserve) + ")";
-  if (p.weights > share - p.in_use) {
-    return Status(StatusCode::kResourceExhausted, "the weights do not fit on " + p.device + sums);
-  }
-  if (p.kv_budget <= 0) {
-    return Status(StatusCode::kResourceExhausted,
-                  "no memory is left for the KV cache on " + p.device + sums +
-                      "; raise --gpu-memory-utilization or lower --max-num-batched-tokens");
-  }
-  return p;
 }
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(const model::ModelConfig& config,
@@ -671,32 +746,27 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const model::ModelConfig& con
   if (options.max_num_tokens <= 0 || options.max_num_seqs <= 0 || options.max_model_len <= 0) {
     return invalid_argument("cuda backend: limits must be positive");
   }
-  if (kv.num_blocks <= 0 || kv.block_size <= 0) {
-    return invalid_argument("cuda backend: num_blocks and block_size must be positive");
+  if (!(options.gpu_memory_utilization > 0.0 && options.gpu_memory_utilization <= 1.0)) {
+    return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
+  }
+  if (const auto reasons = unsupported_reasons(kv); !reasons.empty()) {
+    return unsupported_status(reasons);
   }
   kv::Int4KiviLayout layout;
   if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
-    if (kv.int4_keys_post_rope) {
-      return unsupported(
-          "cuda backend: int4_kivi with keys quantized after RoPE is a CPU evaluation layout");
-    }
-    if (kv.num_residual_slots <= 0 || kv.num_sink_blocks < 0 || kv.num_window_blocks < 0 ||
-        kv.num_window_blocks > 1) {
-      return invalid_argument("cuda backend: int4_kivi residual slots / sink / window");
-    }
-    S4KV_ASSIGN_OR_RETURN(layout, kv::Int4KiviLayout::create(
-                                      static_cast<int>(kv.block_size), static_cast<int>(kHeadDim),
-                                      static_cast<int>(kv.value_group_size)));
-  } else if (kv.num_sink_blocks != 0 || kv.int4_value_hadamard || kv.num_window_blocks != 0) {
-    return invalid_argument("cuda backend: sink, window and Hadamard values are int4_kivi's");
+    layout =
+        *kv::Int4KiviLayout::create(static_cast<int>(kv.block_size), static_cast<int>(kHeadDim),
+                                    static_cast<int>(kv.value_group_size));
   }
   size_t free_bytes = 0, total_bytes = 0;
   S4KV_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const int64_t need = weight_bytes(config, options.compute_dtype);
-  if (need > static_cast<int64_t>(free_bytes)) {
+  const int64_t weights_bytes = weight_bytes(config, options.compute_dtype);
+  const int64_t activations = Sizes(config, kv, options).total();
+  if (weights_bytes + activations > static_cast<int64_t>(free_bytes)) {
     return Status(StatusCode::kResourceExhausted,
-                  "the weights do not fit: " + std::to_string(need >> 20) + " MiB in " +
-                      std::string(dtype_name(options.compute_dtype)) + ", " +
+                  "the weights do not fit: " + std::to_string(weights_bytes >> 20) + " MiB in " +
+                      std::string(dtype_name(options.compute_dtype)) + " and " +
+                      std::to_string(activations >> 20) + " MiB of activations, " +
                       std::to_string(free_bytes >> 20) + " MiB free on " + prop.name);
   }
   auto backend =

@@ -28,37 +28,22 @@ struct CudaBackendOptions {
   int64_t max_num_tokens = 0;  // tokens of one step (max_num_batched_tokens)
   int64_t max_num_seqs = 0;    // sequences of one step
   int64_t max_model_len = 0;   // the longest sequence
+  // profile(): the KV cache gets this share of the device's memory minus what is in use then.
+  double gpu_memory_utilization = 0.9;
 };
 
 // Device bytes the weights take in a compute dtype.
 int64_t weight_bytes(const model::ModelConfig& config, DType compute_dtype);
 
-// Device bytes of everything but the weights and the KV cache that a backend of these options
-// allocates at start-up (activations of a max_num_tokens step, logits, int4_kivi staging and
-// commit scratch, the RoPE table, the step arrays, the GEMM workspace): the backend allocates
-// exactly this, so it is the step's peak activation memory.
-int64_t activation_bytes(const model::ModelConfig& config, const KvCacheConfig& kv,
-                         const CudaBackendOptions& options);
-
-// vLLM's start-up arithmetic on device 0: the KV cache gets gpu_memory_utilization x total
-// memory minus what is in use before loading (CUDA context, other processes), the weights,
-// activation_bytes() and a reserve for the CUDA runtime's own allocations. kv carries the
-// dtype, block size and int4_kivi variant (num_blocks unused).
-struct CudaMemoryPlan {
-  std::string device;  // "NVIDIA H200 (sm_90, 139 GiB)"
-  int64_t total = 0, in_use = 0, weights = 0, activations = 0, reserve = 0;
-  int64_t kv_budget = 0;  // bytes for the KV cache: pool, residual and sink blocks
-};
-// Refuses (one line naming the values): no device, compute capability below 8.0, weights (with
-// activations) that do not fit in the utilization's share, a non-positive KV budget.
-Result<CudaMemoryPlan> plan_cuda_memory(const model::ModelConfig& config, const KvCacheConfig& kv,
-                                        const CudaBackendOptions& options,
-                                        double gpu_memory_utilization);
-
+// The backend with its weights and every per-step buffer resident, before its start-up
+// (backend.h: unsupported -> profile -> init_kv_cache). kv: the cache's shape; num_blocks is
+// ignored until init_kv_cache, which must get the same shape. profile() measures the device
+// after construction (a step allocates nothing, so that is the peak outside the KV cache):
+// gpu_memory_utilization x total - in use - a 512 MiB runtime reserve, vLLM's arithmetic.
 // Refuses (kUnsupported / kInvalidArgument / kResourceExhausted, one line naming the value): no
 // CUDA device, compute capability below 8.0, a head_dim other than 128, the keys-after-RoPE
-// evaluation layout, weights that do not fit in free device memory, non-positive limits, and the
-// KV layouts make_cpu_backend refuses. `weights` may be released once this returns.
+// evaluation layout and other KV shapes unsupported() names, weights and activations that do not
+// fit in free device memory, non-positive limits. `weights` may be released once this returns.
 Result<std::unique_ptr<Backend>> make_cuda_backend(const model::ModelConfig& config,
                                                    const model::ModelWeights& weights,
                                                    const KvCacheConfig& kv_config,
