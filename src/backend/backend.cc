@@ -19,22 +19,23 @@ void check_forward_batch(const ForwardBatch& b, const KvCacheConfig& kv, int64_t
   S4KV_CHECK(b.query_start_loc[0] == 0 && b.query_start_loc[num_seqs] == num_tokens,
              "forward: query_start_loc must run from 0 to num_tokens");
   for (int32_t id : b.token_ids) S4KV_CHECK(id >= 0 && id < vocab_size, "forward: token id ", id);
-  if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
-    S4KV_CHECK(static_cast<int64_t>(b.residual_slots.size()) == num_seqs &&
-                   static_cast<int64_t>(b.residual_starts.size()) == num_seqs,
-               "forward: int4_kivi needs one residual slot and start per sequence");
+  if (kv.dtype == kv::KvCacheDtype::kInt4Kivi || !b.seats.empty()) {
+    S4KV_CHECK(static_cast<int64_t>(b.seats.size()) == num_seqs &&
+                   static_cast<int64_t>(b.seat_starts.size()) == num_seqs,
+               "forward: one seat and seat start per sequence (int4_kivi needs them)");
     for (int64_t s = 0; s < num_seqs; ++s) {
       const int64_t start = b.seq_lens[s] - (b.query_start_loc[s + 1] - b.query_start_loc[s]);
-      S4KV_CHECK(b.residual_starts[s] >= 0 && b.residual_starts[s] <= start &&
-                     b.residual_starts[s] % kv.block_size == 0,
-                 "forward: seq ", s, " residual start ", b.residual_starts[s]);
+      S4KV_CHECK(b.seat_starts[s] >= 0 && b.seat_starts[s] <= start &&
+                     b.seat_starts[s] % kv.block_size == 0,
+                 "forward: seq ", s, " seat start ", b.seat_starts[s]);
     }
-    for (int32_t slot : b.residual_slots) {
-      S4KV_CHECK(slot >= 0 && slot < kv.num_residual_slots, "forward: residual slot ", slot);
+    for (int32_t seat : b.seats) {
+      S4KV_CHECK(seat >= 0 && seat <= kv.dummy_seat(), "forward: seat ", seat);
     }
   } else {
-    S4KV_CHECK(b.residual_slots.empty() && b.residual_starts.empty(),
-               "forward: residual slots are for int4_kivi only");
+    S4KV_CHECK(b.seat_starts.empty(), "forward: seat starts without seats");
+  }
+  if (kv.dtype != kv::KvCacheDtype::kInt4Kivi) {
     S4KV_CHECK(kv.num_sink_blocks == 0, "forward: sink blocks are for int4_kivi only");
   }
   for (int32_t row : b.logits_indices) {
@@ -49,7 +50,13 @@ void check_forward_batch(const ForwardBatch& b, const KvCacheConfig& kv, int64_t
     S4KV_CHECK(seq_len <= b.max_num_blocks_per_seq * kv.block_size, "forward: seq ", s,
                " longer than its block table");
     const int32_t* table = b.block_tables.data() + s * b.max_num_blocks_per_seq;
-    for (int64_t i = 0; i < (seq_len + kv.block_size - 1) / kv.block_size; ++i) {
+    const bool padding =
+        b.seats.empty() ? table[0] == kv.dummy_block() : b.seats[s] == kv.dummy_seat();
+    for (int64_t i = 0; padding && i < (seq_len + kv.block_size - 1) / kv.block_size; ++i) {
+      S4KV_CHECK(table[i] == kv.dummy_block(), "forward: padding seq ", s, " block ", i, " id ",
+                 table[i], " is not the dummy block");
+    }
+    for (int64_t i = 0; !padding && i < (seq_len + kv.block_size - 1) / kv.block_size; ++i) {
       // A sink block first when the cache has them, pool blocks after it.
       const bool sink = i == 0 && kv.num_sink_blocks > 0;
       const int64_t lo = sink ? kv.num_blocks : 0;

@@ -24,11 +24,12 @@ struct KvCacheConfig {
   int64_t block_size = 0;  // tokens per block
   // k16Bit: K (after RoPE) and V in the model's 16-bit dtype (fp16 for fp16 models, bf16
   // otherwise). int4_kivi (docs/kv-format.md): full blocks quantized; each running sequence's
-  // last, partly filled block lives 16-bit in a residual slot (ForwardBatch::residual_slots).
+  // last, partly filled block lives 16-bit in its seat's residual ring (ForwardBatch::seats).
   kv::KvCacheDtype dtype = kv::KvCacheDtype::k16Bit;
-  // int4_kivi only: residual slots (one per running sequence: at least max_num_seqs) and the
-  // value group size Gv.
-  int64_t num_residual_slots = 0;
+  // Seats: per-sequence state on the backend, one per running sequence (at least max_num_seqs),
+  // for every dtype (int4_kivi keeps each seat's 16-bit residual ring there; the others keep
+  // nothing yet). The word slot stays for slot_mapping. And int4_kivi's value group size Gv.
+  int64_t num_seats = 0;
   int64_t value_group_size = 128;
   // int4_kivi only: sink blocks, 16-bit blocks with ids num_blocks .. num_blocks +
   // num_sink_blocks - 1 (format v2, docs/kv-format.md). With num_sink_blocks > 0 every block
@@ -37,11 +38,17 @@ struct KvCacheConfig {
   int64_t num_sink_blocks = 0;
   // int4_kivi only, an `s4kv eval` candidate: full blocks (0 or 1) kept 16-bit in the residual
   // slot after they are quantized, so the newest block_size .. 2 * block_size - 1 tokens are
-  // read 16-bit (ForwardBatch::residual_starts says from where the slot holds them).
+  // read 16-bit (ForwardBatch::seat_starts says from where the slot holds them).
   int64_t num_window_blocks = 0;
   // int4_kivi only, an `s4kv eval` candidate: values rotated by a Hadamard transform before
   // quantization (docs/kv-format.md).
   bool int4_value_hadamard = false;
+  // Padding (a step of fixed shape with fewer real sequences, as CUDA graphs replay): one more
+  // block and one more seat than the counts above, which backends allocate and the engine never
+  // hands out. A padding sequence has seat dummy_seat() (or, without seats, dummy_block() first)
+  // and dummy_block() as every block table entry; what it writes is never read.
+  int64_t dummy_block() const { return num_blocks + num_sink_blocks; }
+  int64_t dummy_seat() const { return num_seats; }
   // int4_kivi only, for comparisons, never the default: quantize keys AFTER RoPE (the KIVI
   // paper's way) instead of before it; full blocks then hold post-RoPE keys and attention does
   // not rotate them. Same block layout and residual. DESIGN.md says why pre-RoPE is the format.
@@ -66,16 +73,16 @@ struct ForwardBatch {
   // with block_tables at the token's position (checked).
   std::span<const int64_t> slot_mapping;
   std::span<const int32_t> logits_indices;  // [num_logits] token rows that need logits
-  // int4_kivi only, else empty: [num_seqs] the residual slot (0..num_residual_slots-1) holding
-  // each sequence's 16-bit tail block. The engine gives a sequence one slot while it runs
-  // (kept across steps, never shared between running sequences; freed on finish, abort or
-  // preemption, after which the sequence is recomputed into a fresh slot).
-  std::span<const int32_t> residual_slots;
-  // int4_kivi only, else empty: [num_seqs] how many tokens the sequence had computed when it
-  // took its residual slot (0, or the length of a prefix-cache hit; the slot holds the 16-bit
-  // K/V of positions from there on, nothing before). With the window variant the last full
-  // block is read 16-bit from the slot only when it starts at or after this position.
-  std::span<const int32_t> residual_starts;
+  // [num_seqs] each sequence's seat (0..num_seats-1); required for int4_kivi (its seat holds
+  // the 16-bit tail block), else empty or given. The engine gives a sequence one seat while it
+  // runs (kept across steps, never shared between running sequences; freed on finish, abort or
+  // preemption, after which the sequence is recomputed into a fresh seat).
+  std::span<const int32_t> seats;
+  // [num_seqs] with seats: how many tokens the sequence had computed when it took its seat (0,
+  // or the length of a prefix-cache hit; an int4_kivi seat holds the 16-bit K/V of positions
+  // from there on, nothing before). With the window variant the last full block is read 16-bit
+  // from the seat only when it starts at or after this position.
+  std::span<const int32_t> seat_starts;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t num_seqs() const { return static_cast<int64_t>(seq_lens.size()); }

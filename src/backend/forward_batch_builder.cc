@@ -16,8 +16,8 @@ void ForwardBatchBuilder::reserve(size_t max_tokens, size_t max_seqs) {
   query_start_loc_.reserve(max_seqs + 1);
   seq_lens_.reserve(max_seqs);
   logits_indices_.reserve(max_seqs);
-  residual_slots_.reserve(max_seqs);
-  residual_starts_.reserve(max_seqs);
+  seats_.reserve(max_seqs);
+  seat_starts_.reserve(max_seqs);
   block_tables_.reserve(max_seqs * static_cast<size_t>(max_blocks_));
 }
 
@@ -28,19 +28,19 @@ void ForwardBatchBuilder::clear() {
   seq_lens_.clear();
   block_tables_.clear();
   logits_indices_.clear();
-  residual_slots_.clear();
-  residual_starts_.clear();
+  seats_.clear();
+  seat_starts_.clear();
   query_start_loc_.assign(1, 0);
 }
 
 int32_t ForwardBatchBuilder::add(std::span<const int32_t> new_tokens, int64_t num_computed,
-                                 std::span<const int32_t> block_table, int32_t residual_slot,
-                                 int64_t residual_start) {
+                                 std::span<const int32_t> block_table, int32_t seat,
+                                 int64_t seat_start) {
   S4KV_CHECK(static_cast<int64_t>(block_table.size()) <= max_blocks_,
              "batch: block table longer than max_num_blocks_per_seq");
-  if (residual_slot >= 0) {
-    residual_slots_.push_back(residual_slot);
-    residual_starts_.push_back(static_cast<int32_t>(residual_start));
+  if (seat >= 0) {
+    seats_.push_back(seat);
+    seat_starts_.push_back(static_cast<int32_t>(seat_start));
   }
   const int32_t first_row = num_tokens();
   for (size_t j = 0; j < new_tokens.size(); ++j) {
@@ -73,8 +73,8 @@ ForwardBatch ForwardBatchBuilder::batch() const {
   b.max_num_blocks_per_seq = max_blocks_;
   b.slot_mapping = slot_mapping_;
   b.logits_indices = logits_indices_;
-  b.residual_slots = residual_slots_;
-  b.residual_starts = residual_starts_;
+  b.seats = seats_;
+  b.seat_starts = seat_starts_;
   return b;
 }
 

@@ -24,12 +24,11 @@ class ForwardBatchBuilder {
 
   // Adds a sequence whose first num_computed tokens are already in the cache; returns the
   // token row of its first new token. block_table must cover num_computed + new tokens and
-  // hold at most max_num_blocks_per_seq ids. residual_slot: int4_kivi's slot of the sequence
-  // (-1: none, other dtypes); residual_start: the tokens it had computed when it took the slot
-  // (ForwardBatch::residual_starts).
+  // hold at most max_num_blocks_per_seq ids. seat: int4_kivi's slot of the sequence
+  // (-1: none, other dtypes); seat_start: the tokens it had computed when it took the slot
+  // (ForwardBatch::seat_starts).
   int32_t add(std::span<const int32_t> new_tokens, int64_t num_computed,
-              std::span<const int32_t> block_table, int32_t residual_slot = -1,
-              int64_t residual_start = 0);
+              std::span<const int32_t> block_table, int32_t seat = -1, int64_t seat_start = 0);
 
   void want_logits(int32_t row) { logits_indices_.push_back(row); }
   void want_all_logits();
@@ -44,7 +43,7 @@ class ForwardBatchBuilder {
   int64_t max_blocks_;
   std::vector<int32_t> token_ids_, positions_, query_start_loc_{0}, seq_lens_, block_tables_;
   std::vector<int64_t> slot_mapping_;
-  std::vector<int32_t> logits_indices_, residual_slots_, residual_starts_;
+  std::vector<int32_t> logits_indices_, seats_, seat_starts_;
 };
 
 }  // namespace s4kv::backend

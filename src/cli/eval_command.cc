@@ -165,7 +165,7 @@ engine::BackendFactory factory(const Loaded& l, const Format& f) {
     kv.dtype = f.dtype;
     kv.value_group_size = f.group_size;
     kv.int4_keys_post_rope = f.post_rope;
-    kv.num_residual_slots = f.dtype == kv::KvCacheDtype::kInt4Kivi ? 1 : 0;
+    kv.num_seats = f.dtype == kv::KvCacheDtype::kInt4Kivi ? 1 : 0;
     if (f.dtype == kv::KvCacheDtype::kInt4Kivi) {
       kv.num_sink_blocks = f.variant.sink_blocks;  // one sequence: one sink block at most
       kv.num_window_blocks = f.variant.window_blocks;

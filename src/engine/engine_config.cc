@@ -92,7 +92,8 @@ Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
   r.kv.num_blocks = r.capacity.num_blocks;
   r.kv.block_size = c.block_size;
   r.kv.dtype = c.kv_cache_dtype;
-  r.kv.num_residual_slots = int4 ? max_num_seqs : 0;
+  r.kv.num_seats =
+      max_num_seqs;  // every dtype (backend.h); int4_kivi keeps its residual rings there
   r.kv.num_sink_blocks = r.cache.num_sink_blocks;
   r.kv.num_window_blocks = int4 ? v2.window_blocks : 0;
   r.kv.int4_value_hadamard = int4 && v2.value_hadamard;
@@ -106,7 +107,7 @@ std::string describe_capacity(const ResolvedEngineConfig& r) {
      << ", max_num_seqs " << r.scheduler.max_num_seqs;
   if (r.residual_bytes > 0) {
     os << "; plus " << r.residual_bytes + r.sink_bytes
-       << " bytes of 16-bit residual and sink blocks for " << r.kv.num_residual_slots
+       << " bytes of 16-bit residual and sink blocks for " << r.kv.num_seats
        << " running sequences";
   }
   return os.str();

@@ -15,11 +15,13 @@ ModelRunner::ModelRunner(backend::Backend& backend, const ModelRunnerConfig& con
   S4KV_CHECK(config.max_num_seqs > 0 && config.max_num_batched_tokens > 0 &&
                  config.max_model_len > 0 && kv.block_size > 0,
              "model runner: bad config");
-  uses_residual_slots_ = kv.dtype == kv::KvCacheDtype::kInt4Kivi;
-  if (uses_residual_slots_) {
-    S4KV_CHECK(kv.num_residual_slots >= config.max_num_seqs,
-               "model runner: ", kv.num_residual_slots, " residual slots for ", config.max_num_seqs,
-               " seats");
+  // Seats for every dtype whose cache has them (int4_kivi must: its residual rings live there).
+  uses_seats_ = kv.num_seats > 0;
+  S4KV_CHECK(uses_seats_ || kv.dtype != kv::KvCacheDtype::kInt4Kivi,
+             "model runner: an int4_kivi cache without seats");
+  if (uses_seats_) {
+    S4KV_CHECK(kv.num_seats >= config.max_num_seqs, "model runner: ", kv.num_seats, " seats for ",
+               config.max_num_seqs, " sequences");
     // Highest first, so pop_back hands out slot 0 first (easier to read in a debugger).
     for (int32_t s = config.max_num_seqs - 1; s >= 0; --s) free_slots_.push_back(s);
   }
@@ -33,7 +35,7 @@ ModelRunner::ModelRunner(backend::Backend& backend, const ModelRunnerConfig& con
 
 void ModelRunner::release(RequestId id) {
   const auto it = slot_of_.find(id);
-  if (it == slot_of_.end()) return;  // never ran (aborted while waiting) or 16-bit cache
+  if (it == slot_of_.end()) return;  // never ran (aborted while waiting), or no seats
   free_slots_.push_back(it->second.slot);
   slot_of_.erase(it);
 }
@@ -48,7 +50,7 @@ ModelRunner::Seat ModelRunner::slot_for(const ScheduledRequest& s) {
     return it->second;
   }
   S4KV_CHECK(!slot_of_.contains(s.request_id) && !free_slots_.empty(),
-             "model runner: no residual slot for request ", s.request_id);
+             "model runner: no free seat for request ", s.request_id);
   const Seat seat{free_slots_.back(), s.num_computed_tokens};
   free_slots_.pop_back();
   slot_of_.emplace(s.request_id, seat);
@@ -58,7 +60,7 @@ ModelRunner::Seat ModelRunner::slot_for(const ScheduledRequest& s) {
 void ModelRunner::add_sequence(const ScheduledRequest& s) {
   S4KV_CHECK(static_cast<int64_t>(s.block_table.size()) <= max_num_blocks_per_seq_,
              "model runner: block table longer than max_model_len allows");
-  const Seat seat = uses_residual_slots_ ? slot_for(s) : Seat{};
+  const Seat seat = uses_seats_ ? slot_for(s) : Seat{};
   batch_.add(s.token_ids, s.num_computed_tokens, s.block_table, seat.slot, seat.start);
   // The logits of the chunk's last token predict the request's next token.
   if (s.samples) batch_.want_logits(batch_.num_tokens() - 1);

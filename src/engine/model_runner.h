@@ -1,9 +1,9 @@
 // ModelRunner: turns the scheduler's plan for one step into the backend's flat ForwardBatch,
 // runs the forward pass and hands the logits rows to the sampler. It owns the per-step host
 // arrays (sized once for max_num_batched_tokens / max_num_seqs and reused, so a steady-state
-// step allocates nothing here) and, for int4_kivi, the residual slots: each running request
-// holds one slot for its 16-bit tail block from the step it is (re)admitted until it
-// finishes, is aborted or is preempted.
+// step allocates nothing here) and the seats (backend.h): each running request holds one seat
+// (for int4_kivi: its 16-bit tail block) from the step it is (re)admitted until it finishes, is
+// aborted or is preempted.
 //
 // It sees block ids and token ids only; the backend owns the KV bytes. It does not decide
 // what runs (the scheduler) nor what a request does with its token (the engine).
@@ -23,15 +23,16 @@
 namespace s4kv::engine {
 
 struct ModelRunnerConfig {
-  int max_num_seqs = 0;                // seats, and residual slots for int4_kivi
+  int max_num_seqs = 0;                // seats
   int64_t max_num_batched_tokens = 0;  // tokens per step
   int64_t max_model_len = 0;           // sets max_num_blocks_per_seq
 };
 
 class ModelRunner {
  public:
-  // The backend must outlive the runner. For int4_kivi its cache must have at least
-  // max_num_seqs residual slots (S4KV_CHECK: the engine sizes both from one config).
+  // The backend must outlive the runner. Its cache must have at least max_num_seqs seats, or
+  // none (then no batch carries seats; int4_kivi needs them. S4KV_CHECK: the engine sizes both
+  // from one config).
   ModelRunner(backend::Backend& backend, const ModelRunnerConfig& config);
 
   // Runs one step. `rows` has one entry per scheduled request with samples == true, in
@@ -41,8 +42,8 @@ class ModelRunner {
                std::vector<SampleOutput>& sampled);
 
   int64_t max_num_blocks_per_seq() const { return max_num_blocks_per_seq_; }
-  int num_free_residual_slots() const { return static_cast<int>(free_slots_.size()); }
-  int num_residual_slots_in_use() const { return static_cast<int>(slot_of_.size()); }
+  int num_free_seats() const { return static_cast<int>(free_slots_.size()); }
+  int num_seats_in_use() const { return static_cast<int>(slot_of_.size()); }
 
  private:
   struct Seat {
@@ -58,10 +59,10 @@ class ModelRunner {
   ModelRunnerConfig config_;
   int64_t block_size_;
   int64_t max_num_blocks_per_seq_;
-  bool uses_residual_slots_;
+  bool uses_seats_;
 
-  std::vector<int32_t> free_slots_;              // residual slots not held by anyone
-  std::unordered_map<RequestId, Seat> slot_of_;  // running request -> its residual slot
+  std::vector<int32_t> free_slots_;              // seats not held by anyone
+  std::unordered_map<RequestId, Seat> slot_of_;  // running request -> its seat
 
   // The batch under construction; reserved at construction, cleared every step.
   backend::ForwardBatchBuilder batch_;  // this step's batch; buffers reused across steps

@@ -3,10 +3,15 @@
 // next wait(), whatever the backend does with its own buffer.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <random>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/attention.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_kv_cache.h"
+#include "backend/cpu/rope.h"
 #include "backend/forward_batch_builder.h"
 #include "model/model_config.h"
 #include "model/weights.h"
@@ -84,7 +89,7 @@ TEST(CpuBackendStartUp, UnsupportedThenProfileThenInitOnce) {
   KvCacheConfig bad;
   bad.block_size = 64;
   bad.dtype = kv::KvCacheDtype::kInt4Kivi;
-  bad.num_residual_slots = 4;
+  bad.num_seats = 4;
   bad.value_group_size = 48;
   const auto reasons = backend->unsupported(bad);
   ASSERT_EQ(reasons.size(), 1u);
@@ -99,6 +104,109 @@ TEST(CpuBackendStartUp, UnsupportedThenProfileThenInitOnce) {
   ASSERT_TRUE(backend->init_kv_cache(good).is_ok());
   EXPECT_EQ(backend->kv_cache_config().num_blocks, 8);
   EXPECT_FALSE(backend->init_kv_cache(good).is_ok()) << "a second init_kv_cache";
+}
+
+// A padding sequence (dummy seat, dummy block: backend.h) beside a real one changes nothing the
+// real one computes, for every dtype, through fills and commits of the dummy block.
+class Padding : public ::testing::TestWithParam<kv::KvCacheDtype> {};
+
+TEST_P(Padding, DummySeatAndBlockChangeNothingForRealRows) {
+  constexpr int64_t kD = 128, kKv = 2, kHeads = 4, kB = 32, kLen = 150;
+  KvCacheConfig kv;
+  kv.num_blocks = 8;
+  kv.block_size = kB;
+  kv.dtype = GetParam();
+  kv.num_seats = 2;
+  if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
+    kv.num_sink_blocks = 2;
+    kv.num_window_blocks = 1;
+    kv.int4_value_hadamard = true;
+  }
+  const auto inv_freq = cpu::rope_inv_freq(kD, 10000.0, model::RopeScaling{});
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> k(static_cast<size_t>(kLen * kKv * kD)), v(k.size());
+  for (auto& x : k) x = dist(rng);
+  for (auto& x : v) x = dist(rng);
+  std::vector<int32_t> table(kLen / kB + 1);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
+  if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) table[0] = static_cast<int32_t>(kv.num_blocks);
+  const std::vector<int32_t> dummy_table(table.size(), static_cast<int32_t>(kv.dummy_block()));
+
+  std::vector<std::vector<float>> outputs[2];
+  for (int padded = 0; padded < 2; ++padded) {
+    auto cache = cpu::make_cpu_kv_cache(kv, {1, kKv, kD, DType::kBF16}, inv_freq);
+    ASSERT_TRUE(cache.is_ok()) << cache.status().message();
+    std::mt19937 qrng(9);
+    for (int64_t begin = 0; begin < kLen;) {
+      const int64_t q = begin < 100 ? 37 : 1;
+      ForwardBatchBuilder b(kB, static_cast<int64_t>(table.size()));
+      std::vector<int32_t> tokens(static_cast<size_t>(q), 0);
+      b.add(tokens, begin, std::span(table).first(static_cast<size_t>((begin + q + kB - 1) / kB)),
+            0, 0);
+      std::vector<float> kk(k.begin() + begin * kKv * kD, k.begin() + (begin + q) * kKv * kD);
+      std::vector<float> vv(v.begin() + begin * kKv * kD, v.begin() + (begin + q) * kKv * kD);
+      if (padded == 1) {  // a padding sequence of one token, its position moving along
+        const std::vector<int32_t> one = {0};
+        b.add(one, begin % kB, std::span(dummy_table).first(1),
+              static_cast<int32_t>(kv.dummy_seat()), 0);
+        kk.insert(kk.end(), k.begin(), k.begin() + kKv * kD);
+        vv.insert(vv.end(), v.begin(), v.begin() + kKv * kD);
+      }
+      const ForwardBatch batch = b.batch();
+      check_forward_batch(batch, kv, 1);
+      (*cache)->begin_step(batch);
+      (*cache)->write(0, batch, kk, vv, kKv * kD);
+      // The real rows' queries from one stream; the padding row's are zeros.
+      std::vector<float> qv(static_cast<size_t>(batch.num_tokens() * kHeads * kD), 0.0f),
+          out(qv.size());
+      for (int64_t i = 0; i < q * kHeads * kD; ++i) qv[static_cast<size_t>(i)] = dist(qrng);
+      const cpu::AttentionArgs a{qv,
+                                 kHeads * kD,
+                                 kHeads,
+                                 kKv,
+                                 kD,
+                                 1.0f / std::sqrt(float{kD}),
+                                 batch.query_start_loc,
+                                 batch.seq_lens,
+                                 out};
+      cpu::context_attention_ref(
+          a,
+          [&](int64_t s, int64_t g, int64_t n, float* kp, float* vp) {
+            return (*cache)->gather(0, batch, s, g, n, kp, vp);
+          },
+          nullptr);
+      (*cache)->commit(0, batch, nullptr);
+      out.resize(static_cast<size_t>(q * kHeads * kD));  // the real sequence's rows
+      outputs[padded].push_back(out);
+      begin += q;
+    }
+  }
+  ASSERT_EQ(outputs[0].size(), outputs[1].size());
+  for (size_t i = 0; i < outputs[0].size(); ++i) {
+    EXPECT_EQ(outputs[0][i], outputs[1][i]) << "step " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Padding,
+                         ::testing::Values(kv::KvCacheDtype::k16Bit, kv::KvCacheDtype::kFp8E4M3,
+                                           kv::KvCacheDtype::kInt4Kivi));
+
+TEST(CheckForwardBatchDeathTest, TheDummyBlockOnlyInPaddingSequences) {
+  KvCacheConfig kv;
+  kv.num_blocks = 4;
+  kv.block_size = 16;
+  kv.num_seats = 2;
+  ForwardBatchBuilder b(16, 2);
+  const std::vector<int32_t> tokens = {0};
+  const std::vector<int32_t> mixed = {0, static_cast<int32_t>(kv.dummy_block())};
+  std::vector<int32_t> t20(20, 0);
+  b.add(t20, 0, mixed, 0, 0);  // a real sequence reaching into the dummy block
+  EXPECT_DEATH(check_forward_batch(b.batch(), kv, 1), "block 1 id 4");
+  b.clear();
+  const std::vector<int32_t> real_in_dummy = {0, 1};
+  b.add(t20, 0, real_in_dummy, static_cast<int32_t>(kv.dummy_seat()), 0);  // padding, real blocks
+  EXPECT_DEATH(check_forward_batch(b.batch(), kv, 1), "not the dummy block");
 }
 
 }  // namespace

@@ -81,7 +81,7 @@ class CpuKvDtypesGolden : public ::testing::Test {
     c.block_size = kv.block_size;
     c.num_blocks = 2 * kMaxTokens / kv.block_size;
     c.dtype = kv.dtype;
-    if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) c.num_residual_slots = 8;
+    if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) c.num_seats = 8;
     c.value_group_size = kv.gv;
     c.int4_keys_post_rope = kv.post_rope;
     if (kv.v2) {

@@ -46,7 +46,7 @@ struct Seq {
   std::vector<float> k, v;  // [len, kSlotElems] fp32, keys after RoPE
   std::vector<int32_t> table;
   int32_t slot = 0;
-  int64_t residual_start = 0;  // tokens computed when it took its slot (a prefix-cache hit)
+  int64_t seat_start = 0;  // tokens computed when it took its slot (a prefix-cache hit)
 };
 
 Seq make_seq(int64_t len, uint32_t seed) {
@@ -72,7 +72,7 @@ KvCacheConfig int4_config(int64_t block_size, int64_t gv = 128, bool post_rope =
   c.num_blocks = 2 * kMaxBlocks;
   c.block_size = block_size;
   c.dtype = kv::KvCacheDtype::kInt4Kivi;
-  c.num_residual_slots = 8;
+  c.num_seats = 8;
   c.value_group_size = gv;
   c.int4_keys_post_rope = post_rope;
   return c;
@@ -98,8 +98,7 @@ Built build(int64_t block_size, bool int4, const std::vector<const Seq*>& seqs,
   for (size_t i = 0; i < seqs.size(); ++i) {
     const auto [begin, end] = ranges[i];
     std::vector<int32_t> tokens(static_cast<size_t>(end - begin), 0);
-    out.builder.add(tokens, begin, seqs[i]->table, int4 ? seqs[i]->slot : -1,
-                    seqs[i]->residual_start);
+    out.builder.add(tokens, begin, seqs[i]->table, int4 ? seqs[i]->slot : -1, seqs[i]->seat_start);
     const auto& s = *seqs[i];
     out.k.insert(out.k.end(), s.k.begin() + begin * kSlotElems, s.k.begin() + end * kSlotElems);
     out.v.insert(out.v.end(), s.v.begin() + begin * kSlotElems, s.v.begin() + end * kSlotElems);
@@ -346,7 +345,7 @@ TEST(CpuKvCache, RefusesBadInt4Layouts) {
   c = int4_config(64, 96);
   EXPECT_FALSE(make_cpu_kv_cache(c, {1, kKvHeads, kD, DType::kBF16}, inv_freq()).is_ok());
   c = int4_config(64);
-  c.num_residual_slots = 0;
+  c.num_seats = 0;
   EXPECT_FALSE(make_cpu_kv_cache(c, {1, kKvHeads, kD, DType::kBF16}, inv_freq()).is_ok());
 }
 
@@ -497,7 +496,7 @@ TEST(Int4KiviVariants, HadamardValuesQuantizedRotatedAndRotatedBackOnce) {
 
 // The window (format v2): the last full block is read 16-bit from the slot, exactly the
 // input, while its pool bytes are written as in v1 and older blocks are read as in v1. A
-// sequence that took its slot after a prefix-cache hit (residual_start) reads its last cached
+// sequence that took its slot after a prefix-cache hit (seat_start) reads its last cached
 // block from the pool, never from what an earlier owner left in the slot.
 TEST(Int4KiviVariants, WindowBlockIs16BitOnlyWhereTheSlotHoldsIt) {
   const int64_t bs = 32, len = 3 * bs + 5;
@@ -533,7 +532,7 @@ TEST(Int4KiviVariants, WindowBlockIs16BitOnlyWhereTheSlotHoldsIt) {
   read_at(*window, bs, other, len);
   Seq hit = s;
   hit.slot = 5;
-  hit.residual_start = 3 * bs;
+  hit.seat_start = 3 * bs;
   const Built built = build(bs, true, {&hit}, {{3 * bs, len}});
   const ForwardBatch batch = built.builder.batch();
   window->begin_step(batch);

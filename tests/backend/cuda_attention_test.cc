@@ -105,7 +105,7 @@ struct Seq {
   std::vector<int32_t> table;
   int64_t computed = 0;
   int32_t slot = 0;
-  int64_t residual_start = 0;
+  int64_t seat_start = 0;
 };
 
 class CudaAttention : public ::testing::TestWithParam<Format> {};
@@ -121,7 +121,7 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
   kv.block_size = B;
   kv.dtype = f.dtype;
   if (int4) {
-    kv.num_residual_slots = kNumSeqs + 2;
+    kv.num_seats = kNumSeqs + 2;
     kv.value_group_size = f.gv;
     if (f.v2) {
       kv.num_sink_blocks = kNumSeqs + 1;
@@ -187,10 +187,10 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
       if (i == 3 && s.computed == 0) {
         if (seq0_computed < 2 * B) continue;
         std::copy_n(seqs[0].table.begin(), 2, s.table.begin());
-        s.computed = s.residual_start = 2 * B;
+        s.computed = s.seat_start = 2 * B;
       }
       if (i == 1 && step == 5) {  // preempted: recomputed into a fresh slot
-        s.computed = s.residual_start = 0;
+        s.computed = s.seat_start = 0;
         s.slot = kNumSeqs + 1;
       }
       const int64_t n = lens[i];
@@ -198,7 +198,7 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
       const int64_t q = s.computed < n - 30 ? std::min(chunk(rng), n - 30 - s.computed) : 1;
       std::vector<int32_t> tokens(static_cast<size_t>(q), 0);
       builder.add(tokens, s.computed, std::span(s.table).first((s.computed + q + B - 1) / B),
-                  int4 ? s.slot : -1, s.residual_start);
+                  int4 ? s.slot : -1, s.seat_start);
       k.insert(k.end(), s.k.begin() + s.computed * kKvDim, s.k.begin() + (s.computed + q) * kKvDim);
       v.insert(v.end(), s.v.begin() + s.computed * kKvDim, s.v.begin() + (s.computed + q) * kKvDim);
       s.computed += q;
@@ -296,8 +296,8 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
       at.sink = cl.sink;
       at.staging_k = static_cast<const uint16_t*>(dk);
       at.staging_v = static_cast<const uint16_t*>(dv);
-      at.residual_slots = d.put(batch.residual_slots);
-      at.residual_starts = d.put(batch.residual_starts);
+      at.seats = d.put(batch.seats);
+      at.seat_starts = d.put(batch.seat_starts);
       at.rope_cos = cos;
       at.rope_sin = sin;
       at.value_hadamard = kv.int4_value_hadamard;
@@ -330,7 +330,7 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
     cb.seq_lens = at.seq_lens;
     cb.block_tables = at.block_tables;
     cb.max_blocks_per_seq = at.max_blocks_per_seq;
-    cb.residual_slots = at.residual_slots;
+    cb.seats = at.seats;
     cb.token_seq = at.token_seq;
     cb.positions = at.positions;
     cb.num_tokens = n;

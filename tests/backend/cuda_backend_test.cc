@@ -7,7 +7,7 @@
 //
 // A scenario of steps mixes, in one batch, prefill chunks of odd sizes (crossing block
 // boundaries), decode rows, a sequence that starts from a prefix-cache hit (its table shares
-// another's full blocks, residual_start > 0) and one that is preempted and recomputed into a
+// another's full blocks, seat_start > 0) and one that is preempted and recomputed into a
 // fresh residual slot. Every logits row of every step is compared by its relative L2 against
 // the CPU's row; the median, p99, maximum and top-1 flips are printed per format.
 #include <gtest/gtest.h>
@@ -68,7 +68,7 @@ struct Seq {
   std::vector<int32_t> table;
   int64_t computed = 0;
   int32_t slot = 0;
-  int64_t residual_start = 0;
+  int64_t seat_start = 0;
 };
 
 class Scenario {
@@ -103,7 +103,7 @@ class Scenario {
     kv.block_size = f_.block_size;
     kv.dtype = f_.dtype;
     if (f_.dtype == kv::KvCacheDtype::kInt4Kivi) {
-      kv.num_residual_slots = kMaxSeqs;
+      kv.num_seats = kMaxSeqs;
       kv.value_group_size = f_.gv;
       if (f_.v2) {
         kv.num_sink_blocks = kMaxSeqs;
@@ -128,12 +128,12 @@ class Scenario {
         // Shares sequence 0's first 3 blocks (sink included), already computed by then.
         std::copy_n(seqs_[0].table.begin(), 3, s.table.begin());
         s.computed = 3 * f_.block_size;
-        s.residual_start = s.computed;
+        s.seat_start = s.computed;
       }
       if (i == 2 && step_ == 6) {  // preempted: recomputed from 0 into a fresh slot
         s.computed = 0;
         s.slot = 5;
-        s.residual_start = 0;
+        s.seat_start = 0;
       }
       const auto n = static_cast<int64_t>(s.tokens.size());
       if (s.computed >= n) continue;
@@ -143,7 +143,7 @@ class Scenario {
       const int32_t row =
           b.add(std::span(s.tokens).subspan(s.computed, q), s.computed,
                 std::span(s.table).first((s.computed + q + f_.block_size - 1) / f_.block_size),
-                int4 ? s.slot : -1, s.residual_start);
+                int4 ? s.slot : -1, s.seat_start);
       for (int64_t j = 0; j < q; j += 7) b.want_logits(row + static_cast<int32_t>(j));
       if ((q - 1) % 7 != 0) b.want_logits(row + static_cast<int32_t>(q - 1));
       s.computed += q;
@@ -248,7 +248,7 @@ TEST(CudaBackend, RefusesWhatItCannotRun) {
   kv.num_blocks = 8;
   kv.block_size = 64;
   kv.dtype = kv::KvCacheDtype::kInt4Kivi;
-  kv.num_residual_slots = 1;
+  kv.num_seats = 1;
   kv.int4_keys_post_rope = true;
   auto r = make_started_backend("cuda", DType::kBF16, *config, *weights, kv, {64, 1, 256});
   ASSERT_FALSE(r.is_ok());

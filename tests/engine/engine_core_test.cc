@@ -385,8 +385,8 @@ TEST(EngineCore, Int4KiviResidualSlotsUnderPressure) {
   EXPECT_GT(core.scheduler().num_preemptions_total(), 0);
   for (RequestId id : ids) EXPECT_EQ(out.at(id)[0].ids.size(), 60u);
   (void)core.step();  // reports the last finished ids to the runner
-  EXPECT_EQ(core.model_runner().num_residual_slots_in_use(), 0);
-  EXPECT_EQ(core.model_runner().num_free_residual_slots(), 4);
+  EXPECT_EQ(core.model_runner().num_seats_in_use(), 0);
+  EXPECT_EQ(core.model_runner().num_free_seats(), 4);
   expect_pool_empty(core);
 
   // Prompt plus outputs within one block: bit-identical to 16-bit, so the same greedy tokens.

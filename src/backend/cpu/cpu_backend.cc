@@ -170,7 +170,7 @@ std::vector<std::string> CpuBackend::unsupported(const KvCacheConfig& kv) const 
   KvCacheConfig probe = kv;
   probe.num_blocks = 1;
   probe.num_sink_blocks = std::min<int64_t>(kv.num_sink_blocks, 1);
-  probe.num_residual_slots = std::min<int64_t>(kv.num_residual_slots, 1);
+  probe.num_seats = std::min<int64_t>(kv.num_seats, 1);
   auto cache = make_cpu_kv_cache(probe, cache_shape(config_), inv_freq_);
   if (!cache.is_ok()) return {cache.status().message()};
   return {};

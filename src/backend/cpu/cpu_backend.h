@@ -25,7 +25,7 @@ struct CpuBackendOptions {
 // The backend before its start-up (backend.h: unsupported -> profile -> init_kv_cache). KV cache
 // dtypes: 16-bit, fp8_e4m3 and int4_kivi (cpu_kv_cache.h); init_kv_cache refuses
 // (kInvalidArgument) a non-positive num_blocks or block_size, and for int4_kivi a block size,
-// value group size or head dim its layout does not allow or num_residual_slots <= 0; profile()
+// value group size or head dim its layout does not allow or num_seats <= 0; profile()
 // has no budget (--kv-cache-memory sizes the CPU's cache). `weights` may be released once this
 // returns.
 std::unique_ptr<Backend> make_cpu_backend(const model::ModelConfig& config,

@@ -23,8 +23,8 @@ const int32_t* table_of(const ForwardBatch& batch, int64_t seq) {
 class Paged16BitKvCache final : public CpuKvCache {
  public:
   Paged16BitKvCache(const KvCacheConfig& config, const CpuKvCacheShape& s)
-      : cache_(KvCacheShape{s.num_layers, config.num_blocks, config.block_size, s.num_kv_heads,
-                            s.head_dim, s.dtype}) {}
+      : cache_(KvCacheShape{s.num_layers, config.num_blocks + 1 /* dummy */, config.block_size,
+                            s.num_kv_heads, s.head_dim, s.dtype}) {}
 
   void write(int64_t layer, const ForwardBatch& batch, std::span<const float> k,
              std::span<const float> v, int64_t row_stride) override {
@@ -57,7 +57,7 @@ class PagedFp8KvCache final : public CpuKvCache {
       : block_size_(config.block_size),
         head_dim_(s.head_dim),
         slot_elems_(s.num_kv_heads * s.head_dim),
-        layer_elems_(config.num_blocks * config.block_size * slot_elems_),
+        layer_elems_((config.num_blocks + 1 /* dummy */) * config.block_size * slot_elems_),
         dtype_(s.dtype),
         data_(static_cast<size_t>(s.num_layers * 2 * layer_elems_), 0) {
     for (int i = 0; i < 256; ++i) decode_[i] = kv::fp8_e4m3_to_float(static_cast<uint8_t>(i));
@@ -143,9 +143,9 @@ Result<std::unique_ptr<CpuKvCache>> make_cpu_kv_cache(const KvCacheConfig& confi
                                                static_cast<int>(shape.head_dim),
                                                static_cast<int>(config.value_group_size));
       if (!layout.is_ok()) return layout.status();
-      if (config.num_residual_slots <= 0) {
-        return invalid_argument("int4_kivi: num_residual_slots must be positive (got " +
-                                std::to_string(config.num_residual_slots) + ")");
+      if (config.num_seats <= 0) {
+        return invalid_argument("int4_kivi: num_seats must be positive (got " +
+                                std::to_string(config.num_seats) + ")");
       }
       return std::unique_ptr<CpuKvCache>(
           std::make_unique<Int4KiviKvCache>(config, shape, *layout, inv_freq));

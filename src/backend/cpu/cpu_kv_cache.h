@@ -72,7 +72,7 @@ class CpuKvCache {
 };
 
 // Refuses (kInvalidArgument) a bad int4_kivi layout (block size, value group size, head dim), a
-// non-positive num_residual_slots for int4_kivi, a negative num_sink_blocks, and sink blocks or
+// non-positive num_seats for int4_kivi, a negative num_sink_blocks, and sink blocks or
 // Hadamard values with another dtype (or Hadamard values with a head dim that is not a power of
 // two). inv_freq: [head_dim / 2] (int4_kivi's RoPE table).
 Result<std::unique_ptr<CpuKvCache>> make_cpu_kv_cache(const KvCacheConfig& config,

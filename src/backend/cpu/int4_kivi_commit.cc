@@ -81,8 +81,8 @@ void Int4KiviKvCache::commit(int64_t layer, const ForwardBatch& batch, ThreadPoo
     const int64_t q_begin = batch.query_start_loc[s];
     const int64_t seq_len = batch.seq_lens[s];
     const int64_t start = seq_len - (batch.query_start_loc[s + 1] - q_begin);
-    uint16_t* rk = residual(layer, batch.residual_slots[s], 0);
-    uint16_t* rv = residual(layer, batch.residual_slots[s], 1);
+    uint16_t* rk = residual(layer, batch.seats[s], 0);
+    uint16_t* rv = residual(layer, batch.seats[s], 1);
     const int64_t kept = std::max<int64_t>(0, seq_len / block_size_ - (ring_ - 1)) * block_size_;
     for (int64_t p = std::max(start, kept); p < seq_len; ++p) {
       const auto src = static_cast<size_t>((q_begin + p - start) * slot_elems_);

@@ -15,8 +15,8 @@ Int4KiviKvCache::Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheSh
     : layout_(layout),
       num_layers_(shape.num_layers),
       num_blocks_(config.num_blocks),
-      num_slots_(config.num_residual_slots),
-      num_sink_(config.num_sink_blocks),
+      num_slots_(config.num_seats + 1),       // the last: the dummy seat
+      num_sink_(config.num_sink_blocks + 1),  // the last: the dummy block
       block_size_(config.block_size),
       num_kv_heads_(shape.num_kv_heads),
       head_dim_(shape.head_dim),
@@ -47,7 +47,7 @@ void Int4KiviKvCache::begin_step(const ForwardBatch& batch) {
   const int32_t max_len = *std::max_element(batch.seq_lens.begin(), batch.seq_lens.end());
   rope_.ensure(max_len);
   std::fill(slot_used_.begin(), slot_used_.end(), 0);
-  for (int32_t slot : batch.residual_slots) {
+  for (int32_t slot : batch.seats) {
     S4KV_CHECK(slot_used_[static_cast<size_t>(slot)] == 0, "int4_kivi: residual slot ", slot,
                " given to two sequences of one batch");
     slot_used_[static_cast<size_t>(slot)] = 1;
@@ -88,7 +88,7 @@ RotatedValues Int4KiviKvCache::gather(int64_t layer, const ForwardBatch& batch, 
   // The window: the last full block (not a sink block) is read 16-bit from the slot, like the
   // tail after it, when the slot holds it. Blocks before `from_pool_end` are pool or sink blocks.
   const bool window = ring_ > 1 && num_full > 0 && !is_sink(table[num_full - 1]) &&
-                      (num_full - 1) * block_size_ >= batch.residual_starts[seq];
+                      (num_full - 1) * block_size_ >= batch.seat_starts[seq];
   const int64_t from_pool_end = window ? num_full - 1 : num_full;
   int64_t num_sink = 0;  // full sink blocks: 16-bit, as the 16-bit cache holds them
   for (int64_t i = 0; i < from_pool_end; ++i) {
@@ -127,7 +127,7 @@ const uint16_t* Int4KiviKvCache::k_row(int64_t layer, const ForwardBatch& batch,
   const int64_t q_begin = batch.query_start_loc[seq];
   const int64_t start = batch.seq_lens[seq] - (batch.query_start_loc[seq + 1] - q_begin);
   if (pos >= start) return staging_k_.data() + (q_begin + pos - start) * slot_elems_;
-  return residual_k(layer, batch.residual_slots[seq]).data() + ring_row(pos) * slot_elems_;
+  return residual_k(layer, batch.seats[seq]).data() + ring_row(pos) * slot_elems_;
 }
 
 const uint16_t* Int4KiviKvCache::v_row(int64_t layer, const ForwardBatch& batch, int64_t seq,
@@ -135,7 +135,7 @@ const uint16_t* Int4KiviKvCache::v_row(int64_t layer, const ForwardBatch& batch,
   const int64_t q_begin = batch.query_start_loc[seq];
   const int64_t start = batch.seq_lens[seq] - (batch.query_start_loc[seq + 1] - q_begin);
   if (pos >= start) return staging_v_.data() + (q_begin + pos - start) * slot_elems_;
-  return residual_v(layer, batch.residual_slots[seq]).data() + ring_row(pos) * slot_elems_;
+  return residual_v(layer, batch.seats[seq]).data() + ring_row(pos) * slot_elems_;
 }
 
 std::span<const std::byte> Int4KiviKvCache::block(int64_t layer, int64_t block_id,

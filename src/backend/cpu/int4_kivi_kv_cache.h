@@ -2,21 +2,23 @@
 // "The CPU backend"). Per layer:
 //   pool      [num_blocks, num_kv_heads] int4 blocks of Int4KiviLayout (block_bytes each): the
 //             full blocks, keys quantized before RoPE (after RoPE with int4_keys_post_rope);
-//   residual  [num_residual_slots, R * block_size, num_kv_heads, head_dim] 16-bit K and V: each
+//   residual  [num_seats + 1 (the dummy seat), R * block_size, num_kv_heads, head_dim] 16-bit
+//             K and V: each
 //             running sequence's partly filled tail block, keys after RoPE, exactly the bits the
-//             16-bit cache holds (slot = ForwardBatch::residual_slots[s]); with the window
+//             16-bit cache holds (slot = ForwardBatch::seats[s]); with the window
 //             candidate (R = 2) also its last full block. Position p is at row
 //             (p / B % R) * B + p % B: a ring of R blocks;
 //   staging   [num_tokens, num_kv_heads, head_dim] 16-bit K and V of this step's new tokens
 //             (per step, shared by the layers: kv_write fills it, kv_commit empties it).
-//   sink      [num_sink_blocks, 2 (K, V), block_size, num_kv_heads, head_dim] 16-bit: the
+//   sink      [num_sink_blocks + 1 (the dummy block, backend.h), 2 (K, V), block_size,
+//             num_kv_heads, head_dim] 16-bit: the
 //             sink blocks (format v2: every sequence's first block, ids num_blocks ..
 //             num_blocks + num_sink_blocks - 1 in its block table), exactly the 16-bit cache's
 //             bits, never quantized.
 // Invariant between steps: for a sequence of length L, its full blocks i < L / B are in the pool
 // (or, for a sink id, in the sink area) at the block table's ids; positions [L / B * B, L) are
 // in its residual slot, and with the window also block L / B - 1 when the slot holds it
-// (it starts at or after ForwardBatch::residual_starts[s]), which attention then reads 16-bit. With
+// (it starts at or after ForwardBatch::seat_starts[s]), which attention then reads 16-bit. With
 // the int4_value_hadamard candidate the pool's values are quantized after a Hadamard rotation and
 // gather leaves them rotated (it returns their positions; attention rotates its output back).
 //
@@ -42,7 +44,7 @@ namespace s4kv::backend::cpu {
 class Int4KiviKvCache final : public CpuKvCache {
  public:
   // layout: from Int4KiviLayout::create(config.block_size, shape.head_dim, Gv);
-  // inv_freq: [head_dim / 2]; config.num_residual_slots > 0 (checked).
+  // inv_freq: [head_dim / 2]; config.num_seats > 0 (checked).
   Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheShape& shape,
                   const kv::Int4KiviLayout& layout, std::span<const float> inv_freq);
 

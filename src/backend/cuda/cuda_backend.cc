@@ -161,7 +161,7 @@ std::vector<std::string> unsupported_reasons(const KvCacheConfig& kv) {
       r.push_back(
           "cuda backend: int4_kivi with keys quantized after RoPE is a CPU evaluation layout");
     }
-    if (kv.num_residual_slots <= 0 || kv.num_sink_blocks < 0 || kv.num_window_blocks < 0 ||
+    if (kv.num_seats <= 0 || kv.num_sink_blocks < 0 || kv.num_window_blocks < 0 ||
         kv.num_window_blocks > 1) {
       r.push_back(
           "cuda backend: int4_kivi needs residual slots, sink blocks >= 0 and a window "
@@ -184,7 +184,7 @@ Status unsupported_status(const std::vector<std::string>& reasons) {
 // Equal but for num_blocks.
 bool same_shape(const KvCacheConfig& a, const KvCacheConfig& b) {
   return a.num_blocks == b.num_blocks && a.block_size == b.block_size && a.dtype == b.dtype &&
-         a.num_residual_slots == b.num_residual_slots && a.value_group_size == b.value_group_size &&
+         a.num_seats == b.num_seats && a.value_group_size == b.value_group_size &&
          a.num_sink_blocks == b.num_sink_blocks && a.num_window_blocks == b.num_window_blocks &&
          a.int4_value_hadamard == b.int4_value_hadamard &&
          a.int4_keys_post_rope == b.int4_keys_post_rope;
@@ -198,11 +198,11 @@ int64_t kv_cache_bytes(const model::ModelConfig& c, const KvCacheConfig& kv,
   if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
     const int64_t ring = 1 + kv.num_window_blocks;
     return L * kv.num_blocks * nkv * static_cast<int64_t>(layout.block_bytes) +
-           L * kv.num_residual_slots * 2 * ring * B * kv_dim * 2 +
-           L * kv.num_sink_blocks * 2 * B * kv_dim * 2;
+           L * (kv.num_seats + 1) * 2 * ring * B * kv_dim * 2 +
+           L * (kv.num_sink_blocks + 1) * 2 * B * kv_dim * 2;
   }
   const int64_t es = kv.dtype == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
-  return 2 * L * kv.num_blocks * B * kv_dim * es;
+  return 2 * L * (kv.num_blocks + 1) * B * kv_dim * es;
 }
 
 class CudaBackend final : public SynchronousBackend {
@@ -385,16 +385,15 @@ Status CudaBackend::init_kv_cache(const KvCacheConfig& kv) {
   if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
     pool_ = static_cast<std::byte*>(
         alloc(static_cast<size_t>(L * kv.num_blocks * nkv) * layout_.block_bytes));
+    // One more seat and one more sink-area block: the dummies (backend.h), as on the CPU.
     residual_ = static_cast<uint16_t*>(
-        alloc(static_cast<size_t>(L * kv.num_residual_slots * 2 * ring_ * B * kv_dim_) * 2));
-    if (kv.num_sink_blocks > 0) {
-      sink_ = static_cast<uint16_t*>(
-          alloc(static_cast<size_t>(L * kv.num_sink_blocks * 2 * B * kv_dim_) * 2));
-    }
-    slot_used_.assign(static_cast<size_t>(kv.num_residual_slots), 0);
+        alloc(static_cast<size_t>(L * (kv.num_seats + 1) * 2 * ring_ * B * kv_dim_) * 2));
+    sink_ = static_cast<uint16_t*>(
+        alloc(static_cast<size_t>(L * (kv.num_sink_blocks + 1) * 2 * B * kv_dim_) * 2));
+    slot_used_.assign(static_cast<size_t>(kv.num_seats + 1), 0);
   } else {
     const int64_t es = kv.dtype == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
-    kv_layer_elems_ = kv.num_blocks * B * kv_dim_;
+    kv_layer_elems_ = (kv.num_blocks + 1 /* the dummy block */) * B * kv_dim_;
     kv_k_ = alloc(static_cast<size_t>(L * kv_layer_elems_ * es));
     kv_v_ = alloc(static_cast<size_t>(L * kv_layer_elems_ * es));
   }
@@ -571,13 +570,13 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     at.pool = pool_ + layer * kv_.num_blocks * nkv * static_cast<int64_t>(layout_.block_bytes);
     at.layout = layout_;
     at.num_pool_blocks = kv_.num_blocks;
-    at.residual = residual_ + layer * kv_.num_residual_slots * 2 * ring_ * B * kv_dim_;
+    at.residual = residual_ + layer * (kv_.num_seats + 1) * 2 * ring_ * B * kv_dim_;
     at.ring = ring_;
-    at.sink = sink_ != nullptr ? sink_ + layer * kv_.num_sink_blocks * 2 * B * kv_dim_ : nullptr;
+    at.sink = sink_ + layer * (kv_.num_sink_blocks + 1) * 2 * B * kv_dim_;
     at.staging_k = staging_k_;
     at.staging_v = staging_v_;
-    at.residual_slots = step_.res_slots;
-    at.residual_starts = step_.res_starts;
+    at.seats = step_.res_slots;
+    at.seat_starts = step_.res_starts;
     at.rope_cos = rope_cos_;
     at.rope_sin = rope_sin_;
     at.keys_post_rope = kv_.int4_keys_post_rope;
@@ -594,7 +593,7 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     cb.seq_lens = step_.seq_lens;
     cb.block_tables = step_.tables;
     cb.max_blocks_per_seq = step_.max_blocks;
-    cb.residual_slots = step_.res_slots;
+    cb.seats = step_.res_slots;
     cb.token_seq = step_.token_seq;
     cb.positions = step_.positions;
     cb.num_tokens = n;
@@ -660,7 +659,7 @@ std::span<const float> CudaBackend::run(const ForwardBatch& b) {
   }
   if (int4) {
     std::fill(slot_used_.begin(), slot_used_.end(), 0);
-    for (int32_t slot : b.residual_slots) {
+    for (int32_t slot : b.seats) {
       S4KV_CHECK(slot_used_[static_cast<size_t>(slot)] == 0, "int4_kivi: residual slot ", slot,
                  " given to two sequences of one batch");
       slot_used_[static_cast<size_t>(slot)] = 1;
@@ -681,8 +680,8 @@ std::span<const float> CudaBackend::run(const ForwardBatch& b) {
   step_.max_blocks = b.max_num_blocks_per_seq;
   step_.logits_rows = arena_.put(b.logits_indices.data(), b.logits_indices.size());
   step_.slots = arena_.put(b.slot_mapping.data(), b.slot_mapping.size());
-  step_.res_slots = arena_.put(b.residual_slots.data(), b.residual_slots.size());
-  step_.res_starts = arena_.put(b.residual_starts.data(), b.residual_starts.size());
+  step_.res_slots = arena_.put(b.seats.data(), b.seats.size());
+  step_.res_starts = arena_.put(b.seat_starts.data(), b.seat_starts.size());
   step_.fills = arena_.put(fills_.fills.data(), fills_.fills.size());
   step_.num_fills = int4 ? static_cast<int64_t>(fills_.fills.size()) : 0;
   step_.first_pos = arena_.put(fills_.first_position.data(), fills_.first_position.size());

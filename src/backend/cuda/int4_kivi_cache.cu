@@ -28,7 +28,7 @@ __global__ void gather_fills_kernel(const Int4FillBlock* fills, Int4CacheBatch b
     k = layer.staging_k + (q_begin + pos - start) * kv_dim;
     v = layer.staging_v + (q_begin + pos - start) * kv_dim;
   } else {
-    const int64_t slot = batch.residual_slots[f.seq];
+    const int64_t slot = batch.seats[f.seq];
     k = layer.residual + (slot * 2 * layer.ring * b + ring_row(pos, b, layer.ring)) * kv_dim;
     v = k + static_cast<int64_t>(layer.ring) * b * kv_dim;
   }
@@ -60,7 +60,7 @@ __global__ void residual_write_kernel(Int4CacheBatch batch, Int4CacheLayer layer
   const int64_t kept_blocks = seq_len / b - (layer.ring - 1);
   if (p < (kept_blocks > 0 ? kept_blocks : 0) * b) return;
   const int64_t kv_dim = static_cast<int64_t>(layer.num_kv_heads) * kD;
-  const int64_t slot = batch.residual_slots[s];
+  const int64_t slot = batch.seats[s];
   uint16_t* k = layer.residual + (slot * 2 * layer.ring * b + ring_row(p, b, layer.ring)) * kv_dim;
   uint16_t* v = k + static_cast<int64_t>(layer.ring) * b * kv_dim;
   for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {

@@ -33,9 +33,9 @@ struct Int4CacheBatch {
   const int32_t* seq_lens = nullptr;         // [num_seqs]
   const int32_t* block_tables = nullptr;     // [num_seqs, max_blocks_per_seq]
   int64_t max_blocks_per_seq = 0;
-  const int32_t* residual_slots = nullptr;  // [num_seqs]
-  const int32_t* token_seq = nullptr;       // [num_tokens]
-  const int32_t* positions = nullptr;       // [num_tokens]
+  const int32_t* seats = nullptr;      // [num_seqs]
+  const int32_t* token_seq = nullptr;  // [num_tokens]
+  const int32_t* positions = nullptr;  // [num_tokens]
   int64_t num_tokens = 0;
 };
 

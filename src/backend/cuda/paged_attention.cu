@@ -148,9 +148,9 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
   if (a.cache == kv::KvCacheDtype::kInt4Kivi) {
     const int num_full = sv.start / a.block_size;
     const bool window = a.ring > 1 && num_full > 0 && sv.table[num_full - 1] < a.num_pool_blocks &&
-                        (num_full - 1) * a.block_size >= a.residual_starts[s];
+                        (num_full - 1) * a.block_size >= a.seat_starts[s];
     sv.from_pool_end = window ? num_full - 1 : num_full;
-    sv.slot = a.residual_slots[s];
+    sv.slot = a.seats[s];
   }
 
   float q[kPerLane];
@@ -225,8 +225,8 @@ void launch_paged_attention(const PagedAttentionArgs& a, cudaStream_t stream) {
   if (a.num_tokens == 0) return;
   if (a.cache == kv::KvCacheDtype::kInt4Kivi) {
     S4KV_CHECK(a.layout.head_dim == kD && a.layout.block_size == a.block_size && a.pool &&
-                   a.residual && a.staging_k && a.staging_v && a.residual_slots &&
-                   a.residual_starts && a.ring >= 1 && (a.keys_post_rope || a.rope_cos),
+                   a.residual && a.staging_k && a.staging_v && a.seats && a.seat_starts &&
+                   a.ring >= 1 && (a.keys_post_rope || a.rope_cos),
                "paged_attention: int4_kivi arguments");
   } else {
     S4KV_CHECK(a.k_cache != nullptr && a.v_cache != nullptr, "paged_attention: null cache");

@@ -57,9 +57,9 @@ struct PagedAttentionArgs {
   const uint16_t* sink = nullptr;       // [num_sink, 2, B, num_kv_heads * 128]
   const uint16_t* staging_k = nullptr;  // [num_tokens, num_kv_heads * 128]
   const uint16_t* staging_v = nullptr;
-  const int32_t* residual_slots = nullptr;   // [num_seqs]
-  const int32_t* residual_starts = nullptr;  // [num_seqs]
-  const float* rope_cos = nullptr;           // [positions, 64] RopeTable rows
+  const int32_t* seats = nullptr;        // [num_seqs]
+  const int32_t* seat_starts = nullptr;  // [num_seqs]
+  const float* rope_cos = nullptr;       // [positions, 64] RopeTable rows
   const float* rope_sin = nullptr;
   bool keys_post_rope = false;
   bool value_hadamard = false;
