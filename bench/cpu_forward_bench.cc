@@ -54,7 +54,7 @@ struct Step {
   std::vector<int32_t> token_ids, positions, query_start_loc{0}, seq_lens, block_tables,
       logits_indices;
   std::vector<int64_t> slot_mapping;
-  std::vector<int32_t> residual_slots;  // int4_kivi: sequence s uses slot s
+  std::vector<int32_t> seats;  // int4_kivi: sequence s uses slot s
   bool int4 = false;
 
   void add(int64_t seq, int64_t cached, const std::vector<int32_t>& new_tokens) {
@@ -70,11 +70,11 @@ struct Step {
       block_tables.push_back(static_cast<int32_t>(seq * kMaxBlocks + b));
     }
     logits_indices.push_back(static_cast<int32_t>(token_ids.size()) - 1);
-    if (int4) residual_slots.push_back(static_cast<int32_t>(seq));
+    if (int4) seats.push_back(static_cast<int32_t>(seq));
   }
   ForwardBatch batch() const {
-    return {token_ids,  positions,    query_start_loc, seq_lens,      block_tables,
-            kMaxBlocks, slot_mapping, logits_indices,  residual_slots};
+    return {token_ids,  positions,    query_start_loc, seq_lens, block_tables,
+            kMaxBlocks, slot_mapping, logits_indices,  seats};
   }
 };
 
@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
   if (kv_dtype_name == "fp8_e4m3") kv_config.dtype = s4kv::kv::KvCacheDtype::kFp8E4M3;
   if (kv_dtype_name == "int4_kivi") kv_config.dtype = s4kv::kv::KvCacheDtype::kInt4Kivi;
   const bool int4 = kv_config.dtype == s4kv::kv::KvCacheDtype::kInt4Kivi;
-  kv_config.num_residual_slots = 8;
+  kv_config.num_seats = 8;
   kv_config.value_group_size = value_group_size;
   auto made = s4kv::backend::cpu::make_cpu_backend(*config, *weights, kv_config);
   if (!made.is_ok()) {

@@ -51,7 +51,7 @@ std::unique_ptr<Backend> make(const s4kv::model::ModelConfig& config,
   c.block_size = l.block_size;
   c.num_blocks = kMaxTokens / l.block_size;
   c.dtype = l.dtype;
-  if (l.dtype == KvCacheDtype::kInt4Kivi) c.num_residual_slots = 1;
+  if (l.dtype == KvCacheDtype::kInt4Kivi) c.num_seats = 1;
   c.value_group_size = l.gv;
   c.int4_keys_post_rope = l.post_rope;
   auto b = s4kv::backend::cpu::make_cpu_backend(config, weights, c);
