@@ -279,21 +279,17 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
     at.max_blocks_per_seq = batch.max_num_blocks_per_seq;
     at.cache = f.dtype;
     at.bf16 = true;
-    Int4CacheBatch cb;
-    Int4CacheLayer cl;
     std::byte* pool = nullptr;
     if (int4) {
       pool = d.put(written.pool);
       at.pool = pool;
       at.layout = layout;
       at.num_pool_blocks = kv.num_blocks;
-      cl.residual = d.put(std::span<const uint16_t>(
+      at.residual = d.put(std::span<const uint16_t>(
           reinterpret_cast<const uint16_t*>(written.residual.data()), written.residual.size() / 2));
-      cl.sink = d.put(std::span<const uint16_t>(
-          reinterpret_cast<const uint16_t*>(written.sink.data()), written.sink.size() / 2));
-      at.residual = cl.residual;
       at.ring = 1 + static_cast<int>(kv.num_window_blocks);
-      at.sink = cl.sink;
+      at.sink = d.put(std::span<const uint16_t>(
+          reinterpret_cast<const uint16_t*>(written.sink.data()), written.sink.size() / 2));
       at.staging_k = static_cast<const uint16_t*>(dk);
       at.staging_v = static_cast<const uint16_t*>(dv);
       at.seats = d.put(batch.seats);
@@ -326,20 +322,6 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
     Int4FillPlan plan;
     plan_int4_fills(batch, kv.num_blocks, B, kKvHeads, plan);
     commits += plan.num_quantized;
-    cb.query_start_loc = at.query_start_loc;
-    cb.seq_lens = at.seq_lens;
-    cb.block_tables = at.block_tables;
-    cb.max_blocks_per_seq = at.max_blocks_per_seq;
-    cb.seats = at.seats;
-    cb.token_seq = at.token_seq;
-    cb.positions = at.positions;
-    cb.num_tokens = n;
-    cl.staging_k = at.staging_k;
-    cl.staging_v = at.staging_v;
-    cl.num_pool_blocks = kv.num_blocks;
-    cl.ring = at.ring;
-    cl.block_size = static_cast<int>(B);
-    cl.num_kv_heads = kKvHeads;
     const size_t scratch =
         static_cast<size_t>(std::max<int64_t>(plan.num_quantized, 1) * kKvHeads * B * kD);
     uint16_t* sk = d.zeros<uint16_t>(scratch);
@@ -358,12 +340,12 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
     st.sin = sin;
     st.num_positions = kMaxLen;
     st.value_hadamard = kv.int4_value_hadamard;
-    launch_int4_kivi_commit_step(st, cb, cl, nullptr);
+    launch_int4_kivi_commit_step(st, int4_cache_batch(at), int4_cache_layer(at), nullptr);
     const cpu::KvStorageView post = cache.storage(0);
     ASSERT_EQ(differing(post.pool, download(pool, post.pool.size())), 0) << "pool bytes";
-    ASSERT_EQ(differing(post.residual, download(cl.residual, post.residual.size())), 0)
+    ASSERT_EQ(differing(post.residual, download(at.residual, post.residual.size())), 0)
         << "residual bytes";
-    ASSERT_EQ(differing(post.sink, download(cl.sink, post.sink.size())), 0) << "sink bytes";
+    ASSERT_EQ(differing(post.sink, download(at.sink, post.sink.size())), 0) << "sink bytes";
   }
   std::printf(
       "[ cuda att ] %-18s %3lld steps  attention max rel L2 %.2e  int4 blocks committed "

@@ -565,7 +565,6 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
   at.max_blocks_per_seq = step_.max_blocks;
   at.cache = kv_.dtype;
   at.bf16 = kv16_ == DType::kBF16;
-  Int4CacheLayer cl;
   if (int4) {
     at.pool = pool_ + layer * kv_.num_blocks * nkv * static_cast<int64_t>(layout_.block_bytes);
     at.layout = layout_;
@@ -588,23 +587,6 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
   launch_paged_attention(at, stream_);
 
   if (int4) {  // kv_commit
-    Int4CacheBatch cb;
-    cb.query_start_loc = step_.qsl;
-    cb.seq_lens = step_.seq_lens;
-    cb.block_tables = step_.tables;
-    cb.max_blocks_per_seq = step_.max_blocks;
-    cb.seats = step_.res_slots;
-    cb.token_seq = step_.token_seq;
-    cb.positions = step_.positions;
-    cb.num_tokens = n;
-    cl.residual = const_cast<uint16_t*>(at.residual);
-    cl.sink = const_cast<uint16_t*>(at.sink);
-    cl.staging_k = staging_k_;
-    cl.staging_v = staging_v_;
-    cl.num_pool_blocks = kv_.num_blocks;
-    cl.ring = ring_;
-    cl.block_size = static_cast<int>(B);
-    cl.num_kv_heads = static_cast<int>(nkv);
     Int4CommitStep st;
     st.fills = step_.fills;
     st.num_fills = step_.num_fills;
@@ -621,7 +603,7 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     st.bf16 = at.bf16;
     st.keys_post_rope = kv_.int4_keys_post_rope;
     st.value_hadamard = kv_.int4_value_hadamard;
-    launch_int4_kivi_commit_step(st, cb, cl, stream_);
+    launch_int4_kivi_commit_step(st, int4_cache_batch(at), int4_cache_layer(at), stream_);
   }
   gemm_->run(attn_, w.o, x_, n, q_dim_, c.hidden_size, true);
 }

@@ -116,6 +116,32 @@ void launch_int4_kivi_residual_write(const Int4CacheBatch& batch, const Int4Cach
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 
+Int4CacheBatch int4_cache_batch(const PagedAttentionArgs& at) {
+  Int4CacheBatch cb;
+  cb.query_start_loc = at.query_start_loc;
+  cb.seq_lens = at.seq_lens;
+  cb.block_tables = at.block_tables;
+  cb.max_blocks_per_seq = at.max_blocks_per_seq;
+  cb.seats = at.seats;
+  cb.token_seq = at.token_seq;
+  cb.positions = at.positions;
+  cb.num_tokens = at.num_tokens;
+  return cb;
+}
+
+Int4CacheLayer int4_cache_layer(const PagedAttentionArgs& at) {
+  Int4CacheLayer cl;
+  cl.residual = const_cast<uint16_t*>(at.residual);
+  cl.sink = const_cast<uint16_t*>(at.sink);
+  cl.staging_k = at.staging_k;
+  cl.staging_v = at.staging_v;
+  cl.num_pool_blocks = at.num_pool_blocks;
+  cl.ring = at.ring;
+  cl.block_size = at.block_size;
+  cl.num_kv_heads = at.num_kv_heads;
+  return cl;
+}
+
 void launch_int4_kivi_commit_step(const Int4CommitStep& st, const Int4CacheBatch& batch,
                                   const Int4CacheLayer& layer, cudaStream_t stream) {
   launch_int4_kivi_gather_fills(st.fills, st.num_fills, batch, layer, st.scratch_k, st.scratch_v,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/paged_attention.cuh"
 #include "kv/int4_kivi_layout.h"
 
 namespace s4kv::backend::cuda {
@@ -74,6 +75,10 @@ void launch_int4_kivi_residual_write(const Int4CacheBatch& batch, const Int4Cach
 }  // namespace s4kv::backend::cuda
 
 namespace s4kv::backend::cuda {
+
+// The commit reads the arrays the layer's attention read: its batch and its int4_kivi parts.
+Int4CacheBatch int4_cache_batch(const PagedAttentionArgs& attention);
+Int4CacheLayer int4_cache_layer(const PagedAttentionArgs& attention);
 
 // A layer's whole kv_commit, the three launches in order: gather_fills -> the quantizer
 // (launch_int4_kivi_commit into the pool at out_index) -> residual_write. Device arrays of the
