@@ -60,8 +60,11 @@ ApiError from_status(const Status& status, std::optional<std::string> param) {
       e.headers.emplace_back("Retry-After", "1");
       return e;
     }
-    case StatusCode::kUnavailable:
-      return api_error(503, status.message(), std::move(param));
+    case StatusCode::kUnavailable: {  // not serving: the drain
+      ApiError e = api_error(503, status.message(), std::move(param));
+      e.close = true;
+      return e;
+    }
     default:
       return api_error(500, status.message(), std::move(param));
   }

@@ -21,6 +21,9 @@ struct ApiError {
   std::optional<std::string> param;  // the request field at fault; null when none
   std::optional<std::string> code;   // a string code ("context_length_exceeded"); else the status
   std::vector<std::pair<std::string, std::string>> headers;  // extra headers (Retry-After)
+  // The server is shutting down: the connection closes after this answer ("Connection: close"),
+  // whatever the HTTP layer has learnt of the drain yet.
+  bool close = false;
 };
 
 // The OpenAI type name for an HTTP status: 400 BadRequestError, 401 AuthenticationError,

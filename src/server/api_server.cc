@@ -62,6 +62,7 @@ HttpResponse error_response(const ApiError& error) {
   r.status = error.status;
   r.headers = error.headers;
   r.body = error_body(error);
+  r.close = error.close;
   return r;
 }
 
@@ -200,7 +201,9 @@ void ApiServer::route(HttpRequest& request, const std::shared_ptr<HttpExchange>&
       });
   if (!queued) {
     if (draining_.load()) {
-      exchange->respond(error_response(api_error(503, "the server is shutting down")));
+      ApiError e = api_error(503, "the server is shutting down");
+      e.close = true;
+      exchange->respond(error_response(e));
       return;
     }
     ApiError e =
@@ -251,7 +254,9 @@ HttpResponse ApiServer::health() const {
   const std::shared_ptr<const Serving> s = serving();
   HttpResponse r;
   r.content_type.clear();
-  r.status = s && !draining_.load() && s->engine->healthy() ? 200 : 503;
+  const bool draining = draining_.load();
+  r.status = s && !draining && s->engine->healthy() ? 200 : 503;
+  r.close = draining;  // the drain's 503 closes the connection, as every answer after it
   return r;
 }
 

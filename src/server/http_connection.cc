@@ -314,7 +314,7 @@ std::unique_ptr<http::response<http::string_body>> Connection::make_response(Htt
 
 void Connection::respond(const ExchangeState* st, HttpResponse response) {
   if (!is_current(st, Reply::kNone, "respond")) return;
-  keep_alive_ = keep_alive_ && core_->accepting;
+  keep_alive_ = keep_alive_ && core_->accepting && !response.close;
   out_.push_back(OutItem{.full = make_response(std::move(response))});
   reply_ = Reply::kEnding;
   pump_writes();

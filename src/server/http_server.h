@@ -53,6 +53,9 @@ struct HttpResponse {
   std::string content_type = "application/json";  // empty: no Content-Type header
   Headers headers;                                // extra headers (Retry-After ...)
   std::string body;
+  // Close the connection after this response (the drain's answers: set by the handler, which
+  // may learn of the drain before the HTTP layer's stop_accepting).
+  bool close = false;
 };
 
 // One request and its response. Obtained by the handler as a shared_ptr; the connection

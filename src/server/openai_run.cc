@@ -305,6 +305,7 @@ void respond_error(HttpExchange& exchange, const ApiError& error) {
   response.status = error.status;
   response.headers = error.headers;
   response.body = error_body(error);
+  response.close = error.close;
   exchange.respond(std::move(response));
 }
 
