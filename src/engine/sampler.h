@@ -1,29 +1,21 @@
-// Sampler: turns one step's logits into one token per sequence, with the logprobs a request
-// asked for. Each row is processed on its own (logits_processors.h gives the steps and
-// their order); a row's random draw depends only on its sequence key and its output length
-// (sampler_rng.h), so seeded requests are reproducible whatever the batch holds.
-//
-// Logprobs semantics: vLLM v1's default ("raw_logprobs"): log_softmax of the model's raw
-// logits, before logit_bias, penalties, temperature and top_k/top_p/min_p. So a sampled
-// token's logprob does not depend on the sampling settings, and greedy and sampled requests
-// report the same numbers for the same logits.
-//
-// Engine thread only; owns its scratch buffers (nothing is allocated per step once warm).
+// The engine's side of sampling: each row's request settings (SamplingParams) lowered into the
+// backend's SamplingRow (backend/sampling.h, which holds the steps, their order, the logprobs
+// semantics and the counter-based draws), then sampled by the reference sampler. Engine thread
+// only; owns its scratch (nothing is allocated per step once warm).
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
-#include "engine/logits_processors.h"
+#include "backend/sampling.h"
 #include "engine/sampling_params.h"
 
 namespace s4kv::engine {
 
-struct TokenLogprob {
-  int32_t token_id = 0;
-  float logprob = 0.0f;
-};
+using backend::SampleOutput;
+using backend::TokenLogprob;
 
 // What one sequence needs sampled this step. Spans are read during sample() only.
 struct SampleRow {
@@ -33,15 +25,13 @@ struct SampleRow {
   uint64_t rng_key = 0;                       // the sequence's stream (SequenceKeySource)
 };
 
-struct SampleOutput {
-  int32_t token_id = 0;
-  // Set when params.logprobs is: the sampled token's raw logprob and its rank (1 + the
-  // number of tokens with a strictly larger raw logit), and the params.logprobs most likely
-  // tokens, logprob descending (lower id first among equals).
-  float logprob = 0.0f;
-  int64_t rank = 0;
-  std::vector<TokenLogprob> top_logprobs;
+// The lowered row, its logit_bias clamped to +-kMaxLogitBias and its stop token ids narrowed.
+// The row's spans point into `storage` (and into row's spans): valid while both live unchanged.
+struct LoweredRow {
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::vector<int32_t> stop_token_ids;
 };
+backend::SamplingRow lower(const SampleRow& row, LoweredRow& storage);
 
 class Sampler {
  public:
@@ -49,9 +39,9 @@ class Sampler {
   // masked while a request is below its min_tokens.
   Sampler(int64_t vocab_size, std::vector<int32_t> eos_token_ids);
 
-  int64_t vocab_size() const { return vocab_size_; }
+  int64_t vocab_size() const { return reference_.vocab_size(); }
 
-  // logits: [rows.size(), vocab_size] fp32 host, row-major (Backend::forward's output).
+  // logits: [rows.size(), vocab_size] fp32 host, row-major (Backend::wait's output).
   // Resizes `out` to rows.size(); reuses its vectors.
   void sample(std::span<const float> logits, std::span<const SampleRow> rows,
               std::vector<SampleOutput>& out);
@@ -60,13 +50,8 @@ class Sampler {
   void sample_row(std::span<const float> logits, const SampleRow& row, SampleOutput& out);
 
  private:
-  void fill_logprobs(std::span<const float> raw, int64_t num_top, SampleOutput& out);
-
-  int64_t vocab_size_;
-  std::vector<int32_t> eos_token_ids_;
-  std::vector<float> logits_;  // [vocab_size] the row being processed
-  PenaltyScratch penalties_;
-  SamplingDistribution dist_;
+  backend::ReferenceSampler reference_;
+  LoweredRow storage_;
 };
 
 }  // namespace s4kv::engine

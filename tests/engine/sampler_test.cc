@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "engine/sampler_rng.h"
@@ -19,6 +20,50 @@ SampleOutput sample_one(Sampler& s, const std::vector<float>& logits, const Samp
   SampleOutput out;
   s.sample_row(logits, row, out);
   return out;
+}
+
+// The lowering into the backend's row: every field carried, logit_bias clamped to
+// +-kMaxLogitBias, top_k -1 and unset logprobs turned into the row's "off" values.
+TEST(SamplerLowering, CarriesEveryFieldAndClampsTheBias) {
+  SamplingParams p;
+  p.temperature = 0.7;
+  p.top_k = -1;
+  p.top_p = 0.9;
+  p.min_p = 0.05;
+  p.repetition_penalty = 1.1;
+  p.presence_penalty = 0.2;
+  p.frequency_penalty = 0.3;
+  p.logit_bias = {{4, 250.0}, {7, -1.5}};
+  p.min_tokens = 3;
+  p.stop_token_ids = {9, 11};
+  const std::vector<int32_t> prompt = {1, 2}, output = {3};
+  LoweredRow storage;
+  backend::SamplingRow r = lower(SampleRow{&p, prompt, output, 42}, storage);
+  EXPECT_FALSE(r.greedy);
+  EXPECT_EQ(r.temperature, 0.7);
+  EXPECT_EQ(r.top_k, 0);
+  EXPECT_EQ(r.top_p, 0.9);
+  EXPECT_EQ(r.min_p, 0.05);
+  EXPECT_EQ(r.repetition_penalty, 1.1);
+  EXPECT_EQ(r.presence_penalty, 0.2);
+  EXPECT_EQ(r.frequency_penalty, 0.3);
+  ASSERT_EQ(r.logit_bias.size(), 2u);
+  EXPECT_EQ(r.logit_bias[0], (std::pair<int32_t, float>{4, 100.0f}));
+  EXPECT_EQ(r.logit_bias[1], (std::pair<int32_t, float>{7, -1.5f}));
+  EXPECT_EQ(r.min_tokens, 3);
+  EXPECT_EQ(std::vector<int32_t>(r.stop_token_ids.begin(), r.stop_token_ids.end()),
+            (std::vector<int32_t>{9, 11}));
+  EXPECT_EQ(r.num_logprobs, -1);
+  EXPECT_EQ(r.prompt_token_ids.data(), prompt.data());
+  EXPECT_EQ(r.output_token_ids.data(), output.data());
+  EXPECT_EQ(r.rng_key, 42u);
+  p.temperature = 0.0;
+  p.top_k = 5;
+  p.logprobs = 0;
+  r = lower(SampleRow{&p, prompt, output, 42}, storage);
+  EXPECT_TRUE(r.greedy);
+  EXPECT_EQ(r.top_k, 5);
+  EXPECT_EQ(r.num_logprobs, 0) << "logprobs=0: the sampled token's logprob, no top list";
 }
 
 // Deterministic pseudo-logits for a step: a fake model whose output depends on the history.

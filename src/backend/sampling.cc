@@ -1,10 +1,12 @@
-#include "engine/logits_processors.h"
+#include "backend/sampling.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-namespace s4kv::engine {
+#include "common/check.h"
+
+namespace s4kv::backend {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -27,21 +29,21 @@ bool by_prob_desc(const SamplingDistribution::Candidate& a,
 
 }  // namespace
 
-void apply_logit_bias(std::span<float> logits, const SamplingParams& params) {
-  for (const auto& [id, bias] : params.logit_bias) {
+void apply_logit_bias(std::span<float> logits, const SamplingRow& row) {
+  for (const auto& [id, bias] : row.logit_bias) {
     check_id(id, logits.size());
-    logits[id] += static_cast<float>(std::clamp(bias, -kMaxLogitBias, kMaxLogitBias));
+    logits[id] += bias;
   }
 }
 
-void apply_min_tokens(std::span<float> logits, const SamplingParams& params,
-                      int64_t num_output_tokens, std::span<const int32_t> eos_token_ids) {
-  if (num_output_tokens >= params.min_tokens) return;
+void apply_min_tokens(std::span<float> logits, const SamplingRow& row,
+                      std::span<const int32_t> eos_token_ids) {
+  if (static_cast<int64_t>(row.output_token_ids.size()) >= row.min_tokens) return;
   for (int32_t id : eos_token_ids) {
     check_id(id, logits.size());
     logits[id] = kNegInf;
   }
-  for (int64_t id : params.stop_token_ids) {
+  for (int32_t id : row.stop_token_ids) {
     check_id(id, logits.size());
     logits[id] = kNegInf;
   }
@@ -69,18 +71,17 @@ void apply_repetition_penalty(std::span<float> logits, std::span<const int32_t> 
 
 }  // namespace
 
-void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt_token_ids,
-                     std::span<const int32_t> output_token_ids, const SamplingParams& params,
-                     PenaltyScratch& scratch) {
+void apply_penalties(std::span<float> logits, const SamplingRow& row, PenaltyScratch& scratch) {
   S4KV_CHECK(logits.size() == scratch.stamp().size(), "penalty scratch for another vocabulary");
+  const std::span<const int32_t> output_token_ids = row.output_token_ids;
   auto& stamp = scratch.stamp();
-  if (params.repetition_penalty != 1.0) {
+  if (row.repetition_penalty != 1.0) {
     const uint32_t epoch = scratch.next_epoch();
-    const auto penalty = static_cast<float>(params.repetition_penalty);
-    apply_repetition_penalty(logits, prompt_token_ids, penalty, epoch, stamp);
+    const auto penalty = static_cast<float>(row.repetition_penalty);
+    apply_repetition_penalty(logits, row.prompt_token_ids, penalty, epoch, stamp);
     apply_repetition_penalty(logits, output_token_ids, penalty, epoch, stamp);
   }
-  if (params.frequency_penalty == 0.0 && params.presence_penalty == 0.0) return;
+  if (row.frequency_penalty == 0.0 && row.presence_penalty == 0.0) return;
   auto& count = scratch.count();
   const uint32_t epoch = scratch.next_epoch();
   for (int32_t t : output_token_ids) {
@@ -91,8 +92,8 @@ void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt_to
     }
     ++count[t];
   }
-  const auto freq = static_cast<float>(params.frequency_penalty);
-  const auto presence = static_cast<float>(params.presence_penalty);
+  const auto freq = static_cast<float>(row.frequency_penalty);
+  const auto presence = static_cast<float>(row.presence_penalty);
   for (int32_t t : output_token_ids) {
     if (count[t] == 0) continue;  // already applied
     logits[t] -= freq * static_cast<float>(count[t]) + presence;
@@ -109,7 +110,7 @@ int32_t argmax(std::span<const float> logits) {
   return static_cast<int32_t>(best);
 }
 
-void SamplingDistribution::build(std::span<const float> logits, const SamplingParams& params) {
+void SamplingDistribution::build(std::span<const float> logits, const SamplingRow& row) {
   cands_.clear();
   for (size_t i = 0; i < logits.size(); ++i) {
     if (logits[i] > kNegInf) cands_.push_back({static_cast<int32_t>(i), logits[i], 0.0});
@@ -121,14 +122,14 @@ void SamplingDistribution::build(std::span<const float> logits, const SamplingPa
     cands_.push_back({t, 0.0f, 1.0});
     return;
   }
-  if (params.top_k_enabled()) keep_top_k(params.top_k);
+  if (row.top_k > 0) keep_top_k(row.top_k);
   float max_logit = kNegInf;
   for (const Candidate& c : cands_) max_logit = std::max(max_logit, c.logit);
   // softmax(logit / T) up to a constant: the most likely token gets exactly 1.
-  const double inv_t = 1.0 / params.temperature;
+  const double inv_t = 1.0 / row.temperature;
   for (Candidate& c : cands_) c.prob = std::exp((double{c.logit} - max_logit) * inv_t);
-  if (params.top_p < 1.0) apply_top_p(params.top_p);
-  if (params.min_p > 0.0) apply_min_p(params.min_p);
+  if (row.top_p < 1.0) apply_top_p(row.top_p);
+  if (row.min_p > 0.0) apply_min_p(row.min_p);
   double total = 0.0;
   for (const Candidate& c : cands_) total += c.prob;
   for (Candidate& c : cands_) c.prob /= total;
@@ -173,4 +174,93 @@ int32_t SamplingDistribution::sample(double u) const {
   return cands_.back().token_id;
 }
 
-}  // namespace s4kv::engine
+namespace {
+
+// log(sum(exp(x))) over the row, in double so 152k terms lose nothing.
+double log_sum_exp(std::span<const float> x) {
+  const float m = *std::max_element(x.begin(), x.end());
+  double sum = 0.0;
+  for (float v : x) sum += std::exp(double{v} - m);
+  return m + std::log(sum);
+}
+
+bool better(const TokenLogprob& a, const TokenLogprob& b) {
+  return a.logprob > b.logprob || (a.logprob == b.logprob && a.token_id < b.token_id);
+}
+
+// The n largest entries of x (as raw logits for now), best first: a size-n heap over one
+// pass, never a sort of the vocabulary.
+void top_n(std::span<const float> x, int64_t n, std::vector<TokenLogprob>& out) {
+  out.clear();
+  if (n <= 0) return;
+  // `better` as the heap order keeps the worst kept entry at the front.
+  for (size_t i = 0; i < x.size(); ++i) {
+    const TokenLogprob c{static_cast<int32_t>(i), x[i]};
+    if (static_cast<int64_t>(out.size()) < n) {
+      out.push_back(c);
+      std::push_heap(out.begin(), out.end(), better);
+    } else if (better(c, out.front())) {
+      std::pop_heap(out.begin(), out.end(), better);
+      out.back() = c;
+      std::push_heap(out.begin(), out.end(), better);
+    }
+  }
+  std::sort_heap(out.begin(), out.end(), better);  // ascending under `better`: best first
+}
+
+}  // namespace
+
+ReferenceSampler::ReferenceSampler(int64_t vocab_size, std::vector<int32_t> eos_token_ids)
+    : vocab_size_(vocab_size),
+      eos_token_ids_(std::move(eos_token_ids)),
+      logits_(vocab_size),
+      penalties_(vocab_size) {
+  S4KV_CHECK(vocab_size > 0, "sampler: vocab_size ", vocab_size);
+  for (int32_t id : eos_token_ids_) {
+    S4KV_CHECK(id >= 0 && id < vocab_size, "sampler: EOS id ", id, " outside the vocabulary");
+  }
+}
+
+void ReferenceSampler::sample(std::span<const float> logits, std::span<const SamplingRow> rows,
+                              std::vector<SampleOutput>& out) {
+  const auto v = static_cast<size_t>(vocab_size_);
+  S4KV_CHECK(logits.size() == rows.size() * v, "sampler: ", logits.size(), " logits for ",
+             rows.size(), " rows of ", v);
+  out.resize(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) sample_row(logits.subspan(r * v, v), rows[r], out[r]);
+}
+
+void ReferenceSampler::sample_row(std::span<const float> raw, const SamplingRow& row,
+                                  SampleOutput& out) {
+  S4KV_CHECK(static_cast<int64_t>(raw.size()) == vocab_size_, "sampler: bad row");
+  const auto num_output = static_cast<int64_t>(row.output_token_ids.size());
+  std::copy(raw.begin(), raw.end(), logits_.begin());
+  apply_logit_bias(logits_, row);
+  apply_min_tokens(logits_, row, eos_token_ids_);
+  apply_penalties(logits_, row, penalties_);
+  if (row.greedy) {
+    out.token_id = argmax(logits_);
+  } else {
+    dist_.build(logits_, row);
+    out.token_id = dist_.sample(uniform01(row.rng_key, static_cast<uint64_t>(num_output)));
+  }
+  if (row.num_logprobs >= 0) {
+    fill_logprobs(raw, row.num_logprobs, out);
+  } else {
+    out.logprob = 0.0f;
+    out.rank = 0;
+    out.top_logprobs.clear();
+  }
+}
+
+void ReferenceSampler::fill_logprobs(std::span<const float> raw, int64_t num_top,
+                                     SampleOutput& out) {
+  const double lse = log_sum_exp(raw);
+  const float chosen = raw[out.token_id];
+  out.logprob = static_cast<float>(chosen - lse);
+  out.rank = 1 + std::count_if(raw.begin(), raw.end(), [chosen](float x) { return x > chosen; });
+  top_n(raw, num_top, out.top_logprobs);
+  for (TokenLogprob& t : out.top_logprobs) t.logprob = static_cast<float>(t.logprob - lse);
+}
+
+}  // namespace s4kv::backend

@@ -1,20 +1,21 @@
-// Each processing step on hand-made logits against hand-computed values.
-#include "engine/logits_processors.h"
+// Each sampling step (backend/sampling.h) on hand-made logits against hand-computed values.
+#include "backend/sampling.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <map>
+#include <utility>
 #include <vector>
 
-namespace s4kv::engine {
+namespace s4kv::backend {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // token id -> probability of the distribution built from `logits`.
-std::map<int32_t, double> distribution(const std::vector<float>& logits, const SamplingParams& p) {
+std::map<int32_t, double> distribution(const std::vector<float>& logits, const SamplingRow& p) {
   SamplingDistribution d;
   d.build(logits, p);
   std::map<int32_t, double> m;
@@ -28,49 +29,58 @@ std::vector<float> logs(const std::vector<double>& probs) {
   return l;
 }
 
-TEST(LogitsProcessors, LogitBiasAddsAndClamps) {
+TEST(LogitsProcessors, LogitBiasAdds) {
   std::vector<float> l = {1.0f, 2.0f, 3.0f};
-  SamplingParams p;
-  p.logit_bias = {{0, 2.5}, {2, -250.0}};
+  const std::vector<std::pair<int32_t, float>> bias = {{0, 2.5f}, {2, -100.0f}};
+  SamplingRow p;
+  p.logit_bias = bias;
   apply_logit_bias(l, p);
   EXPECT_EQ(l, (std::vector<float>{3.5f, 2.0f, -97.0f}));
 }
 
 TEST(LogitsProcessors, MinTokensMasksEosAndStopIdsUntilReached) {
-  SamplingParams p;
+  SamplingRow p;
   p.min_tokens = 2;
-  p.stop_token_ids = {1};
+  const std::vector<int32_t> stop = {1}, one = {5}, two = {5, 6};
+  p.stop_token_ids = stop;
   const std::vector<int32_t> eos = {3};
   std::vector<float> l = {0.0f, 1.0f, 2.0f, 3.0f};
-  apply_min_tokens(l, p, 1, eos);
+  p.output_token_ids = one;
+  apply_min_tokens(l, p, eos);
   EXPECT_EQ(l, (std::vector<float>{0.0f, kNegInf, 2.0f, kNegInf}));
   std::vector<float> after = {0.0f, 1.0f, 2.0f, 3.0f};
-  apply_min_tokens(after, p, 2, eos);
+  p.output_token_ids = two;
+  apply_min_tokens(after, p, eos);
   EXPECT_EQ(after, (std::vector<float>{0.0f, 1.0f, 2.0f, 3.0f}));
 }
 
 TEST(LogitsProcessors, PenaltiesMatchHandComputedValues) {
-  SamplingParams p;
+  SamplingRow p;
   p.repetition_penalty = 2.0;
   p.frequency_penalty = 0.5;
   p.presence_penalty = 0.25;
   const std::vector<int32_t> prompt = {0, 1, 0};
   const std::vector<int32_t> output = {2, 2, 1};
+  p.prompt_token_ids = prompt;
+  p.output_token_ids = output;
   PenaltyScratch scratch(5);
   // Twice: the scratch must not leak state from one row into the next.
   for (int round = 0; round < 2; ++round) {
     std::vector<float> l = {2.0f, -1.0f, 0.5f, 3.0f, -2.0f};
-    apply_penalties(l, prompt, output, p, scratch);
+    apply_penalties(l, p, scratch);
     // 0: 2/2; 1: -1*2 - (0.5*1 + 0.25); 2: 0.5/2 - (0.5*2 + 0.25); 3, 4: untouched.
     EXPECT_EQ(l, (std::vector<float>{1.0f, -2.75f, -1.0f, 3.0f, -2.0f}));
   }
 }
 
 TEST(LogitsProcessors, NoPenaltiesLeaveLogitsAlone) {
-  SamplingParams p;
+  SamplingRow p;
+  const std::vector<int32_t> prompt = {0, 1}, output = {2};
+  p.prompt_token_ids = prompt;
+  p.output_token_ids = output;
   PenaltyScratch scratch(3);
   std::vector<float> l = {1.0f, -1.0f, 0.0f};
-  apply_penalties(l, std::vector<int32_t>{0, 1}, std::vector<int32_t>{2}, p, scratch);
+  apply_penalties(l, p, scratch);
   EXPECT_EQ(l, (std::vector<float>{1.0f, -1.0f, 0.0f}));
 }
 
@@ -81,7 +91,7 @@ TEST(LogitsProcessors, ArgmaxTakesTheLowestIndexAmongEquals) {
 }
 
 TEST(SamplingDistribution, TemperatureScalesTheSoftmax) {
-  SamplingParams p;
+  SamplingRow p;
   auto d = distribution(logs({1, 2, 4}), p);
   EXPECT_NEAR(d[0], 1.0 / 7, 1e-6);
   EXPECT_NEAR(d[1], 2.0 / 7, 1e-6);
@@ -93,7 +103,7 @@ TEST(SamplingDistribution, TemperatureScalesTheSoftmax) {
 }
 
 TEST(SamplingDistribution, TopKKeepsTheKBestAndTies) {
-  SamplingParams p;
+  SamplingRow p;
   p.top_k = 2;
   auto d = distribution({1.0f, 5.0f, 3.0f, 4.0f}, p);
   ASSERT_EQ(d.size(), 2u);
@@ -108,7 +118,7 @@ TEST(SamplingDistribution, TopKKeepsTheKBestAndTies) {
 
 TEST(SamplingDistribution, TopPKeepsTheSmallestSetReachingP) {
   const std::vector<float> l = logs({0.5, 0.3, 0.15, 0.05});
-  SamplingParams p;
+  SamplingRow p;
   p.top_p = 0.75;
   auto d = distribution(l, p);
   ASSERT_EQ(d.size(), 2u);
@@ -124,7 +134,7 @@ TEST(SamplingDistribution, TopPKeepsTheSmallestSetReachingP) {
 
 TEST(SamplingDistribution, MinPIsRelativeToTheMostLikely) {
   const std::vector<float> l = logs({0.5, 0.3, 0.15, 0.05});
-  SamplingParams p;
+  SamplingRow p;
   p.min_p = 0.2;  // threshold 0.1
   auto d = distribution(l, p);
   ASSERT_EQ(d.size(), 3u);
@@ -136,7 +146,7 @@ TEST(SamplingDistribution, MinPIsRelativeToTheMostLikely) {
 TEST(SamplingDistribution, StepsComposeInOrder) {
   // top_k 3 drops token 3; top_p 0.7 over {0.5, 0.3, 0.15}/0.95 keeps {0, 1}; min_p 0.7
   // then drops token 1 (0.3 < 0.7 * 0.5).
-  SamplingParams p;
+  SamplingRow p;
   p.top_k = 3;
   p.top_p = 0.7;
   auto d = distribution(logs({0.5, 0.3, 0.15, 0.05}), p);
@@ -148,7 +158,7 @@ TEST(SamplingDistribution, StepsComposeInOrder) {
 }
 
 TEST(SamplingDistribution, MaskedTokensAreNeverCandidates) {
-  SamplingParams p;
+  SamplingRow p;
   auto d = distribution({kNegInf, 0.0f, kNegInf, 0.0f}, p);
   ASSERT_EQ(d.size(), 2u);
   EXPECT_NEAR(d[1], 0.5, 1e-12);
@@ -157,7 +167,7 @@ TEST(SamplingDistribution, MaskedTokensAreNeverCandidates) {
 }
 
 TEST(SamplingDistribution, SampleWalksTheCumulativeMass) {
-  SamplingParams p;
+  SamplingRow p;
   SamplingDistribution d;
   d.build(logs({0.25, 0.75}), p);
   EXPECT_EQ(d.sample(0.0), 0);
@@ -167,4 +177,4 @@ TEST(SamplingDistribution, SampleWalksTheCumulativeMass) {
 }
 
 }  // namespace
-}  // namespace s4kv::engine
+}  // namespace s4kv::backend
