@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -101,10 +102,11 @@ struct BackendLimits {
 };
 
 // What profile() measured: the bytes the backend can give its KV cache now that its weights and
-// a step's activations are resident, and a line saying how; kv_cache_bytes < 0 when the backend
-// has no memory budget of its own (the CPU: --kv-cache-memory decides).
+// a step's activations are resident (zero or less: none left), and a line saying how; no value
+// when the backend has no memory budget of its own (the CPU: --kv-cache-memory decides). Used
+// only when --kv-cache-memory is auto: bytes given explicitly are the user's decision.
 struct MemoryProfile {
-  int64_t kv_cache_bytes = -1;
+  std::optional<int64_t> kv_cache_bytes;
   std::string line;
 };
 

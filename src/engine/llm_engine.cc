@@ -62,8 +62,14 @@ Result<LlmEngine> load_llm_engine(const EngineArgs& args) {
       return unsupported(reasons.front());
     }
     S4KV_ASSIGN_OR_RETURN(const backend::MemoryProfile profile, backend->profile());
-    if (auto_memory && profile.kv_cache_bytes >= 0) {
-      config.kv_cache_memory_bytes = profile.kv_cache_bytes;
+    if (auto_memory && profile.kv_cache_bytes && *profile.kv_cache_bytes <= 0) {
+      return Status(StatusCode::kResourceExhausted,
+                    "no memory is left for the KV cache on " + profile.line +
+                        "; raise --gpu-memory-utilization, lower --max-num-batched-tokens, or "
+                        "give --kv-cache-memory");
+    }
+    if (auto_memory && profile.kv_cache_bytes) {
+      config.kv_cache_memory_bytes = *profile.kv_cache_bytes;
       memory_line = "; " + profile.line;
       S4KV_ASSIGN_OR_RETURN(resolved, resolve_engine_config(config, mc));
       // The backend was sized for the provisional max_model_len, never below this one.

@@ -96,7 +96,7 @@ TEST(CpuBackendStartUp, UnsupportedThenProfileThenInitOnce) {
   EXPECT_NE(reasons[0].find("48"), std::string::npos) << reasons[0];
   auto profile = backend->profile();
   ASSERT_TRUE(profile.is_ok());
-  EXPECT_LT(profile->kv_cache_bytes, 0) << "the CPU has no budget of its own";
+  EXPECT_FALSE(profile->kv_cache_bytes.has_value()) << "the CPU has no budget of its own";
   KvCacheConfig good = bad;
   good.value_group_size = 128;
   good.num_blocks = 8;

@@ -417,19 +417,15 @@ Result<MemoryProfile> CudaBackend::profile() {
   const int64_t in_use = total - static_cast<int64_t>(free_bytes);
   const auto share = static_cast<int64_t>(opt_.gpu_memory_utilization * static_cast<double>(total));
   MemoryProfile p;
-  p.kv_cache_bytes = share - in_use - kRuntimeReserveBytes;
+  const int64_t kv_bytes = share - in_use - kRuntimeReserveBytes;
+  p.kv_cache_bytes = kv_bytes;
   const auto mib = [](int64_t b) { return std::to_string(b >> 20) + " MiB"; };
   char util[32];
   std::snprintf(util, sizeof(util), "%.2f", opt_.gpu_memory_utilization);
   p.line = device_description() + ": " + mib(total) + " x " + util + " - in use " + mib(in_use) +
            " (weights " + mib(weight_bytes(config_, act_)) + ", activations " +
            mib(sizes_.total()) + ", runtime) - reserve " + mib(kRuntimeReserveBytes) +
-           " = KV cache " + mib(p.kv_cache_bytes);
-  if (p.kv_cache_bytes <= 0) {
-    return Status(StatusCode::kResourceExhausted,
-                  "no memory is left for the KV cache on " + p.line +
-                      "; raise --gpu-memory-utilization or lower --max-num-batched-tokens");
-  }
+           " = KV cache " + mib(kv_bytes);
   return p;
 }
 
