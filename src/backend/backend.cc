@@ -1,6 +1,9 @@
 #include "backend/backend.h"
 
+#include <string>
+
 #include "common/check.h"
+#include "kv/int4_kivi_layout.h"
 
 namespace s4kv::backend {
 
@@ -74,6 +77,43 @@ void check_forward_batch(const ForwardBatch& b, const KvCacheConfig& kv, int64_t
                  " disagrees with its block table (", slot, ")");
     }
   }
+}
+
+Status check_kv_cache_shape(const KvCacheConfig& kv, int64_t head_dim) {
+  const bool int4 = kv.dtype == kv::KvCacheDtype::kInt4Kivi;
+  if (!int4 && (kv.num_sink_blocks != 0 || kv.num_window_blocks != 0 || kv.int4_value_hadamard)) {
+    return invalid_argument(
+        "sink blocks, window blocks and Hadamard values need kv_cache_dtype int4_kivi");
+  }
+  if (kv.num_window_blocks < 0 || kv.num_window_blocks > 1) {
+    return invalid_argument("int4_kivi: num_window_blocks must be 0 or 1 (got " +
+                            std::to_string(kv.num_window_blocks) + ")");
+  }
+  if (kv.num_sink_blocks < 0) {
+    return invalid_argument("int4_kivi: num_sink_blocks must be >= 0 (got " +
+                            std::to_string(kv.num_sink_blocks) + ")");
+  }
+  const kv::Int4KiviVariant variant{.sink_blocks = kv.num_sink_blocks > 0 ? 1 : 0,
+                                    .window_blocks = static_cast<int>(kv.num_window_blocks),
+                                    .value_hadamard = kv.int4_value_hadamard};
+  if (Status s = kv::validate_int4_variant(variant, head_dim); !s.is_ok()) {
+    return invalid_argument(s.message());
+  }
+  if (int4) {
+    auto layout =
+        kv::Int4KiviLayout::create(static_cast<int>(kv.block_size), static_cast<int>(head_dim),
+                                   static_cast<int>(kv.value_group_size));
+    if (!layout.is_ok()) return layout.status();
+    if (kv.num_seats <= 0) {
+      return invalid_argument("int4_kivi: num_seats must be positive (got " +
+                              std::to_string(kv.num_seats) + ")");
+    }
+  }
+  if (kv.block_size <= 0) {
+    return invalid_argument("block_size must be positive (got " + std::to_string(kv.block_size) +
+                            ")");
+  }
+  return Status::ok();
 }
 
 void SynchronousBackend::submit(const ForwardBatch& batch) {

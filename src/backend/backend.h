@@ -90,6 +90,12 @@ struct ForwardBatch {
   int64_t num_logits() const { return static_cast<int64_t>(logits_indices.size()); }
 };
 
+// The cache shape's own rules, whatever the backend (num_blocks aside): sink, window and
+// Hadamard values only with int4_kivi, a window of 0 or 1 blocks, sink blocks >= 0, the int4
+// variant and layout valid for head_dim (kv_format.h, int4_kivi_layout.h), seats for int4_kivi,
+// a positive block size. kInvalidArgument naming the first problem.
+Status check_kv_cache_shape(const KvCacheConfig& kv, int64_t head_dim);
+
 // S4KV_CHECKs every invariant above against a cache of `kv` shape and a vocabulary size.
 // Backends call it at the top of forward(); costs O(num_tokens + num_seqs).
 void check_forward_batch(const ForwardBatch& batch, const KvCacheConfig& kv, int64_t vocab_size);

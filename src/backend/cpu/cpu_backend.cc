@@ -164,15 +164,9 @@ CpuKvCacheShape cache_shape(const model::ModelConfig& config) {
           config.dtype == DType::kF16 ? DType::kF16 : DType::kBF16};
 }
 
-// The cache's own checks are the reasons; num_blocks is not known yet (1 stands in for it).
+// The CPU caches run every shape the format allows.
 std::vector<std::string> CpuBackend::unsupported(const KvCacheConfig& kv) const {
-  if (kv.block_size <= 0) return {"cpu backend: block_size must be positive"};
-  KvCacheConfig probe = kv;
-  probe.num_blocks = 1;
-  probe.num_sink_blocks = std::min<int64_t>(kv.num_sink_blocks, 1);
-  probe.num_seats = std::min<int64_t>(kv.num_seats, 1);
-  auto cache = make_cpu_kv_cache(probe, cache_shape(config_), inv_freq_);
-  if (!cache.is_ok()) return {cache.status().message()};
+  if (Status s = check_kv_cache_shape(kv, config_.head_dim); !s.is_ok()) return {s.message()};
   return {};
 }
 

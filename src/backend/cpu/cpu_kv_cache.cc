@@ -113,26 +113,7 @@ class PagedFp8KvCache final : public CpuKvCache {
 Result<std::unique_ptr<CpuKvCache>> make_cpu_kv_cache(const KvCacheConfig& config,
                                                       const CpuKvCacheShape& shape,
                                                       std::span<const float> inv_freq) {
-  const bool int4 = config.dtype == kv::KvCacheDtype::kInt4Kivi;
-  if (!int4 && (config.num_sink_blocks != 0 || config.num_window_blocks != 0 ||
-                config.int4_value_hadamard)) {
-    return invalid_argument(
-        "sink blocks, window blocks and Hadamard values need kv_cache_dtype int4_kivi");
-  }
-  if (config.num_window_blocks < 0 || config.num_window_blocks > 1) {
-    return invalid_argument("int4_kivi: num_window_blocks must be 0 or 1 (got " +
-                            std::to_string(config.num_window_blocks) + ")");
-  }
-  if (config.num_sink_blocks < 0) {
-    return invalid_argument("int4_kivi: num_sink_blocks must be >= 0 (got " +
-                            std::to_string(config.num_sink_blocks) + ")");
-  }
-  const kv::Int4KiviVariant variant{.sink_blocks = config.num_sink_blocks > 0 ? 1 : 0,
-                                    .window_blocks = static_cast<int>(config.num_window_blocks),
-                                    .value_hadamard = config.int4_value_hadamard};
-  if (Status s = kv::validate_int4_variant(variant, shape.head_dim); !s.is_ok()) {
-    return invalid_argument(s.message());
-  }
+  S4KV_RETURN_IF_ERROR(check_kv_cache_shape(config, shape.head_dim));
   switch (config.dtype) {
     case kv::KvCacheDtype::k16Bit:
       return std::unique_ptr<CpuKvCache>(std::make_unique<Paged16BitKvCache>(config, shape));
@@ -142,11 +123,7 @@ Result<std::unique_ptr<CpuKvCache>> make_cpu_kv_cache(const KvCacheConfig& confi
       auto layout = kv::Int4KiviLayout::create(static_cast<int>(config.block_size),
                                                static_cast<int>(shape.head_dim),
                                                static_cast<int>(config.value_group_size));
-      if (!layout.is_ok()) return layout.status();
-      if (config.num_seats <= 0) {
-        return invalid_argument("int4_kivi: num_seats must be positive (got " +
-                                std::to_string(config.num_seats) + ")");
-      }
+      S4KV_CHECK(layout.is_ok(), layout.status().message());  // checked above
       return std::unique_ptr<CpuKvCache>(
           std::make_unique<Int4KiviKvCache>(config, shape, *layout, inv_freq));
     }

@@ -152,40 +152,23 @@ struct Sizes {
 // handles, the stream): kept out of the KV cache.
 constexpr int64_t kRuntimeReserveBytes = int64_t{512} << 20;
 
-// Why a cache of this shape cannot run here (num_blocks aside), one line each.
+// Why a cache of this shape cannot run here (num_blocks aside), one line each: the format's
+// own rules, and the keys-after-RoPE evaluation layout, which only the CPU runs.
 std::vector<std::string> unsupported_reasons(const KvCacheConfig& kv) {
   std::vector<std::string> r;
-  if (kv.block_size <= 0) r.push_back("cuda backend: block_size must be positive");
-  if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
-    if (kv.int4_keys_post_rope) {
-      r.push_back(
-          "cuda backend: int4_kivi with keys quantized after RoPE is a CPU evaluation layout");
-    }
-    if (kv.num_seats <= 0 || kv.num_sink_blocks < 0 || kv.num_window_blocks < 0 ||
-        kv.num_window_blocks > 1) {
-      r.push_back(
-          "cuda backend: int4_kivi needs residual slots, sink blocks >= 0 and a window "
-          "of 0 or 1 blocks");
-    }
-    auto layout =
-        kv::Int4KiviLayout::create(static_cast<int>(kv.block_size), static_cast<int>(kHeadDim),
-                                   static_cast<int>(kv.value_group_size));
-    if (!layout.is_ok()) r.push_back(layout.status().message());
-  } else if (kv.num_sink_blocks != 0 || kv.int4_value_hadamard || kv.num_window_blocks != 0) {
-    r.push_back("cuda backend: sink, window and Hadamard values are int4_kivi's");
+  if (Status s = check_kv_cache_shape(kv, kHeadDim); !s.is_ok()) r.push_back(s.message());
+  if (kv.dtype == kv::KvCacheDtype::kInt4Kivi && kv.int4_keys_post_rope) {
+    r.push_back(
+        "cuda backend: int4_kivi with keys quantized after RoPE is a CPU evaluation layout");
   }
   return r;
 }
 
-Status unsupported_status(const std::vector<std::string>& reasons) {
-  return unsupported(reasons.front());
-}
-
 // Equal but for num_blocks.
 bool same_shape(const KvCacheConfig& a, const KvCacheConfig& b) {
-  return a.num_blocks == b.num_blocks && a.block_size == b.block_size && a.dtype == b.dtype &&
-         a.num_seats == b.num_seats && a.value_group_size == b.value_group_size &&
-         a.num_sink_blocks == b.num_sink_blocks && a.num_window_blocks == b.num_window_blocks &&
+  return a.block_size == b.block_size && a.dtype == b.dtype && a.num_seats == b.num_seats &&
+         a.value_group_size == b.value_group_size && a.num_sink_blocks == b.num_sink_blocks &&
+         a.num_window_blocks == b.num_window_blocks &&
          a.int4_value_hadamard == b.int4_value_hadamard &&
          a.int4_keys_post_rope == b.int4_keys_post_rope;
 }
@@ -360,10 +343,9 @@ CudaBackend::~CudaBackend() {
 
 Status CudaBackend::init_kv_cache(const KvCacheConfig& kv) {
   if (initialized_) return invalid_argument("cuda backend: init_kv_cache() called twice");
-  if (const auto reasons = unsupported(kv); !reasons.empty()) return unsupported_status(reasons);
-  KvCacheConfig shape = kv;
-  shape.num_blocks = kv_.num_blocks;
-  if (!same_shape(shape, kv_)) {
+  if (const auto reasons = unsupported(kv); !reasons.empty())
+    return ::s4kv::unsupported(reasons.front());
+  if (!same_shape(kv, kv_)) {
     return invalid_argument(
         "cuda backend: init_kv_cache() with another shape than the backend was "
         "built for");
@@ -727,7 +709,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const model::ModelConfig& con
     return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
   }
   if (const auto reasons = unsupported_reasons(kv); !reasons.empty()) {
-    return unsupported_status(reasons);
+    return unsupported(reasons.front());
   }
   kv::Int4KiviLayout layout;
   if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
