@@ -173,19 +173,28 @@ bool same_shape(const KvCacheConfig& a, const KvCacheConfig& b) {
          a.int4_keys_post_rope == b.int4_keys_post_rope;
 }
 
-// Device bytes of the KV cache itself (pool or paged K/V, residual ring, sink blocks).
-int64_t kv_cache_bytes(const model::ModelConfig& c, const KvCacheConfig& kv,
-                       const kv::Int4KiviLayout& layout) {
+// Device bytes of the KV cache's parts (all layers): int4_kivi's pool, residual rings (one per
+// seat, plus the dummy seat) and sink blocks (plus the dummy block); or the paged K and V of the
+// other dtypes (each num_blocks plus the dummy block). init_kv_cache checks their sum against
+// free memory and allocates them.
+struct KvParts {
+  int64_t pool = 0, residual = 0, sink = 0, k = 0, v = 0;
+  int64_t total() const { return pool + residual + sink + k + v; }
+};
+KvParts kv_parts(const model::ModelConfig& c, const KvCacheConfig& kv,
+                 const kv::Int4KiviLayout& layout) {
   const int64_t L = c.num_hidden_layers, B = kv.block_size, nkv = c.num_key_value_heads;
   const int64_t kv_dim = nkv * kHeadDim;
+  KvParts p;
   if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
-    const int64_t ring = 1 + kv.num_window_blocks;
-    return L * kv.num_blocks * nkv * static_cast<int64_t>(layout.block_bytes) +
-           L * (kv.num_seats + 1) * 2 * ring * B * kv_dim * 2 +
-           L * (kv.num_sink_blocks + 1) * 2 * B * kv_dim * 2;
+    p.pool = L * kv.num_blocks * nkv * static_cast<int64_t>(layout.block_bytes);
+    p.residual = L * (kv.num_seats + 1) * 2 * (1 + kv.num_window_blocks) * B * kv_dim * 2;
+    p.sink = L * (kv.num_sink_blocks + 1) * 2 * B * kv_dim * 2;
+  } else {
+    const int64_t es = kv.dtype == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
+    p.k = p.v = L * (kv.num_blocks + 1) * B * kv_dim * es;
   }
-  const int64_t es = kv.dtype == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
-  return 2 * L * (kv.num_blocks + 1) * B * kv_dim * es;
+  return p;
 }
 
 class CudaBackend final : public SynchronousBackend {
@@ -354,9 +363,8 @@ Status CudaBackend::init_kv_cache(const KvCacheConfig& kv) {
     return invalid_argument("cuda backend: num_blocks must be positive (got " +
                             std::to_string(kv.num_blocks) + ")");
   }
-  const int64_t L = config_.num_hidden_layers, B = kv.block_size;
-  const int64_t nkv = config_.num_key_value_heads;
-  const auto need = static_cast<size_t>(kv_cache_bytes(config_, kv, layout_));
+  const KvParts parts = kv_parts(config_, kv, layout_);
+  const auto need = static_cast<size_t>(parts.total());
   size_t free_bytes = 0, total_bytes = 0;
   S4KV_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   if (need > free_bytes) {
@@ -365,19 +373,14 @@ Status CudaBackend::init_kv_cache(const KvCacheConfig& kv) {
                       std::to_string(free_bytes >> 20) + " MiB are free");
   }
   if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
-    pool_ = static_cast<std::byte*>(
-        alloc(static_cast<size_t>(L * kv.num_blocks * nkv) * layout_.block_bytes));
-    // One more seat and one more sink-area block: the dummies (backend.h), as on the CPU.
-    residual_ = static_cast<uint16_t*>(
-        alloc(static_cast<size_t>(L * (kv.num_seats + 1) * 2 * ring_ * B * kv_dim_) * 2));
-    sink_ = static_cast<uint16_t*>(
-        alloc(static_cast<size_t>(L * (kv.num_sink_blocks + 1) * 2 * B * kv_dim_) * 2));
+    pool_ = static_cast<std::byte*>(alloc(static_cast<size_t>(parts.pool)));
+    residual_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(parts.residual)));
+    sink_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(parts.sink)));
     slot_used_.assign(static_cast<size_t>(kv.num_seats + 1), 0);
   } else {
-    const int64_t es = kv.dtype == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
-    kv_layer_elems_ = (kv.num_blocks + 1 /* the dummy block */) * B * kv_dim_;
-    kv_k_ = alloc(static_cast<size_t>(L * kv_layer_elems_ * es));
-    kv_v_ = alloc(static_cast<size_t>(L * kv_layer_elems_ * es));
+    kv_layer_elems_ = (kv.num_blocks + 1 /* the dummy block */) * kv.block_size * kv_dim_;
+    kv_k_ = alloc(static_cast<size_t>(parts.k));
+    kv_v_ = alloc(static_cast<size_t>(parts.v));
   }
   kv_ = kv;
   initialized_ = true;
