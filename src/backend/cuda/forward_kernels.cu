@@ -5,59 +5,12 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/forward_kernels.cuh"
 
 namespace s4kv::backend::cuda {
 namespace {
-
-// Activation element types by DType.
-template <typename T>
-__device__ inline float to_f32(T x);
-template <>
-__device__ inline float to_f32<float>(float x) {
-  return x;
-}
-template <>
-__device__ inline float to_f32<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <>
-__device__ inline float to_f32<__half>(__half x) {
-  return __half2float(x);
-}
-template <typename T>
-__device__ inline T from_f32(float x);
-template <>
-__device__ inline float from_f32<float>(float x) {
-  return x;
-}
-template <>
-__device__ inline __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ inline __half from_f32<__half>(float x) {
-  return __float2half_rn(x);
-}
-
-// Calls f(T{}) with T the element type of an activation dtype.
-template <typename F>
-void with_act_type(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kF32:
-      f(float{});
-      return;
-    case DType::kBF16:
-      f(__nv_bfloat16{});
-      return;
-    case DType::kF16:
-      f(__half{});
-      return;
-    default:
-      S4KV_CHECK(false, "cuda: activation dtype ", dtype_name(dtype));
-  }
-}
 
 unsigned grid_of(int64_t n) {
   S4KV_CHECK(n > 0 && n <= 0x7fffffff, "cuda: grid of ", n);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/hadamard.cuh"
 #include "backend/cuda/int4_kivi_device.cuh"
@@ -114,21 +115,6 @@ __device__ inline bool load_kv(const PagedAttentionArgs& a, const SeqView& sv, i
 }
 
 template <typename T>
-__device__ inline void store(T* out, float x);
-template <>
-__device__ inline void store<float>(float* out, float x) {
-  *out = x;
-}
-template <>
-__device__ inline void store<__nv_bfloat16>(__nv_bfloat16* out, float x) {
-  *out = __float2bfloat16_rn(x);
-}
-template <>
-__device__ inline void store<__half>(__half* out, float x) {
-  *out = __float2half_rn(x);
-}
-
-template <typename T>
 __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAttentionArgs a) {
   __shared__ float s_m[kWarps], s_l[kWarps];
   __shared__ float s_acc[kWarps][kD], s_rot[kWarps][kD];
@@ -212,7 +198,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
     o = __fadd_rn(o, hadamard128_shared(row, c));
   }
   T* out = static_cast<T*>(a.out) + (static_cast<int64_t>(t) * a.num_heads + h) * kD;
-  store<T>(out + c, o);
+  out[c] = from_f32<T>(o);
 }
 
 }  // namespace
@@ -232,19 +218,9 @@ void launch_paged_attention(const PagedAttentionArgs& a, cudaStream_t stream) {
     S4KV_CHECK(a.k_cache != nullptr && a.v_cache != nullptr, "paged_attention: null cache");
   }
   const dim3 grid(static_cast<unsigned>(a.num_tokens), static_cast<unsigned>(a.num_heads));
-  switch (a.out_dtype) {
-    case DType::kF32:
-      paged_attention_kernel<float><<<grid, kWarps * 32, 0, stream>>>(a);
-      break;
-    case DType::kBF16:
-      paged_attention_kernel<__nv_bfloat16><<<grid, kWarps * 32, 0, stream>>>(a);
-      break;
-    case DType::kF16:
-      paged_attention_kernel<__half><<<grid, kWarps * 32, 0, stream>>>(a);
-      break;
-    default:
-      S4KV_CHECK(false, "paged_attention: out dtype ", dtype_name(a.out_dtype));
-  }
+  with_act_type(a.out_dtype, [&](auto zero) {
+    paged_attention_kernel<decltype(zero)><<<grid, kWarps * 32, 0, stream>>>(a);
+  });
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 
