@@ -4,8 +4,8 @@
 # build-device/ (sm_90 for the H200; OpenBLAS linked statically, so the binaries need only the
 # CUDA runtime and cuBLASLt there), strips and xz-compresses them (and, with E2E=1, the e2e
 # suite's Python packages that the machine lacks: openai and its dependencies, as wheels from
-# PyPI unpacked) and splits them into parts of 0.9 MB under .devcarry/ (ignored by git): only
-# about 1 MB travels beside the tracked tree per call. There, one call per part carries it and
+# PyPI unpacked) and splits them into parts of 0.45 MB under .devcarry/ (ignored by git): only
+# about half a MB travels beside the tracked tree per call (which is near the 64 MiB a call takes). There, one call per part carries it and
 # `stash` keeps it in /tmp/s4kv-stash (a warm machine keeps /tmp; the carried folder is replaced
 # on every call); the last call carries the last part and the sums and runs the steps:
 #   tests     backend_cuda_test (the `cuda` label: kernels, attention, whole backend, goldens)
@@ -56,7 +56,7 @@ case "${1:-}" in
     tar -C .devcarry/stage --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - . |
       xz -9e -T2 > .devcarry/all.tar.xz
     rm -rf .devcarry/stage
-    (cd .devcarry && split -b 900000 -d all.tar.xz part. && sha256sum all.tar.xz > sums && rm all.tar.xz)
+    (cd .devcarry && split -b ${PART_BYTES:-450000} -d all.tar.xz part. && sha256sum all.tar.xz > sums && rm all.tar.xz)
     ls -la .devcarry
     ;;
   stash)
