@@ -86,7 +86,7 @@ std::vector<int32_t> tokens(int64_t n, int64_t vocab, uint32_t seed) {
 
 double time_s(Backend& backend, const Step& step) {
   const auto t0 = Clock::now();
-  const auto logits = backend.forward(step.batch());
+  const auto logits = backend.forward(step.batch()).logits;
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!std::isfinite(logits[0])) throw std::runtime_error("non-finite logits");
   return s;
@@ -106,7 +106,7 @@ double golden_check(Backend& backend, int64_t vocab, bool int4) {
   Step step;
   step.int4 = int4;
   step.add(0, 0, ids);
-  const auto ours = backend.forward(step.batch());
+  const auto ours = backend.forward(step.batch()).logits;
   double diff = 0, norm = 0;
   for (int64_t i = 0; i < vocab; ++i) {
     diff += (double{ours[i]} - ref[i]) * (double{ours[i]} - ref[i]);

@@ -69,7 +69,7 @@ std::vector<float> step(Backend& backend, const std::vector<int32_t>& ids, int64
   const int32_t row0 = b.add(std::span(ids).subspan(begin, end - begin), begin, table,
                              kv.dtype == KvCacheDtype::kInt4Kivi ? 0 : -1);
   b.want_logits(row0 + static_cast<int32_t>(end - begin) - 1);
-  const auto logits = backend.forward(b.batch());
+  const auto logits = backend.forward(b.batch()).logits;
   return {logits.begin(), logits.end()};
 }
 

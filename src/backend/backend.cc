@@ -44,6 +44,11 @@ void check_forward_batch(const ForwardBatch& b, const KvCacheConfig& kv, int64_t
   for (int32_t row : b.logits_indices) {
     S4KV_CHECK(row >= 0 && row < num_tokens, "forward: logits index ", row);
   }
+  S4KV_CHECK(b.sampling.empty() || b.sampling.size() == b.logits_indices.size(),
+             "forward: ", b.sampling.size(), " sampling rows for ", b.logits_indices.size(),
+             " logits rows");
+  S4KV_CHECK(!b.return_logits || !b.sampling.empty(), "forward: return_logits without sampling");
+  for (const SamplingRow& r : b.sampling) check_sampling_row(r, vocab_size);
   for (int64_t s = 0; s < num_seqs; ++s) {
     const int64_t q_begin = b.query_start_loc[s];
     const int64_t q_len = b.query_start_loc[s + 1] - q_begin;
@@ -119,21 +124,33 @@ Status check_kv_cache_shape(const KvCacheConfig& kv, int64_t head_dim) {
 void SynchronousBackend::submit(const ForwardBatch& batch) {
   S4KV_CHECK(in_flight_ < kMaxInFlight, "backend: more than ", kMaxInFlight,
              " steps submitted without wait()");
-  if (in_flight_ == 1) {  // run() is about to reuse the buffer the pending step points into
-    // The other copy may be what the last wait() returned, still valid until the next wait().
+  if (in_flight_ == 1) {  // run() is about to reuse the buffers the pending step points into
     next_kept_ ^= 1;
-    kept_[next_kept_].assign(pending_[0].begin(), pending_[0].end());
-    pending_[0] = kept_[next_kept_];
+    StepOutput& p = pending_[0];
+    kept_logits_[next_kept_].assign(p.logits.begin(), p.logits.end());
+    kept_samples_[next_kept_].assign(p.samples.begin(), p.samples.end());
+    if (!p.logits.empty()) p.logits = kept_logits_[next_kept_];
+    if (!p.samples.empty()) p.samples = kept_samples_[next_kept_];
   }
   pending_[in_flight_++] = run(batch);
 }
 
-std::span<const float> SynchronousBackend::wait() {
+StepOutput SynchronousBackend::wait() {
   S4KV_CHECK(in_flight_ > 0, "backend: wait() without a submitted step");
-  const std::span<const float> out = pending_[0];
+  const StepOutput out = pending_[0];
   pending_[0] = pending_[1];
   --in_flight_;
   return out;
+}
+
+StepOutput HostSamplingBackend::run(const ForwardBatch& batch) {
+  const std::span<const float> logits = run_logits(batch);
+  if (batch.sampling.empty()) return {logits, {}};
+  S4KV_CHECK(batch.sampling.size() == batch.logits_indices.size(),
+             "backend: ", batch.sampling.size(), " sampling rows for ", batch.logits_indices.size(),
+             " logits rows");
+  sampler_.sample(logits, batch.sampling, samples_);
+  return {batch.return_logits ? logits : std::span<const float>{}, samples_};
 }
 
 }  // namespace s4kv::backend

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/sampling.h"
 #include "common/status.h"
 #include "kv/kv_format.h"
 
@@ -84,10 +85,24 @@ struct ForwardBatch {
   // from there on, nothing before). With the window variant the last full block is read 16-bit
   // from the seat only when it starts at or after this position.
   std::span<const int32_t> seat_starts;
+  // [num_logits] or empty. Given, logits row i is sampled with sampling[i] (backend/sampling.h,
+  // on the backend's device) and the step returns one SampleOutput per row; its logits come
+  // back too only with return_logits. Empty: the step returns the logits (eval, tests).
+  std::span<const SamplingRow> sampling;
+  bool return_logits = false;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t num_seqs() const { return static_cast<int64_t>(seq_lens.size()); }
   int64_t num_logits() const { return static_cast<int64_t>(logits_indices.size()); }
+};
+
+// What a step gives back, in the backend's host memory, valid until the next wait().
+struct StepOutput {
+  // [num_logits, vocab_size] fp32, row i for token row logits_indices[i]: when the batch had no
+  // sampling rows or asked for return_logits; else empty.
+  std::span<const float> logits;
+  // [num_logits] when the batch had sampling rows, else empty.
+  std::span<const SampleOutput> samples;
 };
 
 // The cache shape's own rules, whatever the backend (num_blocks aside): sink, window and
@@ -146,33 +161,50 @@ class Backend {
 
   // Starts a step. The batch's spans are read before submit returns.
   virtual void submit(const ForwardBatch& batch) = 0;
-  // Waits for the oldest submitted step: logits [num_logits, vocab_size] fp32, host memory owned
-  // by the backend, row i for token row logits_indices[i]; valid until the next wait().
-  virtual std::span<const float> wait() = 0;
+  // Waits for the oldest submitted step and returns its output (valid until the next wait()).
+  virtual StepOutput wait() = 0;
 
   // One step: submit() then wait().
-  std::span<const float> forward(const ForwardBatch& batch) {
+  StepOutput forward(const ForwardBatch& batch) {
     submit(batch);
     return wait();
   }
 };
 
-// A backend that computes a step inside submit() (the CPU backend, test fakes): run() returns
-// the step's logits in the backend's own buffer, valid until the next run(); this base keeps a
-// copy when a second step is submitted before the first is waited for.
+// A backend that computes a step inside submit() (the CPU backend, test fakes, the CUDA backend
+// for now): run() returns the step's output in the backend's own buffers, valid until the next
+// run(); this base keeps a copy when a second step is submitted before the first is waited for.
 class SynchronousBackend : public Backend {
  public:
   void submit(const ForwardBatch& batch) final;
-  std::span<const float> wait() final;
+  StepOutput wait() final;
 
  protected:
-  virtual std::span<const float> run(const ForwardBatch& batch) = 0;
+  virtual StepOutput run(const ForwardBatch& batch) = 0;
 
  private:
-  std::span<const float> pending_[kMaxInFlight];  // oldest first
-  std::vector<float> kept_[2];  // copies of pending_[0] made when a second step was submitted
+  StepOutput pending_[kMaxInFlight];  // oldest first
+  // Copies of pending_[0] made when a second step was submitted (two: the other may be what the
+  // last wait() returned, still valid until the next wait()).
+  std::vector<float> kept_logits_[2];
+  std::vector<SampleOutput> kept_samples_[2];
   int next_kept_ = 0;
   int in_flight_ = 0;
+};
+
+// A synchronous backend whose logits are in host memory (the CPU backend, test fakes): it
+// computes them in run_logits() and samples the rows that ask with the reference sampler.
+class HostSamplingBackend : public SynchronousBackend {
+ protected:
+  explicit HostSamplingBackend(int64_t vocab_size) : sampler_(vocab_size) {}
+  // The logits [num_logits, vocab_size] of the batch's logits rows, valid until the next call.
+  virtual std::span<const float> run_logits(const ForwardBatch& batch) = 0;
+
+ private:
+  StepOutput run(const ForwardBatch& batch) final;
+
+  ReferenceSampler sampler_;
+  std::vector<SampleOutput> samples_;
 };
 
 }  // namespace s4kv::backend

@@ -36,14 +36,39 @@ void apply_logit_bias(std::span<float> logits, const SamplingRow& row) {
   }
 }
 
-void apply_min_tokens(std::span<float> logits, const SamplingRow& row,
-                      std::span<const int32_t> eos_token_ids) {
-  if (static_cast<int64_t>(row.output_token_ids.size()) >= row.min_tokens) return;
-  for (int32_t id : eos_token_ids) {
-    check_id(id, logits.size());
-    logits[id] = kNegInf;
+bool reads_prompt(const SamplingRow& row) { return row.repetition_penalty != 1.0; }
+
+bool reads_output(const SamplingRow& row) {
+  return reads_prompt(row) || row.frequency_penalty != 0.0 || row.presence_penalty != 0.0;
+}
+
+void check_sampling_row(const SamplingRow& row, int64_t vocab_size) {
+  const auto v = static_cast<size_t>(vocab_size);
+  for (const auto& [id, bias] : row.logit_bias) {
+    check_id(id, v);
+    S4KV_CHECK(std::isfinite(bias), "sampling: logit_bias ", bias);
   }
-  for (int32_t id : row.stop_token_ids) {
+  for (int32_t id : row.min_tokens_masked_ids) check_id(id, v);
+  if (reads_prompt(row)) {
+    for (int32_t id : row.prompt_token_ids) check_id(id, v);
+  }
+  if (reads_output(row)) {
+    for (int32_t id : row.output_token_ids) check_id(id, v);
+  }
+  S4KV_CHECK(row.greedy || (row.temperature > 0.0 && std::isfinite(row.temperature)),
+             "sampling: temperature ", row.temperature);
+  S4KV_CHECK(row.top_p > 0.0 && row.top_p <= 1.0, "sampling: top_p ", row.top_p);
+  S4KV_CHECK(row.min_p >= 0.0 && row.min_p <= 1.0, "sampling: min_p ", row.min_p);
+  S4KV_CHECK(row.repetition_penalty > 0.0 && std::isfinite(row.repetition_penalty) &&
+                 std::isfinite(row.presence_penalty) && std::isfinite(row.frequency_penalty),
+             "sampling: penalties ", row.repetition_penalty, " ", row.presence_penalty, " ",
+             row.frequency_penalty);
+  S4KV_CHECK(row.num_logprobs <= kMaxTopLogprobs, "sampling: ", row.num_logprobs, " logprobs");
+}
+
+void apply_min_tokens(std::span<float> logits, const SamplingRow& row) {
+  if (static_cast<int64_t>(row.output_token_ids.size()) >= row.min_tokens) return;
+  for (int32_t id : row.min_tokens_masked_ids) {
     check_id(id, logits.size());
     logits[id] = kNegInf;
   }
@@ -130,6 +155,11 @@ void SamplingDistribution::build(std::span<const float> logits, const SamplingRo
   for (Candidate& c : cands_) c.prob = std::exp((double{c.logit} - max_logit) * inv_t);
   if (row.top_p < 1.0) apply_top_p(row.top_p);
   if (row.min_p > 0.0) apply_min_p(row.min_p);
+  // The draw's order: token ids ascending, whatever the selections above did to the order.
+  if (row.top_k > 0 || row.top_p < 1.0) {
+    std::sort(cands_.begin(), cands_.end(),
+              [](const Candidate& a, const Candidate& b) { return a.token_id < b.token_id; });
+  }
   double total = 0.0;
   for (const Candidate& c : cands_) total += c.prob;
   for (Candidate& c : cands_) c.prob /= total;
@@ -210,15 +240,9 @@ void top_n(std::span<const float> x, int64_t n, std::vector<TokenLogprob>& out) 
 
 }  // namespace
 
-ReferenceSampler::ReferenceSampler(int64_t vocab_size, std::vector<int32_t> eos_token_ids)
-    : vocab_size_(vocab_size),
-      eos_token_ids_(std::move(eos_token_ids)),
-      logits_(vocab_size),
-      penalties_(vocab_size) {
+ReferenceSampler::ReferenceSampler(int64_t vocab_size)
+    : vocab_size_(vocab_size), logits_(vocab_size), penalties_(vocab_size) {
   S4KV_CHECK(vocab_size > 0, "sampler: vocab_size ", vocab_size);
-  for (int32_t id : eos_token_ids_) {
-    S4KV_CHECK(id >= 0 && id < vocab_size, "sampler: EOS id ", id, " outside the vocabulary");
-  }
 }
 
 void ReferenceSampler::sample(std::span<const float> logits, std::span<const SamplingRow> rows,
@@ -236,7 +260,7 @@ void ReferenceSampler::sample_row(std::span<const float> raw, const SamplingRow&
   const auto num_output = static_cast<int64_t>(row.output_token_ids.size());
   std::copy(raw.begin(), raw.end(), logits_.begin());
   apply_logit_bias(logits_, row);
-  apply_min_tokens(logits_, row, eos_token_ids_);
+  apply_min_tokens(logits_, row);
   apply_penalties(logits_, row, penalties_);
   if (row.greedy) {
     out.token_id = argmax(logits_);

@@ -10,8 +10,12 @@
 // Logprobs: vLLM v1's default ("raw_logprobs"): log_softmax of the model's raw logits, before
 // logit_bias, penalties, temperature and top_k/top_p/min_p.
 //
-// Rows are [vocab_size] fp32 host; a masked token is -inf. Token ids reaching these functions
-// were validated (SamplingParams::validate) or produced by the engine, so a bad id is a bug.
+// A non-greedy row's draw walks the candidates in token id order (the same order on every
+// backend, whatever top_k / top_p selection did to the order): the token whose interval of the
+// cumulative normalized probability holds u.
+//
+// Rows are [vocab_size] fp32; a masked token is -inf. Token ids reaching these functions were
+// validated (SamplingParams::validate) or produced by the engine, so a bad id is a bug.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +24,9 @@
 #include <vector>
 
 namespace s4kv::backend {
+
+// The most top logprobs a row may ask for (OpenAI's top_logprobs maximum).
+inline constexpr int64_t kMaxTopLogprobs = 20;
 
 // SplitMix64's finalizer: a bijective 64-bit mix with full avalanche.
 constexpr uint64_t mix64(uint64_t x) {
@@ -50,8 +57,11 @@ struct SamplingRow {
   double frequency_penalty = 0.0;
   std::span<const std::pair<int32_t, float>> logit_bias;  // token id, bias (already clamped)
   int64_t min_tokens = 0;
-  std::span<const int32_t> stop_token_ids;    // masked with the EOS ids below min_tokens
-  int64_t num_logprobs = -1;                  // top logprobs to return; < 0: no logprobs at all
+  // Masked while fewer than min_tokens tokens were generated: the request's stop_token_ids and
+  // the model's EOS ids (so that neither can end the sequence early; as vLLM, also when
+  // ignore_eos is set).
+  std::span<const int32_t> min_tokens_masked_ids;
+  int64_t num_logprobs = -1;  // top logprobs to return (<= kMaxTopLogprobs); < 0: no logprobs
   std::span<const int32_t> prompt_token_ids;  // for repetition_penalty
   std::span<const int32_t> output_token_ids;  // generated so far, before this step
   uint64_t rng_key = 0;                       // the sequence's stream
@@ -75,10 +85,18 @@ struct SampleOutput {
 // Adds row.logit_bias to the logits.
 void apply_logit_bias(std::span<float> logits, const SamplingRow& row);
 
-// While fewer than min_tokens tokens were generated, masks the EOS ids and stop_token_ids so
-// that neither can end the sequence early (as vLLM, also when ignore_eos is set).
-void apply_min_tokens(std::span<float> logits, const SamplingRow& row,
-                      std::span<const int32_t> eos_token_ids);
+// S4KV_CHECKs a row's settings and ids against a vocabulary (an engine bug when they fail):
+// every id in the vocabulary (prompt and output only when a penalty reads them), temperature > 0
+// unless greedy, top_p in (0, 1], min_p in [0, 1], penalties finite, repetition_penalty > 0,
+// num_logprobs <= kMaxTopLogprobs.
+void check_sampling_row(const SamplingRow& row, int64_t vocab_size);
+
+// Whether the penalties read the row's prompt (repetition) or output (any penalty) ids.
+bool reads_prompt(const SamplingRow& row);
+bool reads_output(const SamplingRow& row);
+
+// While fewer than min_tokens tokens were generated, masks row.min_tokens_masked_ids.
+void apply_min_tokens(std::span<float> logits, const SamplingRow& row);
 
 // Reusable per-sampler memory for the penalties: one stamp and one count per vocabulary entry,
 // so a step costs O(prompt + output) and allocates nothing.
@@ -107,7 +125,8 @@ int32_t argmax(std::span<const float> logits);
 // The distribution a non-greedy token is drawn from: softmax(logits / temperature) restricted
 // by top_k (ties with the k-th logit kept, as vLLM and transformers), then top_p (smallest
 // set of most likely tokens whose mass reaches top_p), then min_p (tokens at least min_p
-// times the most likely one), renormalized. Reused across rows; holds only the candidates.
+// times the most likely one), renormalized, in token id order. Reused across rows; holds only
+// the candidates.
 class SamplingDistribution {
  public:
   struct Candidate {
@@ -119,7 +138,7 @@ class SamplingDistribution {
   void build(std::span<const float> logits, const SamplingRow& row);
   // The token whose cumulative-probability interval holds u in [0, 1).
   int32_t sample(double u) const;
-  // Tokens that can still be drawn, with their probabilities (order unspecified).
+  // Tokens that can still be drawn, with their probabilities, in token id order.
   std::span<const Candidate> candidates() const { return cands_; }
 
  private:
@@ -134,8 +153,7 @@ class SamplingDistribution {
 // step once warm). One thread at a time.
 class ReferenceSampler {
  public:
-  // eos_token_ids: masked while a row is below its min_tokens; each in the vocabulary.
-  ReferenceSampler(int64_t vocab_size, std::vector<int32_t> eos_token_ids);
+  explicit ReferenceSampler(int64_t vocab_size);
 
   int64_t vocab_size() const { return vocab_size_; }
 
@@ -150,7 +168,6 @@ class ReferenceSampler {
   void fill_logprobs(std::span<const float> raw, int64_t num_top, SampleOutput& out);
 
   int64_t vocab_size_;
-  std::vector<int32_t> eos_token_ids_;
   std::vector<float> logits_;  // [vocab_size] the row being processed
   PenaltyScratch penalties_;
   SamplingDistribution dist_;

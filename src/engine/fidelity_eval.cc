@@ -29,7 +29,7 @@ class SingleSequence {
     batch_.clear();
     batch_.add(tokens, len_, table_, residual_slot_);
     batch_.want_logits(batch_.num_tokens() - 1);
-    const auto logits = backend_.forward(batch_.batch());
+    const auto logits = backend_.forward(batch_.batch()).logits;
     len_ += static_cast<int64_t>(tokens.size());
     return {logits.begin(), logits.end()};
   }

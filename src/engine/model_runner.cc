@@ -82,8 +82,10 @@ void ModelRunner::execute(const SchedulerOutput& out, std::span<const SampleRow>
   build_batch(out);
   S4KV_CHECK(rows.size() == batch_.num_logits(), "model runner: ", rows.size(), " sample rows for ",
              batch_.num_logits(), " sampling requests");
-  const std::span<const float> logits = backend_.forward(batch_.batch());
-  if (!rows.empty()) sampler.sample(logits, rows, sampled);
+  backend::ForwardBatch batch = batch_.batch();
+  batch.sampling = sampler.lower(rows);
+  const backend::StepOutput step = backend_.forward(batch);
+  sampled.assign(step.samples.begin(), step.samples.end());
 }
 
 }  // namespace s4kv::engine

@@ -1,5 +1,6 @@
-// ModelRunner: turns the scheduler's plan for one step into the backend's flat ForwardBatch,
-// runs the forward pass and hands the logits rows to the sampler. It owns the per-step host
+// ModelRunner: turns the scheduler's plan for one step into the backend's flat ForwardBatch
+// with its lowered sampling rows, and runs the step: the backend samples on its device and
+// returns token ids (and the logprobs asked for), never the logits. It owns the per-step host
 // arrays (sized once for max_num_batched_tokens / max_num_seqs and reused, so a steady-state
 // step allocates nothing here) and the seats (backend.h): each running request holds one seat
 // (for int4_kivi: its 16-bit tail block) from the step it is (re)admitted until it finishes, is
@@ -36,8 +37,8 @@ class ModelRunner {
   ModelRunner(backend::Backend& backend, const ModelRunnerConfig& config);
 
   // Runs one step. `rows` has one entry per scheduled request with samples == true, in
-  // scheduled order; `sampled` receives one SampleOutput per row. A plan with nothing
-  // scheduled only releases the state of finished and preempted requests.
+  // scheduled order, lowered by `sampler`; `sampled` receives one SampleOutput per row. A plan with
+  // nothing scheduled only releases the state of finished and preempted requests.
   void execute(const SchedulerOutput& out, std::span<const SampleRow> rows, Sampler& sampler,
                std::vector<SampleOutput>& sampled);
 

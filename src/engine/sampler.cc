@@ -6,7 +6,8 @@
 
 namespace s4kv::engine {
 
-backend::SamplingRow lower(const SampleRow& row, LoweredRow& storage) {
+backend::SamplingRow lower(const SampleRow& row, std::span<const int32_t> eos_token_ids,
+                           LoweredRow& storage) {
   S4KV_CHECK(row.params != nullptr, "sampler: a row without parameters");
   const SamplingParams& p = *row.params;
   storage.logit_bias.clear();
@@ -15,7 +16,9 @@ backend::SamplingRow lower(const SampleRow& row, LoweredRow& storage) {
         static_cast<int32_t>(id),
         static_cast<float>(std::clamp(bias, -kMaxLogitBias, kMaxLogitBias)));
   }
-  storage.stop_token_ids.assign(p.stop_token_ids.begin(), p.stop_token_ids.end());
+  storage.min_tokens_masked_ids.assign(p.stop_token_ids.begin(), p.stop_token_ids.end());
+  storage.min_tokens_masked_ids.insert(storage.min_tokens_masked_ids.end(), eos_token_ids.begin(),
+                                       eos_token_ids.end());
   backend::SamplingRow r;
   r.greedy = p.greedy();
   r.temperature = p.temperature;
@@ -27,7 +30,7 @@ backend::SamplingRow lower(const SampleRow& row, LoweredRow& storage) {
   r.frequency_penalty = p.frequency_penalty;
   r.logit_bias = storage.logit_bias;
   r.min_tokens = p.min_tokens;
-  r.stop_token_ids = storage.stop_token_ids;
+  r.min_tokens_masked_ids = storage.min_tokens_masked_ids;
   r.num_logprobs = p.logprobs ? *p.logprobs : -1;
   r.prompt_token_ids = row.prompt_token_ids;
   r.output_token_ids = row.output_token_ids;
@@ -36,19 +39,20 @@ backend::SamplingRow lower(const SampleRow& row, LoweredRow& storage) {
 }
 
 Sampler::Sampler(int64_t vocab_size, std::vector<int32_t> eos_token_ids)
-    : reference_(vocab_size, std::move(eos_token_ids)) {}
-
-void Sampler::sample(std::span<const float> logits, std::span<const SampleRow> rows,
-                     std::vector<SampleOutput>& out) {
-  const auto v = static_cast<size_t>(vocab_size());
-  S4KV_CHECK(logits.size() == rows.size() * v, "sampler: ", logits.size(), " logits for ",
-             rows.size(), " rows of ", v);
-  out.resize(rows.size());
-  for (size_t r = 0; r < rows.size(); ++r) sample_row(logits.subspan(r * v, v), rows[r], out[r]);
+    : vocab_size_(vocab_size), eos_token_ids_(std::move(eos_token_ids)) {
+  S4KV_CHECK(vocab_size > 0, "sampler: vocab_size ", vocab_size);
+  for (int32_t id : eos_token_ids_) {
+    S4KV_CHECK(id >= 0 && id < vocab_size, "sampler: EOS id ", id, " outside the vocabulary");
+  }
 }
 
-void Sampler::sample_row(std::span<const float> logits, const SampleRow& row, SampleOutput& out) {
-  reference_.sample_row(logits, lower(row, storage_), out);
+std::span<const backend::SamplingRow> Sampler::lower(std::span<const SampleRow> rows) {
+  if (storage_.size() < rows.size()) storage_.resize(rows.size());
+  lowered_.clear();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    lowered_.push_back(engine::lower(rows[i], eos_token_ids_, storage_[i]));
+  }
+  return lowered_;
 }
 
 }  // namespace s4kv::engine

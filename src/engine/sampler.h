@@ -1,7 +1,7 @@
 // The engine's side of sampling: each row's request settings (SamplingParams) lowered into the
-// backend's SamplingRow (backend/sampling.h, which holds the steps, their order, the logprobs
-// semantics and the counter-based draws), then sampled by the reference sampler. Engine thread
-// only; owns its scratch (nothing is allocated per step once warm).
+// backend's SamplingRow (backend/sampling.h holds the steps, their order, the logprobs semantics
+// and the counter-based draws); the backend samples them on its device (Backend::submit).
+// Engine thread only; owns the lowered rows' storage (nothing is allocated per step once warm).
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,9 @@ namespace s4kv::engine {
 using backend::SampleOutput;
 using backend::TokenLogprob;
 
-// What one sequence needs sampled this step. Spans are read during sample() only.
+static_assert(kMaxLogprobs == backend::kMaxTopLogprobs);
+
+// What one sequence needs sampled this step. Spans are read while its lowered row lives.
 struct SampleRow {
   const SamplingParams* params = nullptr;
   std::span<const int32_t> prompt_token_ids;  // for repetition_penalty
@@ -25,13 +27,15 @@ struct SampleRow {
   uint64_t rng_key = 0;                       // the sequence's stream (SequenceKeySource)
 };
 
-// The lowered row, its logit_bias clamped to +-kMaxLogitBias and its stop token ids narrowed.
-// The row's spans point into `storage` (and into row's spans): valid while both live unchanged.
+// The lowered row's own lists: its logit_bias clamped to +-kMaxLogitBias, and the ids masked
+// below min_tokens (stop_token_ids, then the EOS ids).
 struct LoweredRow {
   std::vector<std::pair<int32_t, float>> logit_bias;
-  std::vector<int32_t> stop_token_ids;
+  std::vector<int32_t> min_tokens_masked_ids;
 };
-backend::SamplingRow lower(const SampleRow& row, LoweredRow& storage);
+// The row's spans point into `storage` and into row's spans: valid while both live unchanged.
+backend::SamplingRow lower(const SampleRow& row, std::span<const int32_t> eos_token_ids,
+                           LoweredRow& storage);
 
 class Sampler {
  public:
@@ -39,19 +43,16 @@ class Sampler {
   // masked while a request is below its min_tokens.
   Sampler(int64_t vocab_size, std::vector<int32_t> eos_token_ids);
 
-  int64_t vocab_size() const { return reference_.vocab_size(); }
+  int64_t vocab_size() const { return vocab_size_; }
 
-  // logits: [rows.size(), vocab_size] fp32 host, row-major (Backend::wait's output).
-  // Resizes `out` to rows.size(); reuses its vectors.
-  void sample(std::span<const float> logits, std::span<const SampleRow> rows,
-              std::vector<SampleOutput>& out);
-
-  // One row: logits is [vocab_size].
-  void sample_row(std::span<const float> logits, const SampleRow& row, SampleOutput& out);
+  // The rows lowered, valid until the next call (and while `rows`' spans live).
+  std::span<const backend::SamplingRow> lower(std::span<const SampleRow> rows);
 
  private:
-  backend::ReferenceSampler reference_;
-  LoweredRow storage_;
+  int64_t vocab_size_;
+  std::vector<int32_t> eos_token_ids_;
+  std::vector<LoweredRow> storage_;  // grows to the most rows of one step, then reused
+  std::vector<backend::SamplingRow> lowered_;
 };
 
 }  // namespace s4kv::engine

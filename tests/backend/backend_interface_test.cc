@@ -19,9 +19,11 @@
 namespace s4kv::backend {
 namespace {
 
-// Writes the batch's first token id into the one buffer it reuses for every step.
-class OneBufferBackend final : public SynchronousBackend {
+// Writes the batch's first token id into the one buffer it reuses for every step (and logit 1
+// at that id modulo 3, so a greedy row samples it).
+class OneBufferBackend final : public HostSamplingBackend {
  public:
+  OneBufferBackend() : HostSamplingBackend(3) {}
   std::string_view name() const override { return "one-buffer"; }
   int64_t vocab_size() const override { return 3; }
   Status init_kv_cache(const KvCacheConfig& kv) override {
@@ -31,8 +33,9 @@ class OneBufferBackend final : public SynchronousBackend {
   const KvCacheConfig& kv_cache_config() const override { return kv_; }
 
  protected:
-  std::span<const float> run(const ForwardBatch& batch) override {
-    buffer_.assign(3, static_cast<float>(batch.token_ids[0]));
+  std::span<const float> run_logits(const ForwardBatch& batch) override {
+    buffer_.assign(3, static_cast<float>(-batch.token_ids[0]));
+    buffer_[static_cast<size_t>(batch.token_ids[0] % 3)] = 1.0f;
     return buffer_;
   }
 
@@ -59,14 +62,48 @@ TEST(SynchronousBackend, TwoInFlightComeBackInSubmitOrderAndStayValid) {
   backend.submit(b2.batch());
   const auto out1 = backend.wait();
   backend.submit(b3.batch());  // must not disturb out1 before the next wait()
-  EXPECT_EQ(out1[0], 1.0f);
+  EXPECT_EQ(out1.logits[2], -1.0f);
+  EXPECT_TRUE(out1.samples.empty());
   const auto out2 = backend.wait();
-  EXPECT_EQ(out2[0], 2.0f);
+  EXPECT_EQ(out2.logits[0], -2.0f);
   backend.submit(b4.batch());
-  EXPECT_EQ(out2[0], 2.0f);
-  EXPECT_EQ(backend.wait()[0], 3.0f);
-  EXPECT_EQ(backend.wait()[0], 4.0f);
-  EXPECT_EQ(backend.forward(b1.batch())[0], 1.0f);
+  EXPECT_EQ(out2.logits[0], -2.0f);
+  EXPECT_EQ(backend.wait().logits[1], -3.0f);
+  EXPECT_EQ(backend.wait().logits[0], -4.0f);
+  EXPECT_EQ(backend.forward(b1.batch()).logits[0], -1.0f);
+}
+
+// Sampled steps in flight: the samples (and the logits asked for) of the older step survive
+// the next submit, and a step that samples returns no logits unless asked.
+TEST(SynchronousBackend, SamplesOfTwoInFlightStepsStayValid) {
+  OneBufferBackend backend;
+  ASSERT_TRUE(backend.init_kv_cache({1, 16}).is_ok());
+  std::vector<int32_t> t1, t2, t3;
+  const auto b1 = batch_of(1, t1), b2 = batch_of(2, t2), b3 = batch_of(3, t3);
+  const SamplingRow greedy;
+  SamplingRow with_logprobs;
+  with_logprobs.num_logprobs = 1;
+  ForwardBatch s1 = b1.batch(), s2 = b2.batch(), s3 = b3.batch();
+  s1.sampling = {&greedy, 1};
+  s2.sampling = {&with_logprobs, 1};
+  s2.return_logits = true;
+  s3.sampling = {&greedy, 1};
+  backend.submit(s1);
+  backend.submit(s2);
+  const auto out1 = backend.wait();
+  backend.submit(s3);
+  ASSERT_EQ(out1.samples.size(), 1u);
+  EXPECT_EQ(out1.samples[0].token_id, 1);
+  EXPECT_TRUE(out1.logits.empty());
+  const auto out2 = backend.wait();
+  ASSERT_EQ(out2.samples.size(), 1u);
+  EXPECT_EQ(out2.samples[0].token_id, 2);
+  EXPECT_EQ(out2.samples[0].rank, 1);
+  ASSERT_EQ(out2.samples[0].top_logprobs.size(), 1u);
+  EXPECT_EQ(out2.samples[0].top_logprobs[0].token_id, 2);
+  ASSERT_EQ(out2.logits.size(), 3u);
+  EXPECT_EQ(out2.logits[2], 1.0f);
+  EXPECT_EQ(backend.wait().samples[0].token_id, 0);
 }
 
 TEST(SynchronousBackendDeathTest, ThreeInFlightOrAWaitWithoutASubmitIsABug) {

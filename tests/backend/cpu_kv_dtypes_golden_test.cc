@@ -109,7 +109,7 @@ class CpuKvDtypesGolden : public ::testing::Test {
     } else {
       b.want_logits(row0 + static_cast<int32_t>(end - begin) - 1);
     }
-    const auto logits = backend.forward(b.batch());
+    const auto logits = backend.forward(b.batch()).logits;
     return {logits.begin(), logits.end()};
   }
 

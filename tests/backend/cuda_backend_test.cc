@@ -9,7 +9,8 @@
 // boundaries), decode rows, a sequence that starts from a prefix-cache hit (its table shares
 // another's full blocks, seat_start > 0) and one that is preempted and recomputed into a
 // fresh residual slot. Every logits row of every step is compared by its relative L2 against
-// the CPU's row; the median, p99, maximum and top-1 flips are printed per format.
+// the CPU's row; the median, p99, maximum and top-1 flips are printed per format. The GPU
+// samples every row too; its tokens must be the reference sampler's over its own logits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -194,12 +195,36 @@ TEST_P(CudaBackendEquivalence, LogitsMatchTheCpuBackendEveryStep) {
   ForwardBatchBuilder b(f.block_size, scenario.blocks_per_seq());
   std::vector<double> errors;
   int64_t steps = 0, flips = 0;
+  ReferenceSampler reference(vocab);
+  std::vector<SampleOutput> want_samples;
   while (scenario.next(b)) {
     ++steps;
-    const auto want = (*cpu)->forward(b.batch());
+    const auto want = (*cpu)->forward(b.batch()).logits;
     const std::vector<float> ref(want.begin(), want.end());
-    const auto got = (*gpu)->forward(b.batch());
+    // The GPU step also samples every logits row on the device (greedy and seeded draws with
+    // logprobs, alternating) and returns its logits: the samples must be the reference
+    // sampler's over those very logits.
+    std::vector<SamplingRow> rows(b.num_logits());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      rows[r].greedy = r % 2 == 0;
+      rows[r].temperature = 0.8;
+      rows[r].top_p = 0.9;
+      rows[r].num_logprobs = 3;
+      rows[r].rng_key = static_cast<uint64_t>(steps * 1000 + static_cast<int64_t>(r));
+    }
+    ForwardBatch sampled = b.batch();
+    sampled.sampling = rows;
+    sampled.return_logits = true;
+    const StepOutput out = (*gpu)->forward(sampled);
+    const auto got = out.logits;
     ASSERT_EQ(got.size(), ref.size());
+    ASSERT_EQ(out.samples.size(), rows.size());
+    reference.sample(got, rows, want_samples);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      EXPECT_EQ(out.samples[r].token_id, want_samples[r].token_id)
+          << "step " << steps << " row " << r;
+      EXPECT_EQ(out.samples[r].rank, want_samples[r].rank) << "step " << steps << " row " << r;
+    }
     for (size_t r = 0; r < b.num_logits(); ++r) {
       const float* x = got.data() + r * vocab;
       const float* y = ref.data() + r * vocab;

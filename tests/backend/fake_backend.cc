@@ -75,7 +75,8 @@ void StepLatch::pass() {
 
 FakeBackend::FakeBackend(const KvCacheConfig& kv, int64_t vocab_size,
                          std::shared_ptr<FakeBackendProbe> probe)
-    : kv_(kv),
+    : HostSamplingBackend(vocab_size),
+      kv_(kv),
       vocab_size_(vocab_size),
       probe_(std::move(probe)),
       slots_(static_cast<size_t>((kv.num_blocks + kv.num_sink_blocks) * kv.block_size)) {
@@ -106,7 +107,7 @@ float* FakeBackend::logits_row(const ForwardBatch& batch, int64_t seq, int64_t p
   return row;
 }
 
-std::span<const float> FakeBackend::run(const ForwardBatch& batch) {
+std::span<const float> FakeBackend::run_logits(const ForwardBatch& batch) {
   probe_->latch.pass();
   probe_->num_forward_calls.fetch_add(1);
   check_forward_batch(batch, kv_, vocab_size_);

@@ -75,7 +75,7 @@ struct FakeBackendProbe {
   std::atomic<int64_t> num_stale_reads{0};
 };
 
-class FakeBackend final : public SynchronousBackend {
+class FakeBackend final : public HostSamplingBackend {
  public:
   FakeBackend(const KvCacheConfig& kv, int64_t vocab_size, std::shared_ptr<FakeBackendProbe> probe);
 
@@ -90,7 +90,7 @@ class FakeBackend final : public SynchronousBackend {
   }
 
  protected:
-  std::span<const float> run(const ForwardBatch& batch) override;
+  std::span<const float> run_logits(const ForwardBatch& batch) override;
 
  private:
   struct Slot {

@@ -50,7 +50,7 @@ TEST(FakeBackend, LogitsAreTheReferenceWhateverTheBatchAndChunking) {
   BatchBuilder one(kBlockSize, kMaxBlocks);
   one.add(a, 0, ta);
   one.want_all_logits();
-  const auto alone = backend.forward(one.batch());
+  const auto alone = backend.forward(one.batch()).logits;
   std::vector<float> alone_rows(alone.begin(), alone.end());
   for (size_t j = 0; j < a.size(); ++j) {
     const auto row = std::span(alone_rows).subspan(j * kVocab, kVocab);
@@ -67,7 +67,7 @@ TEST(FakeBackend, LogitsAreTheReferenceWhateverTheBatchAndChunking) {
     if (begin < b_end) mixed.add(std::span(b).subspan(begin, b_end - begin), begin, tb);
     const int32_t row0 = mixed.add(std::span(a).subspan(begin, end - begin), begin, table(40));
     for (size_t j = begin; j < end; ++j) mixed.want_logits(row0 + static_cast<int32_t>(j - begin));
-    const auto out = backend.forward(mixed.batch());
+    const auto out = backend.forward(mixed.batch()).logits;
     batched.insert(batched.end(), out.begin(), out.end());
   }
   EXPECT_EQ(batched, alone_rows);
@@ -82,7 +82,7 @@ TEST(FakeBackend, AWrongBlockTableIsSeen) {
   BatchBuilder fill(kBlockSize, kMaxBlocks);
   fill.add(a, 0, table(0));
   fill.add(b, 0, table(20));
-  (void)backend.forward(fill.batch());
+  (void)backend.forward(fill.batch()).logits;
   ASSERT_EQ(probe->num_stale_reads.load(), 0);
 
   // The next token of a, decoded with b's first block in its table: another output, and seen.
@@ -91,7 +91,7 @@ TEST(FakeBackend, AWrongBlockTableIsSeen) {
   BatchBuilder step(kBlockSize, kMaxBlocks);
   step.add(std::span(a).last(1), 9, wrong);
   step.want_logits(0);
-  const int32_t got = argmax(backend.forward(step.batch()));
+  const int32_t got = argmax(backend.forward(step.batch()).logits);
   EXPECT_GT(probe->num_stale_reads.load(), 0);
   EXPECT_NE(got, fake_next_token(a, kVocab));
 }
@@ -105,7 +105,7 @@ TEST(FakeBackend, LatchHoldsAStepUntilReleased) {
     BatchBuilder b(kBlockSize, kMaxBlocks);
     b.add(a, 0, table(0));
     b.want_logits(2);
-    (void)backend.forward(b.batch());
+    (void)backend.forward(b.batch()).logits;
   });
   ASSERT_TRUE(probe->latch.wait_held(std::chrono::seconds(30)));
   EXPECT_EQ(probe->num_forward_calls.load(), 0);  // held before it does anything

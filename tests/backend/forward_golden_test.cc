@@ -163,7 +163,7 @@ class CpuForwardGolden : public ::testing::TestWithParam<GoldenModel> {
     testing::BatchBuilder b(kBlockSize, kMaxBlocks);
     const int32_t row0 = b.add(std::span(ids).subspan(begin, end - begin), begin, table);
     for (int32_t pos : want) b.want_logits(row0 + pos - static_cast<int32_t>(begin));
-    const auto logits = backend_->forward(b.batch());
+    const auto logits = backend_->forward(b.batch()).logits;
     return {logits.begin(), logits.end()};
   }
 

@@ -41,16 +41,15 @@ TEST(LogitsProcessors, LogitBiasAdds) {
 TEST(LogitsProcessors, MinTokensMasksEosAndStopIdsUntilReached) {
   SamplingRow p;
   p.min_tokens = 2;
-  const std::vector<int32_t> stop = {1}, one = {5}, two = {5, 6};
-  p.stop_token_ids = stop;
-  const std::vector<int32_t> eos = {3};
+  const std::vector<int32_t> stop_and_eos = {1, 3}, one = {5}, two = {5, 6};
+  p.min_tokens_masked_ids = stop_and_eos;
   std::vector<float> l = {0.0f, 1.0f, 2.0f, 3.0f};
   p.output_token_ids = one;
-  apply_min_tokens(l, p, eos);
+  apply_min_tokens(l, p);
   EXPECT_EQ(l, (std::vector<float>{0.0f, kNegInf, 2.0f, kNegInf}));
   std::vector<float> after = {0.0f, 1.0f, 2.0f, 3.0f};
   p.output_token_ids = two;
-  apply_min_tokens(after, p, eos);
+  apply_min_tokens(after, p);
   EXPECT_EQ(after, (std::vector<float>{0.0f, 1.0f, 2.0f, 3.0f}));
 }
 

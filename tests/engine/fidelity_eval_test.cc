@@ -15,13 +15,13 @@ namespace {
 // Vocabulary of 2. Logits depend only on whether the last token fed is even; `shift` is added
 // to token 0's logit. The fake checks the batch the evaluator builds (one sequence, positions
 // continuing where the cache ends) and records how many tokens it has seen.
-class FakeBackend : public backend::SynchronousBackend {
+class FakeBackend : public backend::HostSamplingBackend {
  public:
   // odd_only: the shift applies only after an odd token. first_tokens: where to record the
   // first token of every sequence (position 0), or nullptr.
   FakeBackend(int64_t num_blocks, float shift, bool odd_only = false,
               std::vector<int32_t>* first_tokens = nullptr)
-      : shift_(shift), odd_only_(odd_only), first_tokens_(first_tokens) {
+      : HostSamplingBackend(2), shift_(shift), odd_only_(odd_only), first_tokens_(first_tokens) {
     kv_.num_blocks = num_blocks;
     kv_.block_size = 16;
   }
@@ -33,7 +33,7 @@ class FakeBackend : public backend::SynchronousBackend {
   }
 
  protected:
-  std::span<const float> run(const backend::ForwardBatch& b) override {
+  std::span<const float> run_logits(const backend::ForwardBatch& b) override {
     backend::check_forward_batch(b, kv_, 2);
     EXPECT_EQ(b.num_seqs(), 1);
     EXPECT_EQ(b.num_logits(), 1);

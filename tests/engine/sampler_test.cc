@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -14,8 +15,27 @@
 namespace s4kv::engine {
 namespace {
 
-SampleOutput sample_one(Sampler& s, const std::vector<float>& logits, const SamplingParams& p,
-                        const std::vector<int32_t>& output = {}, uint64_t key = 1) {
+// The engine's lowering, then the reference sampler: what a backend whose logits are in host
+// memory runs for each step (backend.h, HostSamplingBackend).
+struct LoweredSampler {
+  LoweredSampler(int64_t vocab_size, std::vector<int32_t> eos_token_ids)
+      : lowering(vocab_size, std::move(eos_token_ids)), reference(vocab_size) {}
+  int64_t vocab_size() const { return reference.vocab_size(); }
+  void sample(std::span<const float> logits, std::span<const SampleRow> rows,
+              std::vector<SampleOutput>& out) {
+    reference.sample(logits, lowering.lower(rows), out);
+  }
+  void sample_row(std::span<const float> logits, const SampleRow& row, SampleOutput& out) {
+    reference.sample_row(logits, lowering.lower({&row, 1})[0], out);
+  }
+
+  Sampler lowering;
+  backend::ReferenceSampler reference;
+};
+
+SampleOutput sample_one(LoweredSampler& s, const std::vector<float>& logits,
+                        const SamplingParams& p, const std::vector<int32_t>& output = {},
+                        uint64_t key = 1) {
   SampleRow row{&p, {}, output, key};
   SampleOutput out;
   s.sample_row(logits, row, out);
@@ -38,7 +58,8 @@ TEST(SamplerLowering, CarriesEveryFieldAndClampsTheBias) {
   p.stop_token_ids = {9, 11};
   const std::vector<int32_t> prompt = {1, 2}, output = {3};
   LoweredRow storage;
-  backend::SamplingRow r = lower(SampleRow{&p, prompt, output, 42}, storage);
+  const std::vector<int32_t> eos = {2};
+  backend::SamplingRow r = lower(SampleRow{&p, prompt, output, 42}, eos, storage);
   EXPECT_FALSE(r.greedy);
   EXPECT_EQ(r.temperature, 0.7);
   EXPECT_EQ(r.top_k, 0);
@@ -51,8 +72,9 @@ TEST(SamplerLowering, CarriesEveryFieldAndClampsTheBias) {
   EXPECT_EQ(r.logit_bias[0], (std::pair<int32_t, float>{4, 100.0f}));
   EXPECT_EQ(r.logit_bias[1], (std::pair<int32_t, float>{7, -1.5f}));
   EXPECT_EQ(r.min_tokens, 3);
-  EXPECT_EQ(std::vector<int32_t>(r.stop_token_ids.begin(), r.stop_token_ids.end()),
-            (std::vector<int32_t>{9, 11}));
+  EXPECT_EQ(std::vector<int32_t>(r.min_tokens_masked_ids.begin(), r.min_tokens_masked_ids.end()),
+            (std::vector<int32_t>{9, 11, 2}))
+      << "stop_token_ids, then the EOS ids";
   EXPECT_EQ(r.num_logprobs, -1);
   EXPECT_EQ(r.prompt_token_ids.data(), prompt.data());
   EXPECT_EQ(r.output_token_ids.data(), output.data());
@@ -60,7 +82,7 @@ TEST(SamplerLowering, CarriesEveryFieldAndClampsTheBias) {
   p.temperature = 0.0;
   p.top_k = 5;
   p.logprobs = 0;
-  r = lower(SampleRow{&p, prompt, output, 42}, storage);
+  r = lower(SampleRow{&p, prompt, output, 42}, eos, storage);
   EXPECT_TRUE(r.greedy);
   EXPECT_EQ(r.top_k, 5);
   EXPECT_EQ(r.num_logprobs, 0) << "logprobs=0: the sampled token's logprob, no top list";
@@ -78,7 +100,7 @@ std::vector<float> fake_logits(int64_t vocab, const std::vector<int32_t>& histor
 }
 
 TEST(Sampler, GreedyIsArgmaxWithLowestIndexTieBreak) {
-  Sampler s(5, {});
+  LoweredSampler s(5, {});
   SamplingParams p;
   p.temperature = 0.0;
   EXPECT_EQ(sample_one(s, {0.1f, 2.0f, 2.0f, -1.0f, 1.9f}, p).token_id, 1);
@@ -96,7 +118,7 @@ TEST(Sampler, TemperatureDrawsFollowTheDistribution) {
     std::vector<double> expected = probs;
     double z = 0.0;
     for (double& e : expected) z += (e = std::pow(e, 1.0 / temperature));
-    Sampler s(4, {});
+    LoweredSampler s(4, {});
     SamplingParams p;
     p.temperature = temperature;
     constexpr int kDraws = 20000;
@@ -114,7 +136,8 @@ TEST(Sampler, TemperatureDrawsFollowTheDistribution) {
 }
 
 // Generates `steps` tokens for every request of a batch, the way the engine loop would.
-std::vector<std::vector<int32_t>> generate(Sampler& s, const std::vector<SamplingParams>& params,
+std::vector<std::vector<int32_t>> generate(LoweredSampler& s,
+                                           const std::vector<SamplingParams>& params,
                                            const std::vector<uint64_t>& keys, int steps) {
   const int64_t vocab = s.vocab_size();
   std::vector<std::vector<int32_t>> outputs(params.size());
@@ -136,7 +159,7 @@ std::vector<std::vector<int32_t>> generate(Sampler& s, const std::vector<Samplin
 
 TEST(Sampler, SameSeedSameTokensWhateverTheBatch) {
   constexpr int64_t kVocab = 64;
-  Sampler s(kVocab, {});
+  LoweredSampler s(kVocab, {});
   SequenceKeySource keys(99);
   SamplingParams seeded;
   seeded.seed = 1234;
@@ -176,7 +199,7 @@ TEST(Sampler, LogprobsAreTheRawLogSoftmax) {
   double z = 0.0;
   for (float x : raw) z += std::exp(double{x});
   auto log_softmax = [&](int i) { return static_cast<float>(raw[i] - std::log(z)); };
-  Sampler s(6, {});
+  LoweredSampler s(6, {});
   SamplingParams p;
   p.logprobs = 3;
   p.temperature = 0.7;
@@ -200,7 +223,7 @@ TEST(Sampler, LogprobsAreTheRawLogSoftmax) {
 }
 
 TEST(Sampler, MinTokensSuppressesEos) {
-  Sampler s(4, {3});
+  LoweredSampler s(4, {3});
   SamplingParams p;
   p.temperature = 0.0;
   p.min_tokens = 2;
@@ -212,7 +235,7 @@ TEST(Sampler, MinTokensSuppressesEos) {
 
 TEST(Sampler, FullQwenVocabularyWithEverySetting) {
   constexpr int64_t kVocab = 152064;
-  Sampler s(kVocab, {151643, 151645});
+  LoweredSampler s(kVocab, {151643, 151645});
   const std::vector<float> logits = fake_logits(kVocab, {});
   SamplingParams p;
   p.seed = 3;

@@ -35,11 +35,12 @@ std::span<float> sized(std::vector<float>& v, int64_t n) {
   return std::span<float>(v).first(static_cast<size_t>(n));
 }
 
-class CpuBackend final : public SynchronousBackend {
+class CpuBackend final : public HostSamplingBackend {
  public:
   CpuBackend(const model::ModelConfig& config, const model::ModelWeights& weights,
              const CpuBackendOptions& options)
-      : config_(config),
+      : HostSamplingBackend(config.vocab_size),
+        config_(config),
         weights_(convert_weights(config, weights)),
         inv_freq_(rope_inv_freq(config)),
         pool_(options.num_threads) {}
@@ -54,7 +55,7 @@ class CpuBackend final : public SynchronousBackend {
   }
 
  protected:
-  std::span<const float> run(const ForwardBatch& batch) override;
+  std::span<const float> run_logits(const ForwardBatch& batch) override;
 
  private:
   void attention_block(const ForwardBatch& batch, int64_t layer);
@@ -131,7 +132,7 @@ void CpuBackend::mlp_block(int64_t n, int64_t layer) {
   linear(act, w.down_proj, {}, inter, hidden, x, /*accumulate=*/true);
 }
 
-std::span<const float> CpuBackend::run(const ForwardBatch& batch) {
+std::span<const float> CpuBackend::run_logits(const ForwardBatch& batch) {
   S4KV_CHECK(cache_ != nullptr, "cpu backend: a step before init_kv_cache()");
   check_forward_batch(batch, kv_config_, config_.vocab_size);
   const int64_t n = batch.num_tokens();

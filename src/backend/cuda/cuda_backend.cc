@@ -19,6 +19,8 @@
 #include "backend/cuda/int4_kivi_cache.cuh"
 #include "backend/cuda/paged_attention.cuh"
 #include "backend/cuda/rope.cuh"
+#include "backend/cuda/sampler.h"
+#include "backend/cuda/step_arena.h"
 #include "backend/rope_table.h"
 #include "common/half.h"
 #include "kv/int4_kivi_layout.h"
@@ -32,33 +34,6 @@ int64_t act_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Host pinned memory, freed on destruction.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  explicit PinnedBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes > 0) S4KV_CUDA_CHECK(cudaMallocHost(&data_, bytes));
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  PinnedBuffer(PinnedBuffer&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    std::swap(data_, o.data_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  ~PinnedBuffer() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
-  std::byte* data() const { return static_cast<std::byte*>(data_); }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
-
 struct LayerWeights {
   const float* input_norm = nullptr;  // [hidden] fp32
   const float* post_norm = nullptr;   // [hidden] fp32
@@ -67,45 +42,6 @@ struct LayerWeights {
   const void* o = nullptr;            // [hidden, q_dim]
   const void* gate_up = nullptr;      // [2 * inter, hidden]
   const void* down = nullptr;         // [hidden, inter]
-};
-
-// Per-step batch arrays packed into one pinned buffer and copied with one cudaMemcpyAsync.
-class StepArena {
- public:
-  explicit StepArena(size_t bytes) : host_(bytes), device_(bytes) {}
-  void clear() { used_ = 0; }
-  // Copies n elements to the arena; returns their device address.
-  template <typename T>
-  const T* put(const T* src, size_t n) {
-    T* dst = alloc<T>(n);
-    if (n > 0) std::memcpy(dst, src, n * sizeof(T));
-    return device_of(dst);
-  }
-  template <typename T>
-  T* alloc(size_t n) {
-    used_ = (used_ + 15) / 16 * 16;
-    S4KV_CHECK(used_ + n * sizeof(T) <= host_.bytes(), "cuda step arena: ", used_ + n * sizeof(T),
-               " bytes > ", host_.bytes());
-    T* p = reinterpret_cast<T*>(host_.data() + used_);
-    used_ += n * sizeof(T);
-    return p;
-  }
-  template <typename T>
-  const T* device_of(const T* host) const {
-    return reinterpret_cast<const T*>(static_cast<const std::byte*>(device_.data()) +
-                                      (reinterpret_cast<const std::byte*>(host) - host_.data()));
-  }
-  void upload(cudaStream_t stream) {
-    if (used_ > 0) {
-      S4KV_CUDA_CHECK(
-          cudaMemcpyAsync(device_.data(), host_.data(), used_, cudaMemcpyHostToDevice, stream));
-    }
-  }
-
- private:
-  PinnedBuffer host_;
-  DeviceBuffer device_;
-  size_t used_ = 0;
 };
 
 size_t arena_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_table, int64_t max_fills,
@@ -119,7 +55,7 @@ size_t arena_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_table, int6
 // allocates these and make_cuda_backend checks their sum against free memory, from one place.
 struct Sizes {
   int64_t max_blocks_per_seq, max_fills, arena, rope, staging, scratch;
-  int64_t x, h, qkv, attn, gate_up, act, rows, logits;
+  int64_t x, h, qkv, attn, gate_up, act, rows, logits, sample_rows, sampler;
 
   Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBackendOptions& o) {
     const int64_t T = o.max_num_tokens, as = act_size(o.compute_dtype);
@@ -141,10 +77,12 @@ struct Sizes {
     act = T * c.intermediate_size * as;
     rows = T * c.hidden_size * as;
     logits = T * c.vocab_size * 4;
+    sample_rows = std::min(o.max_num_seqs, T);  // one sampled row per sequence at most
+    sampler = CudaSampler::device_bytes(c.vocab_size, sample_rows, o.max_model_len);
   }
   int64_t total() const {
     return arena + rope + 2 * staging + 2 * scratch + x + h + qkv + attn + gate_up + act + rows +
-           logits + Gemm::kWorkspaceBytes;
+           logits + sampler + Gemm::kWorkspaceBytes;
   }
 };
 
@@ -217,7 +155,7 @@ class CudaBackend final : public SynchronousBackend {
   void load_weights(const model::ModelWeights& weights);
 
  protected:
-  std::span<const float> run(const ForwardBatch& batch) override;
+  StepOutput run(const ForwardBatch& batch) override;
 
  private:
   // Uploads a tensor (any of bf16/fp16/fp32) converted to `dtype` at dst.
@@ -287,6 +225,9 @@ class CudaBackend final : public SynchronousBackend {
   std::vector<int32_t> token_seq_host_;
   Int4FillPlan fills_;
   std::vector<uint8_t> slot_used_;
+
+  CudaSampler sampler_;
+  std::vector<SampleOutput> samples_;
 };
 
 CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& kv,
@@ -308,7 +249,8 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
       max_fills_(sizes_.max_fills),
       layout_(layout),
       ring_(1 + static_cast<int>(kv.num_window_blocks)),
-      arena_(static_cast<size_t>(sizes_.arena)) {
+      arena_(static_cast<size_t>(sizes_.arena)),
+      sampler_(config.vocab_size, sizes_.sample_rows, options.max_model_len) {
   S4KV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_ = std::make_unique<Gemm>(act_, stream_);
   const Sizes& z = sizes_;
@@ -600,7 +542,7 @@ void CudaBackend::mlp_block(int64_t layer, int64_t n) {
   gemm_->run(act_buf_, w.down, x_, n, c.intermediate_size, c.hidden_size, true);
 }
 
-std::span<const float> CudaBackend::run(const ForwardBatch& b) {
+StepOutput CudaBackend::run(const ForwardBatch& b) {
   S4KV_CHECK(initialized_, "cuda backend: a step before init_kv_cache()");
   check_forward_batch(b, kv_, config_.vocab_size);
   const int64_t n = b.num_tokens(), num_seqs = b.num_seqs(), num_logits = b.num_logits();
@@ -661,14 +603,27 @@ std::span<const float> CudaBackend::run(const ForwardBatch& b) {
                       config_.hidden_size, static_cast<float>(config_.rms_norm_eps)},
                      stream_);
   gemm_->run(rows_, lm_head_, logits_, num_logits, config_.hidden_size, config_.vocab_size, false);
+  // The logits leave the device only when asked for (eval, tests); sampling reads them there
+  // and returns the token ids (and logprobs asked for), its one wait per step.
+  const bool sampling = !b.sampling.empty();
+  const bool logits_out = !sampling || b.return_logits;
   const auto bytes = static_cast<size_t>(num_logits * config_.vocab_size) * 4;
-  if (bytes > 0) {
+  if (logits_out && bytes > 0) {
     S4KV_CUDA_CHECK(
         cudaMemcpyAsync(logits_host_.data(), logits_, bytes, cudaMemcpyDeviceToHost, stream_));
   }
-  S4KV_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return {reinterpret_cast<const float*>(logits_host_.data()),
-          static_cast<size_t>(num_logits * config_.vocab_size)};
+  if (sampling) {
+    sampler_.sample(logits_, b.sampling, stream_, samples_);
+  } else {
+    S4KV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  StepOutput out;
+  if (logits_out) {
+    out.logits = {reinterpret_cast<const float*>(logits_host_.data()),
+                  static_cast<size_t>(num_logits * config_.vocab_size)};
+  }
+  if (sampling) out.samples = samples_;
+  return out;
 }
 
 }  // namespace

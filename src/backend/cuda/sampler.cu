@@ -1,0 +1,478 @@
+#include "backend/cuda/sampler.h"
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <limits>
+
+#include "backend/cuda/cuda_check.h"
+#include "common/check.h"
+
+namespace s4kv::backend::cuda {
+namespace {
+
+constexpr int kThreads = 1024;  // one block per row
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// One row's settings, lowered further for the device. The id lists live in the call's `ids`
+// (and `values`) arrays: logit_bias ids (values: the biases), the ids masked below min_tokens
+// (only when the row is below it), the distinct ids of prompt and output (repetition_penalty)
+// and the distinct ids of the output (values: their counts).
+struct RowParams {
+  double inv_temperature, top_p, min_p, u;
+  int64_t top_k;
+  float repetition_penalty, frequency_penalty, presence_penalty;
+  int32_t greedy, num_logprobs, frequency;
+  int32_t bias_begin, bias_count, mask_begin, mask_count;
+  int32_t repeat_begin, repeat_count, count_begin, count_count;
+};
+
+struct RowResult {
+  int32_t token;
+  float logprob;
+  int64_t rank;
+  int32_t num_top;
+  int32_t top_ids[kMaxTopLogprobs];
+  float top_logprobs[kMaxTopLogprobs];
+};
+
+// A candidate for "the best": the larger value, the lower id among equals; id < 0 is none.
+struct Best {
+  float v;
+  int32_t id;
+};
+
+__device__ bool better(Best a, Best b) {
+  if (b.id < 0) return a.id >= 0;
+  if (a.id < 0) return false;
+  return a.v > b.v || (a.v == b.v && a.id < b.id);
+}
+
+struct BestOp {
+  __device__ Best operator()(Best a, Best b) const { return better(b, a) ? b : a; }
+};
+
+// Monotone map of a float onto uint32 (larger float, larger key); -0 and +0 share +0's key, as
+// they compare equal.
+__device__ uint32_t order_key(float x) {
+  if (x == 0.0f) x = 0.0f;
+  const uint32_t u = __float_as_uint(x);
+  return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
+}
+
+__device__ float from_key(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) != 0 ? (k & 0x7fffffffu) : ~k);
+}
+
+struct Shared {
+  union {
+    cub::BlockReduce<double, kThreads>::TempStorage dsum;
+    cub::BlockReduce<int, kThreads>::TempStorage isum;
+    cub::BlockReduce<Best, kThreads>::TempStorage best;
+    cub::BlockScan<double, kThreads>::TempStorage scan;
+  } tmp;
+  double d;
+  int i;
+  Best b;
+};
+
+// Block-wide reductions over 0..n-1, every thread calling with the same arguments; each thread
+// sums its own indices in order, then a fixed tree: the same result on every run.
+template <class F>
+__device__ double block_sum(Shared& s, int64_t n, F f) {
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) acc += f(i);
+  const double r = cub::BlockReduce<double, kThreads>(s.tmp.dsum).Sum(acc);
+  if (threadIdx.x == 0) s.d = r;
+  __syncthreads();
+  const double out = s.d;
+  __syncthreads();
+  return out;
+}
+
+template <class F>
+__device__ int block_count(Shared& s, int64_t n, F f) {
+  int acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) acc += f(i) ? 1 : 0;
+  const int r = cub::BlockReduce<int, kThreads>(s.tmp.isum).Sum(acc);
+  if (threadIdx.x == 0) s.i = r;
+  __syncthreads();
+  const int out = s.i;
+  __syncthreads();
+  return out;
+}
+
+// f(i) -> Best (id < 0: not eligible).
+template <class F>
+__device__ Best block_best(Shared& s, int64_t n, F f) {
+  Best acc{0.0f, -1};
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+    const Best c = f(i);
+    if (better(c, acc)) acc = c;
+  }
+  const Best r = cub::BlockReduce<Best, kThreads>(s.tmp.best).Reduce(acc, BestOp());
+  if (threadIdx.x == 0) s.b = r;
+  __syncthreads();
+  const Best out = s.b;
+  __syncthreads();
+  return out;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sample_rows(const RowParams* params, const int32_t* ids, const float* values,
+                const float* logits, float* work, int64_t vocab, RowResult* results) {
+  __shared__ Shared s;
+  const RowParams p = params[blockIdx.x];
+  const float* raw = logits + blockIdx.x * vocab;
+  float* w = work + blockIdx.x * vocab;
+  const int tid = static_cast<int>(threadIdx.x);
+
+  // The processed row: bias, min_tokens mask, penalties, each rounded as the reference does.
+  for (int64_t i = tid; i < vocab; i += kThreads) w[i] = raw[i];
+  __syncthreads();
+  if (tid == 0) {  // in list order, as the reference (an id listed twice gets both)
+    for (int j = 0; j < p.bias_count; ++j) {
+      const int32_t t = ids[p.bias_begin + j];
+      w[t] = __fadd_rn(w[t], values[p.bias_begin + j]);
+    }
+  }
+  __syncthreads();
+  for (int j = tid; j < p.mask_count; j += kThreads) w[ids[p.mask_begin + j]] = kNegInf;
+  __syncthreads();
+  for (int j = tid; j < p.repeat_count; j += kThreads) {  // distinct ids
+    const int32_t t = ids[p.repeat_begin + j];
+    const float x = w[t];
+    w[t] = x > 0.0f ? __fdiv_rn(x, p.repetition_penalty) : __fmul_rn(x, p.repetition_penalty);
+  }
+  __syncthreads();
+  if (p.frequency != 0) {
+    for (int j = tid; j < p.count_count; j += kThreads) {  // distinct ids, values: counts
+      const int32_t t = ids[p.count_begin + j];
+      w[t] = __fsub_rn(w[t], __fadd_rn(__fmul_rn(p.frequency_penalty, values[p.count_begin + j]),
+                                       p.presence_penalty));
+    }
+  }
+  __syncthreads();
+
+  const auto all = [&](int64_t i) { return Best{w[i], static_cast<int32_t>(i)}; };
+  int32_t token = -1;
+  if (p.greedy != 0) {
+    token = block_best(s, vocab, all).id;
+  } else {
+    const int num_candidates = block_count(s, vocab, [&](int64_t i) { return w[i] > kNegInf; });
+    const Best top = block_best(s, vocab, all);
+    if (num_candidates == 0) {
+      token = top.id;  // everything masked: the plain argmax, as the reference
+    } else {
+      const double m = top.v;
+      // top_k: the k-th largest value (the largest key with at least k candidates at or above
+      // it); ties with it are kept.
+      const bool use_k = p.top_k > 0 && p.top_k < num_candidates;
+      uint32_t kth = 0;
+      if (use_k) {
+        uint64_t lo = 0, hi = uint64_t{1} << 32;
+        while (hi - lo > 1) {
+          const uint64_t mid = (lo + hi) / 2;
+          const int c = block_count(
+              s, vocab, [&](int64_t i) { return w[i] > kNegInf && order_key(w[i]) >= mid; });
+          if (c >= p.top_k) {
+            lo = mid;
+          } else {
+            hi = mid;
+          }
+        }
+        kth = static_cast<uint32_t>(lo);
+      }
+      const auto kept_k = [&](int64_t i) {
+        return w[i] > kNegInf && (!use_k || order_key(w[i]) >= kth);
+      };
+      const auto prob = [&](float x) {
+        return exp(__dmul_rn(__dsub_rn(static_cast<double>(x), m), p.inv_temperature));
+      };
+      // top_p: the most likely tokens (value descending, lower id first among equals) whose
+      // mass reaches top_p x total; `cut` is the last kept value's key, `id_cut` the last kept
+      // id among the tokens of that value.
+      const bool use_p = p.top_p < 1.0;
+      uint32_t cut = 0;
+      int32_t id_cut = INT_MAX;
+      if (use_p) {
+        const double total =
+            block_sum(s, vocab, [&](int64_t i) { return kept_k(i) ? prob(w[i]) : 0.0; });
+        const double target = p.top_p * total;
+        uint64_t lo = 0, hi = uint64_t{1} << 32;
+        while (hi - lo > 1) {
+          const uint64_t mid = (lo + hi) / 2;
+          const double g = block_sum(s, vocab, [&](int64_t i) {
+            return kept_k(i) && order_key(w[i]) >= mid ? prob(w[i]) : 0.0;
+          });
+          if (g >= target) {
+            lo = mid;
+          } else {
+            hi = mid;
+          }
+        }
+        cut = static_cast<uint32_t>(lo);
+        const double above = block_sum(s, vocab, [&](int64_t i) {
+          return kept_k(i) && order_key(w[i]) > cut ? prob(w[i]) : 0.0;
+        });
+        const auto at_cut = [&](int64_t i) { return kept_k(i) && order_key(w[i]) == cut; };
+        const int num_at_cut = block_count(s, vocab, at_cut);
+        const double p_cut = prob(from_key(cut));
+        int n = 0;
+        for (double cum = above; cum < target && n < num_at_cut; ++n) cum += p_cut;
+        if (n <
+            num_at_cut) {  // the n lowest ids of that value: the smallest id_cut with n at or below
+          int64_t lo_id = -1, hi_id = vocab - 1;
+          while (hi_id - lo_id > 1) {
+            const int64_t mid = (lo_id + hi_id) / 2;
+            const int c = block_count(s, vocab, [&](int64_t i) { return i <= mid && at_cut(i); });
+            if (c >= n) {
+              hi_id = mid;
+            } else {
+              lo_id = mid;
+            }
+          }
+          id_cut = static_cast<int32_t>(hi_id);
+        }
+      }
+      const auto kept = [&](int64_t i) {
+        if (!kept_k(i)) return false;
+        if (use_p) {
+          const uint32_t k = order_key(w[i]);
+          if (k < cut || (k == cut && i > id_cut)) return false;
+        }
+        // min_p: the most likely token's probability is exactly 1 here.
+        return p.min_p <= 0.0 || prob(w[i]) >= p.min_p;
+      };
+      const double total =
+          block_sum(s, vocab, [&](int64_t i) { return kept(i) ? prob(w[i]) : 0.0; });
+      // The draw: the first id whose cumulative normalized probability exceeds u.
+      double carry = 0.0;
+      for (int64_t base = 0; base < vocab && token < 0; base += kThreads) {
+        const int64_t i = base + tid;
+        const double q = i < vocab && kept(i) ? __ddiv_rn(prob(w[i]), total) : 0.0;
+        double inclusive = 0.0, chunk = 0.0;
+        cub::BlockScan<double, kThreads>(s.tmp.scan).InclusiveSum(q, inclusive, chunk);
+        __syncthreads();
+        const bool hit = q > 0.0 && p.u < carry + inclusive;
+        const Best first = block_best(s, kThreads, [&](int64_t j) {
+          (void)j;
+          return hit ? Best{0.0f, static_cast<int32_t>(i)} : Best{0.0f, -1};
+        });
+        if (first.id >= 0) token = first.id;
+        carry += chunk;
+      }
+      if (token < 0) {  // rounding left u above the total: the last candidate owns the gap
+        token = block_best(s, vocab, [&](int64_t i) {
+                  return kept(i) ? Best{static_cast<float>(i), static_cast<int32_t>(i)}
+                                 : Best{0.0f, -1};
+                }).id;
+      }
+    }
+  }
+
+  RowResult* out = results + blockIdx.x;
+  if (p.num_logprobs < 0) {
+    if (tid == 0) {
+      out->token = token;
+      out->logprob = 0.0f;
+      out->rank = 0;
+      out->num_top = 0;
+    }
+    return;
+  }
+  // Raw logprobs: log_softmax of the model's logits, before any processing.
+  const Best raw_top = block_best(s, vocab, [&](int64_t i) {
+    return Best{raw[i], static_cast<int32_t>(i)};
+  });
+  const float mr = raw_top.v;
+  const double sum = block_sum(s, vocab, [&](int64_t i) {
+    return exp(__dsub_rn(static_cast<double>(raw[i]), static_cast<double>(mr)));
+  });
+  const double lse = __dadd_rn(static_cast<double>(mr), log(sum));
+  const float chosen = raw[token];
+  const int larger = block_count(s, vocab, [&](int64_t i) { return raw[i] > chosen; });
+  Best prev{0.0f, -1};
+  int num_top = 0;
+  for (; num_top < p.num_logprobs; ++num_top) {
+    const Best b = block_best(s, vocab, [&](int64_t i) {
+      const float x = raw[i];
+      const bool after =
+          prev.id < 0 || x < prev.v || (x == prev.v && i > static_cast<int64_t>(prev.id));
+      return after ? Best{x, static_cast<int32_t>(i)} : Best{0.0f, -1};
+    });
+    if (b.id < 0) break;
+    if (tid == 0) {
+      out->top_ids[num_top] = b.id;
+      out->top_logprobs[num_top] = static_cast<float>(__dsub_rn(static_cast<double>(b.v), lse));
+    }
+    prev = b;
+  }
+  if (tid == 0) {
+    out->token = token;
+    out->logprob = static_cast<float>(__dsub_rn(static_cast<double>(chosen), lse));
+    out->rank = 1 + larger;
+    out->num_top = num_top;
+  }
+}
+
+// Words of id lists one call may carry: any single row fits (logit_bias up to the whole
+// vocabulary, the masked ids, the distinct prompt + output ids, the distinct output ids).
+int64_t list_capacity(int64_t vocab, int64_t max_model_len) {
+  return 2 * vocab + 2 * max_model_len + 4096;
+}
+
+int64_t arena_bytes(int64_t vocab, int64_t max_rows, int64_t max_model_len) {
+  return max_rows * static_cast<int64_t>(sizeof(RowParams)) +
+         list_capacity(vocab, max_model_len) * 8 + 3 * 16;
+}
+
+}  // namespace
+
+int64_t CudaSampler::device_bytes(int64_t vocab_size, int64_t max_rows, int64_t max_model_len) {
+  return max_rows * vocab_size * 4 + arena_bytes(vocab_size, max_rows, max_model_len) +
+         max_rows * static_cast<int64_t>(sizeof(RowResult));
+}
+
+CudaSampler::CudaSampler(int64_t vocab_size, int64_t max_rows, int64_t max_model_len)
+    : vocab_size_(vocab_size),
+      max_rows_(max_rows),
+      list_capacity_(list_capacity(vocab_size, max_model_len)),
+      work_(static_cast<size_t>(max_rows * vocab_size * 4)),
+      arena_(static_cast<size_t>(arena_bytes(vocab_size, max_rows, max_model_len))),
+      out_device_(static_cast<size_t>(max_rows) * sizeof(RowResult)),
+      out_host_(static_cast<size_t>(max_rows) * sizeof(RowResult)),
+      stamp_(static_cast<size_t>(vocab_size), 0),
+      count_(static_cast<size_t>(vocab_size), 0) {
+  // Ids travel as floats in one reduction: exact below 2^24.
+  S4KV_CHECK(vocab_size > 0 && vocab_size < (int64_t{1} << 24) && max_rows > 0,
+             "cuda sampler: vocab_size ", vocab_size, ", max_rows ", max_rows);
+}
+
+uint32_t CudaSampler::next_epoch() {
+  if (++epoch_ == 0) {
+    std::fill(stamp_.begin(), stamp_.end(), 0);
+    epoch_ = 1;
+  }
+  return epoch_;
+}
+
+void CudaSampler::sample(const float* logits, std::span<const SamplingRow> rows,
+                         cudaStream_t stream, std::vector<SampleOutput>& out) {
+  const auto num_rows = static_cast<int64_t>(rows.size());
+  S4KV_CHECK(num_rows <= max_rows_, "cuda sampler: ", num_rows, " rows > ", max_rows_);
+  out.resize(rows.size());
+  if (rows.empty()) return;
+  auto* results = reinterpret_cast<RowResult*>(out_host_.data());
+  auto* results_device = static_cast<RowResult*>(out_device_.data());
+  int64_t begin = 0;
+  while (begin < num_rows) {
+    // One group: as many rows as their lists fit (all of them, but for long penalty lists).
+    arena_.clear();
+    RowParams* params = arena_.alloc<RowParams>(static_cast<size_t>(num_rows - begin));
+    int32_t* ids = arena_.alloc<int32_t>(static_cast<size_t>(list_capacity_));
+    float* values = arena_.alloc<float>(static_cast<size_t>(list_capacity_));
+    int64_t used = 0, end = begin;
+    for (; end < num_rows; ++end) {
+      const SamplingRow& row = rows[static_cast<size_t>(end)];
+      const auto num_output = static_cast<int64_t>(row.output_token_ids.size());
+      const bool masked = num_output < row.min_tokens;
+      const bool frequency = row.frequency_penalty != 0.0 || row.presence_penalty != 0.0;
+      // The distinct ids the penalties touch (stamp_: seen in this pass).
+      repeat_.clear();
+      if (reads_prompt(row)) {
+        const uint32_t e = next_epoch();
+        for (auto list : {row.prompt_token_ids, row.output_token_ids}) {
+          for (int32_t t : list) {
+            if (stamp_[static_cast<size_t>(t)] == e) continue;
+            stamp_[static_cast<size_t>(t)] = e;
+            repeat_.push_back(t);
+          }
+        }
+      }
+      counted_.clear();
+      if (frequency) {
+        const uint32_t e = next_epoch();
+        for (int32_t t : row.output_token_ids) {
+          const auto k = static_cast<size_t>(t);
+          if (stamp_[k] != e) {
+            stamp_[k] = e;
+            count_[k] = 0;
+            counted_.push_back(t);
+          }
+          ++count_[k];
+        }
+      }
+      const int64_t need = static_cast<int64_t>(row.logit_bias.size()) +
+                           (masked ? static_cast<int64_t>(row.min_tokens_masked_ids.size()) : 0) +
+                           static_cast<int64_t>(repeat_.size() + counted_.size());
+      if (used + need > list_capacity_) {
+        S4KV_CHECK(end > begin, "cuda sampler: one row's lists (", need, " ids) exceed ",
+                   list_capacity_);
+        break;
+      }
+      RowParams& p = params[end - begin];
+      p.inv_temperature = 1.0 / row.temperature;
+      p.top_p = row.top_p;
+      p.min_p = row.min_p;
+      p.u = row.greedy ? 0.0 : uniform01(row.rng_key, static_cast<uint64_t>(num_output));
+      p.top_k = row.top_k;
+      p.repetition_penalty = static_cast<float>(row.repetition_penalty);
+      p.frequency_penalty = static_cast<float>(row.frequency_penalty);
+      p.presence_penalty = static_cast<float>(row.presence_penalty);
+      p.greedy = row.greedy ? 1 : 0;
+      p.num_logprobs = static_cast<int32_t>(row.num_logprobs);
+      p.frequency = frequency ? 1 : 0;
+      const auto put = [&](int32_t& begin_at, int32_t& count, int64_t n) {
+        begin_at = static_cast<int32_t>(used);
+        count = static_cast<int32_t>(n);
+        used += n;
+        return static_cast<size_t>(begin_at);
+      };
+      size_t at = put(p.bias_begin, p.bias_count, static_cast<int64_t>(row.logit_bias.size()));
+      for (const auto& [id, bias] : row.logit_bias) {
+        ids[at] = id;
+        values[at++] = bias;
+      }
+      const std::span<const int32_t> mask =
+          masked ? row.min_tokens_masked_ids : std::span<const int32_t>{};
+      at = put(p.mask_begin, p.mask_count, static_cast<int64_t>(mask.size()));
+      for (int32_t id : mask) ids[at++] = id;
+      at = put(p.repeat_begin, p.repeat_count, static_cast<int64_t>(repeat_.size()));
+      for (int32_t id : repeat_) ids[at++] = id;
+      at = put(p.count_begin, p.count_count, static_cast<int64_t>(counted_.size()));
+      for (int32_t id : counted_) {
+        ids[at] = id;
+        values[at++] = static_cast<float>(count_[static_cast<size_t>(id)]);
+      }
+    }
+    arena_.upload(stream);
+    sample_rows<<<static_cast<unsigned>(end - begin), kThreads, 0, stream>>>(
+        arena_.device_of(params), arena_.device_of(ids), arena_.device_of(values),
+        logits + begin * vocab_size_, static_cast<float*>(work_.data()), vocab_size_,
+        results_device + begin);
+    S4KV_CUDA_CHECK(cudaGetLastError());
+    S4KV_CUDA_CHECK(cudaMemcpyAsync(results + begin, results_device + begin,
+                                    static_cast<size_t>(end - begin) * sizeof(RowResult),
+                                    cudaMemcpyDeviceToHost, stream));
+    // The arena's host side is read by the copy until it completes.
+    S4KV_CUDA_CHECK(cudaStreamSynchronize(stream));
+    begin = end;
+  }
+  for (int64_t r = 0; r < num_rows; ++r) {
+    const RowResult& res = results[r];
+    SampleOutput& o = out[static_cast<size_t>(r)];
+    o.token_id = res.token;
+    o.logprob = res.logprob;
+    o.rank = res.rank;
+    o.top_logprobs.clear();
+    for (int32_t k = 0; k < res.num_top; ++k) {
+      o.top_logprobs.push_back({res.top_ids[k], res.top_logprobs[k]});
+    }
+  }
+}
+
+}  // namespace s4kv::backend::cuda
