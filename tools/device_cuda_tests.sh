@@ -10,6 +10,8 @@
 # on every call); the last call carries the last part and the sums and runs the steps:
 #   tests     backend_cuda_test (the `cuda` label: kernels, attention, whole backend, goldens)
 #   sanitize  compute-sanitizer memcheck and racecheck on a subset of it
+#   sanitize_serve  a short s4kv serve --device cuda run under memcheck (greedy and seeded
+#             requests with every sampling setting)
 #   serve     s4kv serve --device cuda vs --device cpu on s4kv-tiny: one greedy completion each
 #   twins     shape twins of the five seed models (tools/make_shape_twins.py), transformers'
 #             goldens, S4 KV's logits against them (fp32 and bf16) and s4kv eval of int4_kivi

@@ -219,8 +219,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaSampler,
                                            Case{50257, 1}, Case{128256, 2}, Case{152064, 0},
                                            Case{152064, 1}));
 
-// More rows than fit one call's id lists: long penalty lists split the rows into groups, and
-// the results still come back in row order.
+// More rows than fit one call's id lists (long penalty lists) or its max_rows split the rows
+// into groups, and the results still come back in row order.
 TEST(CudaSamplerGroups, LongPenaltyListsSplitTheCall) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   constexpr int64_t kVocab = 3001, kRows = 6, kMaxModelLen = 512;
@@ -253,9 +253,10 @@ TEST(CudaSamplerGroups, LongPenaltyListsSplitTheCall) {
   d_logits.copy_from_host(logits.data(), logits.size() * 4);
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  cuda::CudaSampler sampler(kVocab, kRows, kMaxModelLen);
+  cuda::CudaSampler sampler(kVocab, /*max_rows=*/4, kMaxModelLen);  // 6 rows: groups anyway
   sampler.sample(static_cast<const float*>(d_logits.data()), rows, stream, got);
   ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  ASSERT_EQ(got.size(), want.size());
   for (int r = 0; r < kRows; ++r) {
     EXPECT_EQ(got[static_cast<size_t>(r)].token_id, want[static_cast<size_t>(r)].token_id)
         << "row " << r;

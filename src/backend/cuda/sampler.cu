@@ -363,20 +363,21 @@ uint32_t CudaSampler::next_epoch() {
 void CudaSampler::sample(const float* logits, std::span<const SamplingRow> rows,
                          cudaStream_t stream, std::vector<SampleOutput>& out) {
   const auto num_rows = static_cast<int64_t>(rows.size());
-  S4KV_CHECK(num_rows <= max_rows_, "cuda sampler: ", num_rows, " rows > ", max_rows_);
   out.resize(rows.size());
   if (rows.empty()) return;
   auto* results = reinterpret_cast<RowResult*>(out_host_.data());
   auto* results_device = static_cast<RowResult*>(out_device_.data());
   int64_t begin = 0;
   while (begin < num_rows) {
-    // One group: as many rows as their lists fit (all of them, but for long penalty lists).
+    // One group: up to max_rows rows, as many as their lists fit (all of them, but for long
+    // penalty lists or a batch with more logits rows than sequences).
+    const int64_t group_end = std::min(num_rows, begin + max_rows_);
     arena_.clear();
-    RowParams* params = arena_.alloc<RowParams>(static_cast<size_t>(num_rows - begin));
+    RowParams* params = arena_.alloc<RowParams>(static_cast<size_t>(group_end - begin));
     int32_t* ids = arena_.alloc<int32_t>(static_cast<size_t>(list_capacity_));
     float* values = arena_.alloc<float>(static_cast<size_t>(list_capacity_));
     int64_t used = 0, end = begin;
-    for (; end < num_rows; ++end) {
+    for (; end < group_end; ++end) {
       const SamplingRow& row = rows[static_cast<size_t>(end)];
       const auto num_output = static_cast<int64_t>(row.output_token_ids.size());
       const bool masked = num_output < row.min_tokens;
@@ -453,25 +454,25 @@ void CudaSampler::sample(const float* logits, std::span<const SamplingRow> rows,
     sample_rows<<<static_cast<unsigned>(end - begin), kThreads, 0, stream>>>(
         arena_.device_of(params), arena_.device_of(ids), arena_.device_of(values),
         logits + begin * vocab_size_, static_cast<float*>(work_.data()), vocab_size_,
-        results_device + begin);
+        results_device);
     S4KV_CUDA_CHECK(cudaGetLastError());
-    S4KV_CUDA_CHECK(cudaMemcpyAsync(results + begin, results_device + begin,
+    S4KV_CUDA_CHECK(cudaMemcpyAsync(results, results_device,
                                     static_cast<size_t>(end - begin) * sizeof(RowResult),
                                     cudaMemcpyDeviceToHost, stream));
-    // The arena's host side is read by the copy until it completes.
+    // The arena's host side is read by the copy until it completes; the results are read next.
     S4KV_CUDA_CHECK(cudaStreamSynchronize(stream));
-    begin = end;
-  }
-  for (int64_t r = 0; r < num_rows; ++r) {
-    const RowResult& res = results[r];
-    SampleOutput& o = out[static_cast<size_t>(r)];
-    o.token_id = res.token;
-    o.logprob = res.logprob;
-    o.rank = res.rank;
-    o.top_logprobs.clear();
-    for (int32_t k = 0; k < res.num_top; ++k) {
-      o.top_logprobs.push_back({res.top_ids[k], res.top_logprobs[k]});
+    for (int64_t r = begin; r < end; ++r) {
+      const RowResult& res = results[r - begin];
+      SampleOutput& o = out[static_cast<size_t>(r)];
+      o.token_id = res.token;
+      o.logprob = res.logprob;
+      o.rank = res.rank;
+      o.top_logprobs.clear();
+      for (int32_t k = 0; k < res.num_top; ++k) {
+        o.top_logprobs.push_back({res.top_ids[k], res.top_logprobs[k]});
+      }
     }
+    begin = end;
   }
 }
 

@@ -30,8 +30,8 @@ namespace s4kv::backend::cuda {
 
 class CudaSampler {
  public:
-  // Up to max_rows rows of vocab_size per call; rows whose prompt + output (the penalties read
-  // them) hold up to max_model_len ids.
+  // Rows of vocab_size, max_rows at a time (more in one call run in groups); rows whose
+  // prompt + output (the penalties read them) hold up to max_model_len ids.
   CudaSampler(int64_t vocab_size, int64_t max_rows, int64_t max_model_len);
 
   // The device memory a sampler of these limits allocates (for the start-up budget).
