@@ -39,6 +39,8 @@ case "${1:-}" in
     fi
     cmake --build build-device -j2 --target s4kv backend_cuda_test
     rm -rf .devcarry && mkdir -p .devcarry/stage/bin
+    # What the binaries were built from (the device's copy of the tree has no history).
+    echo "built from $(git describe --always --dirty) on $(date -u +%FT%TZ)" > .devcarry/stage/BUILD_INFO
     strip -o .devcarry/stage/bin/s4kv build-device/src/cli/s4kv
     strip -o .devcarry/stage/bin/backend_cuda_test build-device/tests/backend/backend_cuda_test
     if [ "${E2E:-0}" = 1 ]; then
@@ -75,7 +77,7 @@ case "${1:-}" in
     export PATH=/tmp/s4kv/bin:$PATH S4KV_BIN=/tmp/s4kv/bin/s4kv
     [ ! -d /tmp/s4kv/site ] || export PYTHONPATH=/tmp/s4kv/site
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $res/gpu.txt
-    git -C "$root" log -1 --format='commit %H' 2>/dev/null | tee -a $res/gpu.txt || true
+    tee -a $res/gpu.txt < /tmp/s4kv/BUILD_INFO
     status=0
     for step in "$@"; do
       echo "== $step" | tee -a $res/summary.txt
