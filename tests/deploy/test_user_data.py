@@ -134,9 +134,13 @@ FAKE_COMMANDS = ["apt-get", "python3", "getent", "useradd", "git", "nvidia-smi",
 
 # The checked-out scripts/: they record that they ran, where, and with which GPU architectures.
 SOURCE_SCRIPT = r"""#!/bin/bash
-{ printf '%s\037cwd=%s' "$(basename "$0")" "$PWD"
+{ printf '%s' "$(basename "$0")"
+  for a in "$@"; do printf '\037%s' "$a"; done
+  printf '\037cwd=%s' "$PWD"
   arch=${S4KV_CUDA_ARCHITECTURES:-}
   [ -z "$arch" ] || printf '\037S4KV_CUDA_ARCHITECTURES=%s' "$arch"
+  cmake_args=${S4KV_CMAKE_ARGS:-}
+  [ -z "$cmake_args" ] || printf '\037S4KV_CMAKE_ARGS=%s' "$cmake_args"
   printf '\036'; } >> "$STUB_LOG"
 """
 
@@ -213,9 +217,10 @@ def expected_commands(resource: str, health_polls: int, exit_code: int) -> list[
         "useradd --system --home-dir /var/lib/s4kv --shell /usr/sbin/nologin s4kv",
         f"git clone --quiet {REPOSITORY} /opt/s4kv",
         "git -C /opt/s4kv checkout --quiet v1.2.3",
-        "install_deps.sh cwd=/opt/s4kv",
+        "install_deps.sh --build-only cwd=/opt/s4kv",
         "nvidia-smi --query-gpu=compute_cap --format=csv,noheader",
-        "build.sh cwd=/opt/s4kv S4KV_CUDA_ARCHITECTURES=86",
+        "build.sh cwd=/opt/s4kv S4KV_CUDA_ARCHITECTURES=86"
+        " S4KV_CMAKE_ARGS=-DS4KV_BUILD_TESTS=OFF -DS4KV_BUILD_BENCH=OFF",
         "hf download Qwen/Qwen2.5-7B-Instruct"
         " --exclude *.pth --exclude *.pt --exclude *.bin --exclude original/*",
         "chown -R s4kv:s4kv /var/lib/s4kv",
