@@ -10,7 +10,7 @@
 // the figures (then bench/stamp.py adds provenance).
 //
 //   build/bench/cpu_forward_bench [--model models/s4kv-tiny] [--kv-cache-dtype int4_kivi]
-//       [--value-group-size 128] [--json OUT]
+//       [--value-group-size 128] [--threads N] [--json OUT]
 #include <cblas.h>
 #include <CLI/CLI.hpp>
 
@@ -26,6 +26,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_weights.h"
+#include "backend/cpu/thread_pool.h"
 #include "common/json.h"
 #include "kv/kv_format.h"
 #include "model/model_config.h"
@@ -54,7 +55,7 @@ struct Step {
   std::vector<int32_t> token_ids, positions, query_start_loc{0}, seq_lens, block_tables,
       logits_indices;
   std::vector<int64_t> slot_mapping;
-  std::vector<int32_t> seats;  // int4_kivi: sequence s uses slot s
+  std::vector<int32_t> seats, seat_starts;  // int4_kivi: sequence s sits in seat s from 0
   bool int4 = false;
 
   void add(int64_t seq, int64_t cached, const std::vector<int32_t>& new_tokens) {
@@ -70,11 +71,16 @@ struct Step {
       block_tables.push_back(static_cast<int32_t>(seq * kMaxBlocks + b));
     }
     logits_indices.push_back(static_cast<int32_t>(token_ids.size()) - 1);
-    if (int4) seats.push_back(static_cast<int32_t>(seq));
+    if (int4) {
+      seats.push_back(static_cast<int32_t>(seq));
+      seat_starts.push_back(0);
+    }
   }
   ForwardBatch batch() const {
-    return {token_ids,  positions,    query_start_loc, seq_lens, block_tables,
-            kMaxBlocks, slot_mapping, logits_indices,  seats};
+    ForwardBatch b{token_ids,  positions,    query_start_loc, seq_lens, block_tables,
+                   kMaxBlocks, slot_mapping, logits_indices,  seats};
+    b.seat_starts = seat_starts;
+    return b;
   }
 };
 
@@ -130,6 +136,9 @@ int main(int argc, char** argv) {
   app.add_option("--kv-cache-dtype", kv_dtype_name, "16bit (auto, fp16, bf16), fp8_e4m3, int4_kivi")
       ->check(CLI::IsMember({"16bit", "auto", "fp16", "bf16", "fp8_e4m3", "int4_kivi"}));
   app.add_option("--value-group-size", value_group_size, "int4_kivi: Gv (32, 64, 128)");
+  int threads = 0;
+  app.add_option("--threads", threads,
+                 "forward-pass threads (--cpu-threads); 0: the cores available");
   CLI11_PARSE(app, argc, argv);
 
   auto config = s4kv::model::load_model_config(model);
@@ -155,7 +164,8 @@ int main(int argc, char** argv) {
   const bool int4 = kv_config.dtype == s4kv::kv::KvCacheDtype::kInt4Kivi;
   kv_config.num_seats = 8;
   kv_config.value_group_size = value_group_size;
-  auto made = s4kv::backend::cpu::make_cpu_backend(*config, *weights, kv_config);
+  auto made = s4kv::backend::cpu::make_cpu_backend(*config, *weights, kv_config,
+                                                   s4kv::backend::cpu::CpuBackendOptions{threads});
   if (!made.is_ok()) {
     std::fprintf(stderr, "%s\n", made.status().message().c_str());
     return 2;
@@ -217,8 +227,10 @@ int main(int argc, char** argv) {
   const double convert_ms = median(convert) * 1e3;
   std::printf("bf16 -> fp32 conversion of all weights: %.2f ms (per step if converted per GEMM)\n",
               convert_ms);
-  std::printf("golden p0 last row rel L2 %.2e; threads: %u hardware, OpenBLAS %d\n", golden_rel_l2,
-              std::thread::hardware_concurrency(), openblas_get_num_threads());
+  std::printf(
+      "golden p0 last row rel L2 %.2e; threads: %d forward pass (%u hardware), OpenBLAS %d\n",
+      golden_rel_l2, threads > 0 ? threads : s4kv::backend::cpu::available_cores(),
+      std::thread::hardware_concurrency(), openblas_get_num_threads());
 
   if (!json_out.empty()) {
     s4kv::Json out = {
@@ -235,6 +247,7 @@ int main(int argc, char** argv) {
         {"weights_fp32_bytes", s4kv::backend::cpu::convert_weights(*config, *weights).num_bytes()},
         {"convert_bf16_to_fp32_ms", convert_ms},
         {"hardware_threads", std::thread::hardware_concurrency()},
+        {"forward_threads", threads > 0 ? threads : s4kv::backend::cpu::available_cores()},
         {"openblas_threads", openblas_get_num_threads()},
         {"results", rows}};
     std::ofstream(json_out) << out.dump(1) << "\n";

@@ -73,23 +73,26 @@ Result<std::unique_ptr<Backend>> make_backend(const std::string& device, DType c
                                               const model::ModelConfig& config,
                                               const model::ModelWeights& weights,
                                               const KvCacheConfig& kv, const BackendLimits& limits,
-                                              double gpu_memory_utilization) {
-  if (device == "cpu") return cpu::make_cpu_backend(config, weights);
+                                              const DeviceOptions& options) {
+  if (device == "cpu") {
+    return cpu::make_cpu_backend(config, weights, cpu::CpuBackendOptions{options.cpu_threads});
+  }
   if (device != "cuda") return invalid_argument("--device=" + device + " (supported: cpu, cuda)");
 #ifdef S4KV_HAVE_CUDA
-  return cuda::make_cuda_backend(config, weights, kv,
-                                 cuda_options(compute_dtype, limits, gpu_memory_utilization));
+  return cuda::make_cuda_backend(
+      config, weights, kv, cuda_options(compute_dtype, limits, options.gpu_memory_utilization));
 #else
-  (void)compute_dtype, (void)kv, (void)limits, (void)gpu_memory_utilization;
+  (void)compute_dtype, (void)kv, (void)limits;
   return unsupported("--device cuda: this s4kv was built without the CUDA toolkit");
 #endif
 }
 
 Result<std::unique_ptr<Backend>> make_started_backend(
     const std::string& device, DType compute_dtype, const model::ModelConfig& config,
-    const model::ModelWeights& weights, const KvCacheConfig& kv, const BackendLimits& limits) {
+    const model::ModelWeights& weights, const KvCacheConfig& kv, const BackendLimits& limits,
+    const DeviceOptions& options) {
   S4KV_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
-                        make_backend(device, compute_dtype, config, weights, kv, limits));
+                        make_backend(device, compute_dtype, config, weights, kv, limits, options));
   if (const auto reasons = backend->unsupported(kv); !reasons.empty()) {
     return unsupported(reasons.front());
   }

@@ -29,19 +29,26 @@ Result<std::string> resolve_device(const std::string& device);
 Result<DType> resolve_dtype(const std::string& dtype, const std::string& device,
                             const model::ModelConfig& config);
 
+// The flags that concern one device only.
+struct DeviceOptions {
+  double gpu_memory_utilization = 0.9;  // cuda: the share of the GPU profile() gives out
+  int cpu_threads = 0;                  // cpu: threads of the forward pass; 0: the cores available
+};
+
 // Creates the backend of a resolved device ("cpu" | "cuda") and compute dtype, before its
 // start-up (backend.h): the caller asks unsupported(kv), profile() and calls init_kv_cache.
-// kv: the cache's shape (num_blocks unused); gpu_memory_utilization: cuda's profile() share.
+// kv: the cache's shape (num_blocks unused).
 Result<std::unique_ptr<Backend>> make_backend(const std::string& device, DType compute_dtype,
                                               const model::ModelConfig& config,
                                               const model::ModelWeights& weights,
                                               const KvCacheConfig& kv, const BackendLimits& limits,
-                                              double gpu_memory_utilization = 0.9);
+                                              const DeviceOptions& options = {});
 
 // make_backend, then unsupported(kv) (its first reason as the error) and init_kv_cache(kv): for
 // callers that pick num_blocks themselves (s4kv eval, tests).
 Result<std::unique_ptr<Backend>> make_started_backend(
     const std::string& device, DType compute_dtype, const model::ModelConfig& config,
-    const model::ModelWeights& weights, const KvCacheConfig& kv, const BackendLimits& limits);
+    const model::ModelWeights& weights, const KvCacheConfig& kv, const BackendLimits& limits,
+    const DeviceOptions& options = {});
 
 }  // namespace s4kv::backend

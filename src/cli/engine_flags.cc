@@ -49,6 +49,11 @@ Result<engine::EngineArgs> engine_args(const EngineFlags& f) {
     return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
   }
   c.gpu_memory_utilization = f.gpu_memory_utilization;
+  if (f.cpu_threads < 0 || f.cpu_threads > 1024) {
+    return invalid_argument("--cpu-threads=" + std::to_string(f.cpu_threads) +
+                            " (0: the cores available, or 1..1024)");
+  }
+  c.cpu_threads = f.cpu_threads;
   c.max_model_len = f.max_model_len;
   c.max_num_seqs = f.max_num_seqs;
   c.max_num_batched_tokens = f.max_num_batched_tokens;
@@ -78,6 +83,10 @@ void add_engine_flags(CLI::App& sub, EngineFlags& f, bool model_required) {
       ->capture_default_str();
   sub.add_option("--gpu-memory-utilization", f.gpu_memory_utilization,
                  "share of the GPU's memory for weights, activations and the KV cache (cuda)")
+      ->capture_default_str();
+  sub.add_option("--cpu-threads", f.cpu_threads,
+                 "threads of the CPU forward pass (GEMMs and attention share them); 0: the cores "
+                 "available")
       ->capture_default_str();
   sub.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", f.enable_prefix_caching,
                "reuse cached KV blocks of shared prompt prefixes (default on)");

@@ -1,7 +1,8 @@
 // The engine flags `s4kv generate` and `s4kv serve` share, with `vllm serve`'s names:
 // --model, --kv-cache-dtype, --max-model-len, --max-num-seqs, --max-num-batched-tokens,
 // --block-size, --kv-cache-memory, --[no-]enable-prefix-caching, --load-format, --device,
-// --dtype, --enforce-eager, --seed, --chat-template; and their translation into engine::EngineArgs.
+// --dtype, --enforce-eager, --seed, --chat-template, and S4 KV's --cpu-threads,
+// --gpu-memory-utilization; and their translation into engine::EngineArgs.
 // Parsing only: the engine checks the combination when it is built.
 #pragma once
 
@@ -28,6 +29,7 @@ struct EngineFlags {
   int block_size = 64;
   std::string kv_cache_memory = "auto";  // cpu: 1GiB; cuda: --gpu-memory-utilization's share
   double gpu_memory_utilization = 0.9;
+  int cpu_threads = 0;  // --cpu-threads: 0 = the cores available
   bool enable_prefix_caching = true;
   std::string load_format = "auto";
   std::string device = "auto";

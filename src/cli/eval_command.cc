@@ -38,6 +38,7 @@ Result<kv::KvCacheDtype> parse_dtype(const std::string& name, const char* flag) 
 
 struct Loaded {
   std::string device;  // resolved --device
+  int cpu_threads = 0;
   DType compute_dtype = DType::kF32;
   model::ModelConfig config;
   model::ModelWeights weights;
@@ -47,6 +48,7 @@ struct Loaded {
 Result<Loaded> load(const EvalOptions& o) {
   S4KV_ASSIGN_OR_RETURN(const std::string dir, model::resolve_model_path(o.model));
   Loaded l;
+  l.cpu_threads = o.cpu_threads;
   S4KV_ASSIGN_OR_RETURN(l.config, model::load_model_config(dir));
   S4KV_ASSIGN_OR_RETURN(l.device, backend::resolve_device(o.device));
   S4KV_ASSIGN_OR_RETURN(l.compute_dtype, backend::resolve_dtype(o.dtype, l.device, l.config));
@@ -173,8 +175,8 @@ engine::BackendFactory factory(const Loaded& l, const Format& f) {
     }
     // One sequence of num_tokens tokens, prefilled in one step.
     const backend::BackendLimits limits{num_tokens, 1, num_tokens};
-    return backend::make_started_backend(l.device, l.compute_dtype, l.config, l.weights, kv,
-                                         limits);
+    return backend::make_started_backend(l.device, l.compute_dtype, l.config, l.weights, kv, limits,
+                                         backend::DeviceOptions{.cpu_threads = l.cpu_threads});
   };
 }
 
@@ -328,6 +330,9 @@ void add_eval_command(CLI::App& app) {
                   "token id put first in every window, as a BOS (-1: none)");
   sub->add_option("--bootstrap-resamples", options->bootstrap_resamples,
                   "resamples of windows for the 95% intervals (0: none)");
+  sub->add_option("--cpu-threads", options->cpu_threads,
+                  "threads of the CPU forward pass; 0: the cores available")
+      ->check(CLI::Range(0, 1024));
   sub->add_option("--device", options->device, "auto = cuda when a GPU is visible, else cpu")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();

@@ -40,6 +40,7 @@ struct EvalOptions {
   std::string json_dir;  // one <format name>.json per tested format
   std::string load_format = "auto";
   std::string device = "auto";  // --device: auto | cpu | cuda
+  int cpu_threads = 0;          // --cpu-threads: 0 = the cores available
   std::string dtype = "auto";   // --dtype (backend/registry.h)
 };
 

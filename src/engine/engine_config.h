@@ -35,6 +35,7 @@ struct EngineConfig {
   // kDefaultKvCacheMemoryBytes on cpu, the --gpu-memory-utilization share left on cuda.
   int64_t kv_cache_memory_bytes = kv::kDefaultKvCacheMemoryBytes;
   double gpu_memory_utilization = 0.9;  // cuda only
+  int cpu_threads = 0;                  // cpu only: forward-pass threads; 0: the cores available
   bool enable_prefix_caching = true;
   uint64_t seed = 0;  // the engine RNG that keys unseeded requests
 };

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <numeric>
@@ -14,6 +15,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/embed.h"
 #include "backend/cpu/kv_write.h"
+#include "backend/cpu/linear.h"
 #include "backend/cpu/mlp.h"
 #include "backend/cpu/paged_kv_cache.h"
 #include "backend/cpu/rope.h"
@@ -134,6 +136,50 @@ TEST(ThreadPool, RunsEveryIndexOnce) {
     pool.parallel_for(1000, [&](int64_t i) { hits[static_cast<size_t>(i)]++; });
   }
   for (auto& h : hits) EXPECT_EQ(h.load(), 3);
+}
+
+TEST(ThreadPool, AvailableCoresIsAtLeastOne) { EXPECT_GE(available_cores(), 1); }
+
+// linear() split into column slices over a pool (what the CPU backend runs) against the same
+// GEMM in one call and against a double-precision reference: odd shapes, bias, accumulate,
+// more threads than slices. Equal within fp32 rounding (the slicing must neither drop, repeat
+// nor misplace a column; BLAS kernels may sum in another order, so no bitwise claim).
+TEST(Linear, PoolSlicesMatchOneCallAndTheReference) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (const auto [tokens, in, out] :
+       {std::array<int64_t, 3>{1, 96, 1000}, std::array<int64_t, 3>{7, 33, 4099},
+        std::array<int64_t, 3>{3, 128, 50}}) {
+    std::vector<float> x(static_cast<size_t>(tokens * in)), w(static_cast<size_t>(out * in)),
+        b(static_cast<size_t>(out)), start(static_cast<size_t>(tokens * out));
+    for (auto* v : {&x, &w, &b, &start}) {
+      for (float& e : *v) e = dist(rng);
+    }
+    for (const bool accumulate : {false, true}) {
+      std::vector<float> one = start;
+      linear(x, w, b, in, out, one, accumulate);
+      for (const int threads : {2, 3, 8}) {
+        ThreadPool pool(threads);
+        std::vector<float> sliced = start;
+        linear(x, w, b, in, out, sliced, accumulate, &pool);
+        for (int64_t t = 0; t < tokens; ++t) {
+          for (int64_t j = 0; j < out; ++j) {
+            double ref = b[static_cast<size_t>(j)] +
+                         (accumulate ? start[static_cast<size_t>(t * out + j)] : 0.0);
+            for (int64_t k = 0; k < in; ++k) {
+              ref +=
+                  double{x[static_cast<size_t>(t * in + k)]} * w[static_cast<size_t>(j * in + k)];
+            }
+            const size_t i = static_cast<size_t>(t * out + j);
+            ASSERT_NEAR(sliced[i], ref, 1e-4 * (1.0 + std::abs(ref)))
+                << tokens << "x" << in << "x" << out << " threads " << threads << " at " << t << ","
+                << j;
+            ASSERT_NEAR(sliced[i], one[i], 1e-4 * (1.0 + std::abs(ref)));
+          }
+        }
+      }
+    }
+  }
 }
 
 // --- paged attention against dense attention -------------------------------------------

@@ -47,6 +47,17 @@ def test_greedy_is_the_golden_continuation():
     assert golden["prompts"][0]["greedy_text"].startswith(r.stdout.rstrip("\n"))
 
 
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_cpu_threads_any_count_gives_the_golden_continuation(threads):
+    # One thread (everything inline) and more threads than this machine's cores: the same
+    # greedy text (the golden test's near-tie rule does not bite on this prompt's 12 tokens).
+    r = run("--model", MODEL, "--prompt", "The history of the", "--max-tokens", "12",
+            "--temperature", "0", "--kv-cache-dtype", "auto", "--cpu-threads", threads)
+    assert r.returncode == 0, r.stderr
+    golden = json.loads((ROOT / "tests/golden/s4kv-tiny/golden.json").read_text())
+    assert golden["prompts"][0]["greedy_text"].startswith(r.stdout.rstrip("\n"))
+
+
 def test_seed_reproducible():
     args = ["--model", MODEL, "--prompt", "In the beginning", "--max-tokens", "16",
             "--kv-cache-dtype", "auto", "--seed", "5"]
@@ -115,6 +126,7 @@ def test_jsonl_batch_of_four():
     (["--prompt", "x", "--dtype", "bfloat16"], None, "--dtype=bfloat16"),
     (["--prompt", "x", "--dtype", "int8"], None, "--dtype"),
     (["--prompt", "x", "--gpu-memory-utilization", "1.5"], None, "--gpu-memory-utilization"),
+    (["--prompt", "x", "--cpu-threads", "-1"], None, "--cpu-threads"),
     (["--prompt", "x", "--max-model-len", "4096", "--kv-cache-memory", "1MiB"], None,
      "most tokens one sequence can hold is 128"),
 ])

@@ -19,7 +19,9 @@
 namespace s4kv::backend::cpu {
 
 struct CpuBackendOptions {
-  int num_threads = 0;  // attention threads, the caller included; 0: hardware_concurrency
+  // Threads of the forward pass, the caller included: GEMMs (OpenBLAS on one thread each,
+  // column slices) and attention share them. 0: the cores this process may run on.
+  int num_threads = 0;
 };
 
 // The backend before its start-up (backend.h: unsupported -> profile -> init_kv_cache). KV cache

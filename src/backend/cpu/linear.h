@@ -1,5 +1,8 @@
 // Linear layers on the CPU: out = x @ weight^T (+ bias) (+ out), the Hugging Face layout
 // (weight [out_features, in_features], row-major), through OpenBLAS cblas_sgemm, fp32.
+// With a pool, the output features are split into column slices, one single-threaded sgemm
+// each on the pool's threads: the backend's one set of threads does GEMMs and attention alike,
+// so OpenBLAS runs none of its own (use_own_threads_for_blas).
 #pragma once
 
 #include <cstdint>
@@ -7,11 +10,17 @@
 
 namespace s4kv::backend::cpu {
 
+class ThreadPool;
+
+// Makes OpenBLAS compute on the calling thread only, process-wide (the CPU backend's pool
+// provides the parallelism). Idempotent.
+void use_own_threads_for_blas();
+
 // x: [num_tokens, in_features]; weight: [out_features, in_features]; bias: [out_features] or
 // empty; out: [num_tokens, out_features]. out = x @ weight^T + bias, or with accumulate
 // out += x @ weight^T + bias (the residual add folded into the GEMM's beta).
 void linear(std::span<const float> x, std::span<const float> weight, std::span<const float> bias,
             int64_t in_features, int64_t out_features, std::span<float> out,
-            bool accumulate = false);
+            bool accumulate = false, ThreadPool* pool = nullptr);
 
 }  // namespace s4kv::backend::cpu

@@ -1,6 +1,7 @@
-// A fixed pool of worker threads for the CPU backend's own loops (attention over heads and
-// query chunks). GEMMs do not use it: OpenBLAS runs its own threads. One parallel_for at a
-// time; the caller blocks until every index has run and takes part in the work itself.
+// A fixed pool of worker threads for the CPU backend's loops: attention over heads and query
+// chunks, and GEMMs in column slices (linear.h; OpenBLAS then runs no threads of its own). One
+// parallel_for at a time; the caller blocks until every index has run and takes part in the
+// work itself.
 // Owned by one CpuBackend (engine thread only).
 #pragma once
 
@@ -13,9 +14,12 @@
 
 namespace s4kv::backend::cpu {
 
+// The cores this process may run on (its CPU affinity: taskset, cgroup cpusets), at least 1.
+int available_cores();
+
 class ThreadPool {
  public:
-  // num_threads counts the caller: 1 runs everything inline; 0 means hardware_concurrency.
+  // num_threads counts the caller: 1 runs everything inline; 0 means available_cores().
   explicit ThreadPool(int num_threads = 0);
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
