@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from cfn_template import load_template
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "deploy" / "cfn-gpu-serving.yaml"
@@ -85,19 +85,8 @@ def test_checkov_passes_scale_out(tmp_path, https):
         assert f".{resource}\n" in out, resource
 
 
-class _CfnLoader(yaml.SafeLoader):
-    """Enough of CloudFormation's YAML to reach Metadata: short tags read as plain values."""
-
-
-_CfnLoader.add_multi_constructor(
-    "!", lambda loader, suffix, node: (
-        loader.construct_scalar(node) if isinstance(node, yaml.ScalarNode)
-        else loader.construct_sequence(node) if isinstance(node, yaml.SequenceNode)
-        else loader.construct_mapping(node)))
-
-
 def test_every_checkov_skip_is_justified():
-    resources = yaml.load(TEMPLATE.read_text(), Loader=_CfnLoader)["Resources"]
+    resources = load_template()["Resources"]
     skips = {}
     for name, resource in resources.items():
         for skip in (resource.get("Metadata") or {}).get("checkov", {}).get("skip", []):

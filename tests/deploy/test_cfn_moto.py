@@ -24,7 +24,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-import yaml
+from cfn_template import load_template
 from moto import mock_aws
 from moto.cloudformation import parsing
 from moto.core import DEFAULT_ACCOUNT_ID
@@ -41,28 +41,6 @@ DLAMI_PARAMETER = (
 ALLOWED_CIDR = "203.0.113.0/24"
 API_KEY = "moto-test-key-0123456789abcdef"
 SERVER_PORT = 8000
-
-
-def template() -> dict:
-    """The template as data, short tags (!Ref, !Sub...) turned into their long forms."""
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def long_form(loader, suffix, node):
-        name = "Ref" if suffix == "Ref" else "Fn::" + suffix
-        if isinstance(node, yaml.ScalarNode):
-            value = loader.construct_scalar(node)
-            if suffix == "GetAtt":
-                value = value.split(".", 1)
-        elif isinstance(node, yaml.SequenceNode):
-            value = loader.construct_sequence(node, deep=True)
-        else:
-            value = loader.construct_mapping(node, deep=True)
-        return {name: value}
-
-    Loader.add_multi_constructor("!", long_form)
-    return yaml.load(TEMPLATE, Loader=Loader)
 
 
 class _CfnSecret(CloudFormationModel):
@@ -211,7 +189,7 @@ def check_role(stack: dict) -> None:
     attached = iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"]
     assert [p["PolicyArn"] for p in attached] in (
         [], ["arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"])
-    role_props = template()["Resources"]["InstanceRole"]["Properties"]
+    role_props = load_template()["Resources"]["InstanceRole"]["Properties"]
     assert role_props["ManagedPolicyArns"] == [
         {"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"}]
 

@@ -17,10 +17,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
+from cfn_template import load_template
 
 REPO = Path(__file__).resolve().parents[2]
-TEMPLATE = REPO / "deploy" / "cfn-gpu-serving.yaml"
 
 SECRET = "sk-s4kv-Secret-Value-0123456789abcdef"
 SECRET_ARN = "arn:aws:secretsmanager:us-west-2:111122223333:secret:s4kv-test-ApiKeySecret-AbCdEf"
@@ -41,30 +40,6 @@ STACK_VALUES = {
 MODES = {"single": "Instance", "scale-out": "ServerGroup"}
 
 # --- the template --------------------------------------------------------------------------
-
-
-class _CfnLoader(yaml.SafeLoader):
-    """YAML with CloudFormation's short tags (!Sub, !Ref, !If...) read as their long forms."""
-
-
-def _long_form(loader, suffix, node):
-    name = "Ref" if suffix == "Ref" else "Fn::" + suffix
-    if isinstance(node, yaml.ScalarNode):
-        value = loader.construct_scalar(node)
-        if suffix == "GetAtt":
-            value = value.split(".", 1)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)
-    return {name: value}
-
-
-_CfnLoader.add_multi_constructor("!", _long_form)
-
-
-def load_template() -> dict:
-    return yaml.load(TEMPLATE.read_text(), Loader=_CfnLoader)
 
 
 def user_data_sub() -> tuple[str, dict]:
