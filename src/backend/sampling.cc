@@ -36,12 +36,6 @@ void apply_logit_bias(std::span<float> logits, const SamplingRow& row) {
   }
 }
 
-bool reads_prompt(const SamplingRow& row) { return row.repetition_penalty != 1.0; }
-
-bool reads_output(const SamplingRow& row) {
-  return reads_prompt(row) || row.frequency_penalty != 0.0 || row.presence_penalty != 0.0;
-}
-
 void check_sampling_row(const SamplingRow& row, int64_t vocab_size) {
   const auto v = static_cast<size_t>(vocab_size);
   for (const auto& [id, bias] : row.logit_bias) {
@@ -49,12 +43,6 @@ void check_sampling_row(const SamplingRow& row, int64_t vocab_size) {
     S4KV_CHECK(std::isfinite(bias), "sampling: logit_bias ", bias);
   }
   for (int32_t id : row.min_tokens_masked_ids) check_id(id, v);
-  if (reads_prompt(row)) {
-    for (int32_t id : row.prompt_token_ids) check_id(id, v);
-  }
-  if (reads_output(row)) {
-    for (int32_t id : row.output_token_ids) check_id(id, v);
-  }
   S4KV_CHECK(row.greedy || (row.temperature > 0.0 && std::isfinite(row.temperature)),
              "sampling: temperature ", row.temperature);
   S4KV_CHECK(row.top_p > 0.0 && row.top_p <= 1.0, "sampling: top_p ", row.top_p);
@@ -82,48 +70,48 @@ uint32_t PenaltyScratch::next_epoch() {
   return epoch_;
 }
 
-namespace {
-
-void apply_repetition_penalty(std::span<float> logits, std::span<const int32_t> tokens,
-                              float penalty, uint32_t epoch, std::vector<uint32_t>& stamp) {
-  for (int32_t t : tokens) {
-    check_id(t, logits.size());
-    if (stamp[t] == epoch) continue;  // each token once, however often it occurs
-    stamp[t] = epoch;
-    logits[t] = logits[t] > 0.0f ? logits[t] / penalty : logits[t] * penalty;
+const PenaltyIds& PenaltyScratch::collect(const SamplingRow& row) {
+  ids_.repeated.clear();
+  ids_.counted.clear();
+  if (row.repetition_penalty != 1.0) {  // each token once, however often it occurs
+    const uint32_t epoch = next_epoch();
+    for (const std::span<const int32_t> list : {row.prompt_token_ids, row.output_token_ids}) {
+      for (int32_t t : list) {
+        check_id(t, stamp_.size());
+        if (stamp_[t] == epoch) continue;
+        stamp_[t] = epoch;
+        ids_.repeated.push_back(t);
+      }
+    }
   }
+  if (row.frequency_penalty == 0.0 && row.presence_penalty == 0.0) return ids_;
+  const uint32_t epoch = next_epoch();
+  for (int32_t t : row.output_token_ids) {
+    check_id(t, stamp_.size());
+    if (stamp_[t] != epoch) {
+      stamp_[t] = epoch;
+      count_[t] = 0;
+    }
+    ++count_[t];
+  }
+  for (int32_t t : row.output_token_ids) {
+    if (count_[t] == 0) continue;  // already listed
+    ids_.counted.emplace_back(t, count_[t]);
+    count_[t] = 0;
+  }
+  return ids_;
 }
 
-}  // namespace
-
 void apply_penalties(std::span<float> logits, const SamplingRow& row, PenaltyScratch& scratch) {
-  S4KV_CHECK(logits.size() == scratch.stamp().size(), "penalty scratch for another vocabulary");
-  const std::span<const int32_t> output_token_ids = row.output_token_ids;
-  auto& stamp = scratch.stamp();
-  if (row.repetition_penalty != 1.0) {
-    const uint32_t epoch = scratch.next_epoch();
-    const auto penalty = static_cast<float>(row.repetition_penalty);
-    apply_repetition_penalty(logits, row.prompt_token_ids, penalty, epoch, stamp);
-    apply_repetition_penalty(logits, output_token_ids, penalty, epoch, stamp);
-  }
-  if (row.frequency_penalty == 0.0 && row.presence_penalty == 0.0) return;
-  auto& count = scratch.count();
-  const uint32_t epoch = scratch.next_epoch();
-  for (int32_t t : output_token_ids) {
-    check_id(t, logits.size());
-    if (stamp[t] != epoch) {
-      stamp[t] = epoch;
-      count[t] = 0;
-    }
-    ++count[t];
+  S4KV_CHECK(logits.size() == scratch.vocab_size(), "penalty scratch for another vocabulary");
+  const PenaltyIds& ids = scratch.collect(row);
+  const auto penalty = static_cast<float>(row.repetition_penalty);
+  for (int32_t t : ids.repeated) {
+    logits[t] = logits[t] > 0.0f ? logits[t] / penalty : logits[t] * penalty;
   }
   const auto freq = static_cast<float>(row.frequency_penalty);
   const auto presence = static_cast<float>(row.presence_penalty);
-  for (int32_t t : output_token_ids) {
-    if (count[t] == 0) continue;  // already applied
-    logits[t] -= freq * static_cast<float>(count[t]) + presence;
-    count[t] = 0;
-  }
+  for (const auto& [t, n] : ids.counted) logits[t] -= freq * static_cast<float>(n) + presence;
 }
 
 int32_t argmax(std::span<const float> logits) {

@@ -86,32 +86,39 @@ struct SampleOutput {
 void apply_logit_bias(std::span<float> logits, const SamplingRow& row);
 
 // S4KV_CHECKs a row's settings and ids against a vocabulary (an engine bug when they fail):
-// every id in the vocabulary (prompt and output only when a penalty reads them), temperature > 0
-// unless greedy, top_p in (0, 1], min_p in [0, 1], penalties finite, repetition_penalty > 0,
-// num_logprobs <= kMaxTopLogprobs.
+// logit_bias and masked ids in the vocabulary, temperature > 0 unless greedy, top_p in (0, 1],
+// min_p in [0, 1], penalties finite, repetition_penalty > 0, num_logprobs <= kMaxTopLogprobs.
+// The prompt and output ids are checked where a penalty reads them (PenaltyScratch::collect).
 void check_sampling_row(const SamplingRow& row, int64_t vocab_size);
-
-// Whether the penalties read the row's prompt (repetition) or output (any penalty) ids.
-bool reads_prompt(const SamplingRow& row);
-bool reads_output(const SamplingRow& row);
 
 // While fewer than min_tokens tokens were generated, masks row.min_tokens_masked_ids.
 void apply_min_tokens(std::span<float> logits, const SamplingRow& row);
 
+// The distinct token ids a row's penalties touch: every id of prompt and output once when
+// repetition_penalty applies, and every output id once with its count when frequency or
+// presence penalty does (empty lists otherwise).
+struct PenaltyIds {
+  std::vector<int32_t> repeated;
+  std::vector<std::pair<int32_t, int32_t>> counted;  // token id, occurrences in the output
+};
+
 // Reusable per-sampler memory for the penalties: one stamp and one count per vocabulary entry,
-// so a step costs O(prompt + output) and allocates nothing.
+// so a row costs O(prompt + output) and, once warm, allocates nothing. Every sampler (the
+// reference, the CUDA sampler's host side) collects a row's ids here.
 class PenaltyScratch {
  public:
   explicit PenaltyScratch(int64_t vocab_size) : stamp_(vocab_size, 0), count_(vocab_size, 0) {}
-  // Starts a new set; returns its stamp.
-  uint32_t next_epoch();
-  std::vector<uint32_t>& stamp() { return stamp_; }
-  std::vector<int32_t>& count() { return count_; }
+  size_t vocab_size() const { return stamp_.size(); }
+  // The row's distinct ids (S4KV_CHECK: in the vocabulary); valid until the next call.
+  const PenaltyIds& collect(const SamplingRow& row);
 
  private:
+  uint32_t next_epoch();
+
   uint32_t epoch_ = 0;
   std::vector<uint32_t> stamp_;  // [vocab_size] epoch in which the token was last seen
   std::vector<int32_t> count_;   // [vocab_size] occurrences, valid where stamp == epoch
+  PenaltyIds ids_;
 };
 
 // vLLM's definitions: repetition_penalty over every token of prompt and output (positive

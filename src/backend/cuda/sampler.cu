@@ -19,13 +19,14 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // One row's settings, lowered further for the device. The id lists live in the call's `ids`
 // (and `values`) arrays: logit_bias ids (values: the biases), the ids masked below min_tokens
-// (only when the row is below it), the distinct ids of prompt and output (repetition_penalty)
-// and the distinct ids of the output (values: their counts).
+// (only when the row is below it) and the ids the penalties touch (PenaltyScratch::collect: the
+// distinct ids of prompt and output for repetition_penalty, the distinct ids of the output with
+// their counts in `values` for frequency / presence).
 struct RowParams {
   double inv_temperature, top_p, min_p, u;
   int64_t top_k;
   float repetition_penalty, frequency_penalty, presence_penalty;
-  int32_t greedy, num_logprobs, frequency;
+  int32_t greedy, num_logprobs;
   int32_t bias_begin, bias_count, mask_begin, mask_count;
   int32_t repeat_begin, repeat_count, count_begin, count_count;
 };
@@ -148,12 +149,10 @@ __global__ void __launch_bounds__(kThreads)
     w[t] = x > 0.0f ? __fdiv_rn(x, p.repetition_penalty) : __fmul_rn(x, p.repetition_penalty);
   }
   __syncthreads();
-  if (p.frequency != 0) {
-    for (int j = tid; j < p.count_count; j += kThreads) {  // distinct ids, values: counts
-      const int32_t t = ids[p.count_begin + j];
-      w[t] = __fsub_rn(w[t], __fadd_rn(__fmul_rn(p.frequency_penalty, values[p.count_begin + j]),
-                                       p.presence_penalty));
-    }
+  for (int j = tid; j < p.count_count; j += kThreads) {  // distinct ids, values: counts
+    const int32_t t = ids[p.count_begin + j];
+    w[t] = __fsub_rn(w[t], __fadd_rn(__fmul_rn(p.frequency_penalty, values[p.count_begin + j]),
+                                     p.presence_penalty));
   }
   __syncthreads();
 
@@ -345,19 +344,10 @@ CudaSampler::CudaSampler(int64_t vocab_size, int64_t max_rows, int64_t max_model
       arena_(static_cast<size_t>(arena_bytes(vocab_size, max_rows, max_model_len))),
       out_device_(static_cast<size_t>(max_rows) * sizeof(RowResult)),
       out_host_(static_cast<size_t>(max_rows) * sizeof(RowResult)),
-      stamp_(static_cast<size_t>(vocab_size), 0),
-      count_(static_cast<size_t>(vocab_size), 0) {
+      penalties_(vocab_size) {
   // Ids travel as floats in one reduction: exact below 2^24.
   S4KV_CHECK(vocab_size > 0 && vocab_size < (int64_t{1} << 24) && max_rows > 0,
              "cuda sampler: vocab_size ", vocab_size, ", max_rows ", max_rows);
-}
-
-uint32_t CudaSampler::next_epoch() {
-  if (++epoch_ == 0) {
-    std::fill(stamp_.begin(), stamp_.end(), 0);
-    epoch_ = 1;
-  }
-  return epoch_;
 }
 
 void CudaSampler::sample(const float* logits, std::span<const SamplingRow> rows,
@@ -381,35 +371,10 @@ void CudaSampler::sample(const float* logits, std::span<const SamplingRow> rows,
       const SamplingRow& row = rows[static_cast<size_t>(end)];
       const auto num_output = static_cast<int64_t>(row.output_token_ids.size());
       const bool masked = num_output < row.min_tokens;
-      const bool frequency = row.frequency_penalty != 0.0 || row.presence_penalty != 0.0;
-      // The distinct ids the penalties touch (stamp_: seen in this pass).
-      repeat_.clear();
-      if (reads_prompt(row)) {
-        const uint32_t e = next_epoch();
-        for (auto list : {row.prompt_token_ids, row.output_token_ids}) {
-          for (int32_t t : list) {
-            if (stamp_[static_cast<size_t>(t)] == e) continue;
-            stamp_[static_cast<size_t>(t)] = e;
-            repeat_.push_back(t);
-          }
-        }
-      }
-      counted_.clear();
-      if (frequency) {
-        const uint32_t e = next_epoch();
-        for (int32_t t : row.output_token_ids) {
-          const auto k = static_cast<size_t>(t);
-          if (stamp_[k] != e) {
-            stamp_[k] = e;
-            count_[k] = 0;
-            counted_.push_back(t);
-          }
-          ++count_[k];
-        }
-      }
+      const PenaltyIds& touched = penalties_.collect(row);
       const int64_t need = static_cast<int64_t>(row.logit_bias.size()) +
                            (masked ? static_cast<int64_t>(row.min_tokens_masked_ids.size()) : 0) +
-                           static_cast<int64_t>(repeat_.size() + counted_.size());
+                           static_cast<int64_t>(touched.repeated.size() + touched.counted.size());
       if (used + need > list_capacity_) {
         S4KV_CHECK(end > begin, "cuda sampler: one row's lists (", need, " ids) exceed ",
                    list_capacity_);
@@ -426,7 +391,6 @@ void CudaSampler::sample(const float* logits, std::span<const SamplingRow> rows,
       p.presence_penalty = static_cast<float>(row.presence_penalty);
       p.greedy = row.greedy ? 1 : 0;
       p.num_logprobs = static_cast<int32_t>(row.num_logprobs);
-      p.frequency = frequency ? 1 : 0;
       const auto put = [&](int32_t& begin_at, int32_t& count, int64_t n) {
         begin_at = static_cast<int32_t>(used);
         count = static_cast<int32_t>(n);
@@ -442,12 +406,12 @@ void CudaSampler::sample(const float* logits, std::span<const SamplingRow> rows,
           masked ? row.min_tokens_masked_ids : std::span<const int32_t>{};
       at = put(p.mask_begin, p.mask_count, static_cast<int64_t>(mask.size()));
       for (int32_t id : mask) ids[at++] = id;
-      at = put(p.repeat_begin, p.repeat_count, static_cast<int64_t>(repeat_.size()));
-      for (int32_t id : repeat_) ids[at++] = id;
-      at = put(p.count_begin, p.count_count, static_cast<int64_t>(counted_.size()));
-      for (int32_t id : counted_) {
+      at = put(p.repeat_begin, p.repeat_count, static_cast<int64_t>(touched.repeated.size()));
+      for (int32_t id : touched.repeated) ids[at++] = id;
+      at = put(p.count_begin, p.count_count, static_cast<int64_t>(touched.counted.size()));
+      for (const auto& [id, n] : touched.counted) {
         ids[at] = id;
-        values[at++] = static_cast<float>(count_[static_cast<size_t>(id)]);
+        values[at++] = static_cast<float>(n);
       }
     }
     arena_.upload(stream);

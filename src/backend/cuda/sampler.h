@@ -43,18 +43,12 @@ class CudaSampler {
               std::vector<SampleOutput>& out);
 
  private:
-  uint32_t next_epoch();
-
   int64_t vocab_size_, max_rows_, list_capacity_;
   DeviceBuffer work_;  // [max_rows, vocab] the processed logits
   StepArena arena_;    // per call: the rows' settings and id lists
   DeviceBuffer out_device_;
   PinnedBuffer out_host_;
-  // Host scratch for the penalties' distinct ids and counts: O(prompt + output) per row.
-  std::vector<uint32_t> stamp_;  // [vocab] the pass in which the id was last seen
-  std::vector<int32_t> count_;   // [vocab] output occurrences, valid where stamp_ is current
-  uint32_t epoch_ = 0;
-  std::vector<int32_t> repeat_, counted_;
+  PenaltyScratch penalties_;  // each row's distinct penalty ids, on the host
 };
 
 }  // namespace s4kv::backend::cuda
