@@ -102,7 +102,7 @@ std::vector<RequestOutput> EngineCore::step() {
   ++num_steps_;
   const SchedulerOutput out = scheduler_.schedule();
   build_sample_rows(out);
-  runner_.execute(out, rows_, sampler_, sampled_);
+  sampled_ = runner_.execute(out, rows_, sampler_);
   if (out.scheduled.empty()) return {};
   sampled_ids_.assign(out.scheduled.size(), -1);
   for (size_t i = 0; i < out.scheduled.size(); ++i) {

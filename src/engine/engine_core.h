@@ -132,7 +132,7 @@ class EngineCore {
 
   // Per-step scratch, reused.
   std::vector<SampleRow> rows_;
-  std::vector<SampleOutput> sampled_;
+  std::span<const SampleOutput> sampled_;  // this step's, in the backend's memory
   std::vector<int32_t> sampled_ids_;
 };
 

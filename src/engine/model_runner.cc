@@ -71,21 +71,20 @@ void ModelRunner::build_batch(const SchedulerOutput& out) {
   for (const ScheduledRequest& s : out.scheduled) add_sequence(s);
 }
 
-void ModelRunner::execute(const SchedulerOutput& out, std::span<const SampleRow> rows,
-                          Sampler& sampler, std::vector<SampleOutput>& sampled) {
+std::span<const SampleOutput> ModelRunner::execute(const SchedulerOutput& out,
+                                                   std::span<const SampleRow> rows,
+                                                   Sampler& sampler) {
   // Release before assigning: this step's newcomers may take the slots of requests that
   // finished or were preempted since the last step.
   for (RequestId id : out.finished_ids) release(id);
   for (RequestId id : out.preempted_ids) release(id);
-  sampled.clear();
-  if (out.scheduled.empty()) return;
+  if (out.scheduled.empty()) return {};
   build_batch(out);
   S4KV_CHECK(rows.size() == batch_.num_logits(), "model runner: ", rows.size(), " sample rows for ",
              batch_.num_logits(), " sampling requests");
   backend::ForwardBatch batch = batch_.batch();
   batch.sampling = sampler.lower(rows);
-  const backend::StepOutput step = backend_.forward(batch);
-  sampled.assign(step.samples.begin(), step.samples.end());
+  return backend_.forward(batch).samples;
 }
 
 }  // namespace s4kv::engine

@@ -37,10 +37,11 @@ class ModelRunner {
   ModelRunner(backend::Backend& backend, const ModelRunnerConfig& config);
 
   // Runs one step. `rows` has one entry per scheduled request with samples == true, in
-  // scheduled order, lowered by `sampler`; `sampled` receives one SampleOutput per row. A plan with
-  // nothing scheduled only releases the state of finished and preempted requests.
-  void execute(const SchedulerOutput& out, std::span<const SampleRow> rows, Sampler& sampler,
-               std::vector<SampleOutput>& sampled);
+  // scheduled order, lowered by `sampler`. Returns one SampleOutput per row, in the backend's
+  // memory (valid until the next step). A plan with nothing scheduled only releases the state
+  // of finished and preempted requests.
+  std::span<const SampleOutput> execute(const SchedulerOutput& out, std::span<const SampleRow> rows,
+                                        Sampler& sampler);
 
   int64_t max_num_blocks_per_seq() const { return max_num_blocks_per_seq_; }
   int num_free_seats() const { return static_cast<int>(free_slots_.size()); }
