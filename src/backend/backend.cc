@@ -7,6 +7,17 @@
 
 namespace s4kv::backend {
 
+void check_distinct_seats(std::span<const int32_t> seats, std::vector<uint8_t>& seen) {
+  seen.clear();
+  for (int32_t seat : seats) {
+    const auto i = static_cast<size_t>(seat);
+    if (i >= seen.size()) seen.resize(i + 1, 0);
+    S4KV_CHECK(seen[i] == 0, "int4_kivi: residual slot ", seat,
+               " given to two sequences of one batch");
+    seen[i] = 1;
+  }
+}
+
 void check_forward_batch(const ForwardBatch& b, const KvCacheConfig& kv, int64_t vocab_size) {
   const int64_t num_tokens = b.num_tokens();
   const int64_t num_seqs = b.num_seqs();

@@ -38,7 +38,6 @@ Int4KiviKvCache::Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheSh
   residual_.assign(
       static_cast<size_t>(num_layers_ * num_slots_ * 2 * ring_ * block_size_ * slot_elems_), 0);
   sink_.assign(static_cast<size_t>(num_layers_ * num_sink_ * 2 * block_size_ * slot_elems_), 0);
-  slot_used_.assign(static_cast<size_t>(num_slots_), 0);
   S4KV_CHECK(!value_hadamard_ || (head_dim_ & (head_dim_ - 1)) == 0,
              "Int4KiviKvCache: Hadamard values need a power-of-two head_dim");
 }
@@ -46,12 +45,7 @@ Int4KiviKvCache::Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheSh
 void Int4KiviKvCache::begin_step(const ForwardBatch& batch) {
   const int32_t max_len = *std::max_element(batch.seq_lens.begin(), batch.seq_lens.end());
   rope_.ensure(max_len);
-  std::fill(slot_used_.begin(), slot_used_.end(), 0);
-  for (int32_t slot : batch.seats) {
-    S4KV_CHECK(slot_used_[static_cast<size_t>(slot)] == 0, "int4_kivi: residual slot ", slot,
-               " given to two sequences of one batch");
-    slot_used_[static_cast<size_t>(slot)] = 1;
-  }
+  check_distinct_seats(batch.seats, slot_used_);
 }
 
 void Int4KiviKvCache::write(int64_t layer, const ForwardBatch& batch, std::span<const float> k,

@@ -105,7 +105,7 @@ class Int4KiviKvCache final : public CpuKvCache {
   std::vector<uint16_t> sink_;       // [num_layers, num_sink, 2 (K, V), block_size, slot_elems]
   std::vector<uint16_t> staging_k_;  // [num_tokens, slot_elems], grown to the largest step
   std::vector<uint16_t> staging_v_;
-  std::vector<uint8_t> slot_used_;    // [num_slots] begin_step's duplicate check
+  std::vector<uint8_t> slot_used_;    // begin_step's check_distinct_seats scratch
   std::vector<FillItem> fill_items_;  // commit's work list, reused
 };
 

@@ -224,7 +224,7 @@ class CudaBackend final : public SynchronousBackend {
   } step_{};
   std::vector<int32_t> token_seq_host_;
   Int4FillPlan fills_;
-  std::vector<uint8_t> slot_used_;
+  std::vector<uint8_t> slot_used_;  // check_distinct_seats scratch
 
   CudaSampler sampler_;
   std::vector<SampleOutput> samples_;
@@ -318,7 +318,6 @@ Status CudaBackend::init_kv_cache(const KvCacheConfig& kv) {
     pool_ = static_cast<std::byte*>(alloc(static_cast<size_t>(parts.pool)));
     residual_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(parts.residual)));
     sink_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(parts.sink)));
-    slot_used_.assign(static_cast<size_t>(kv.num_seats + 1), 0);
   } else {
     kv_layer_elems_ = (kv.num_blocks + 1 /* the dummy block */) * kv.block_size * kv_dim_;
     kv_k_ = alloc(static_cast<size_t>(parts.k));
@@ -563,12 +562,7 @@ StepOutput CudaBackend::run(const ForwardBatch& b) {
     }
   }
   if (int4) {
-    std::fill(slot_used_.begin(), slot_used_.end(), 0);
-    for (int32_t slot : b.seats) {
-      S4KV_CHECK(slot_used_[static_cast<size_t>(slot)] == 0, "int4_kivi: residual slot ", slot,
-                 " given to two sequences of one batch");
-      slot_used_[static_cast<size_t>(slot)] = 1;
-    }
+    check_distinct_seats(b.seats, slot_used_);
     plan_int4_fills(b, kv_.num_blocks, B, nkv, fills_);
     S4KV_CHECK(static_cast<int64_t>(fills_.fills.size()) <= max_fills_,
                "cuda forward: ", fills_.fills.size(), " blocks fill in one step (limit ",
