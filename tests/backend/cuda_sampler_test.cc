@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -139,6 +140,23 @@ bool near_boundary(std::span<const float> raw, const SamplingRow& row) {
   return false;
 }
 
+// The rows sampled on the GPU from host logits [rows, vocab], `calls` times with one sampler
+// (out[c] for call c).
+std::vector<std::vector<SampleOutput>> sample_on_gpu(const std::vector<float>& logits,
+                                                     std::span<const SamplingRow> rows,
+                                                     int64_t vocab, int64_t max_rows,
+                                                     int64_t max_model_len, int calls = 1) {
+  cuda::DeviceBuffer d_logits(logits.size() * 4);
+  d_logits.copy_from_host(logits.data(), logits.size() * 4);
+  cudaStream_t stream = nullptr;
+  EXPECT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  cuda::CudaSampler sampler(vocab, max_rows, max_model_len);
+  std::vector<std::vector<SampleOutput>> out(static_cast<size_t>(calls));
+  for (auto& o : out) sampler.sample(static_cast<const float*>(d_logits.data()), rows, stream, o);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  return out;
+}
+
 struct Case {
   int64_t vocab;
   int logits_kind;  // 0 normal, 1 ties (multiples of 0.25), 2 with masked tokens
@@ -170,19 +188,12 @@ TEST_P(CudaSampler, MatchesTheReferenceSampler) {
   for (const SamplingRow& r : rows) check_sampling_row(r, v);
 
   ReferenceSampler reference(v);
-  std::vector<SampleOutput> want, got;
+  std::vector<SampleOutput> want;
   reference.sample(logits, rows, want);
 
-  cuda::DeviceBuffer d_logits(logits.size() * 4);
-  d_logits.copy_from_host(logits.data(), logits.size() * 4);
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  cuda::CudaSampler sampler(v, kRows, 4096);
-  sampler.sample(static_cast<const float*>(d_logits.data()), rows, stream, got);
   // Twice: the same results (deterministic), and the scratch of a call is not carried over.
-  std::vector<SampleOutput> again;
-  sampler.sample(static_cast<const float*>(d_logits.data()), rows, stream, again);
-  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  const auto calls = sample_on_gpu(logits, rows, v, kRows, 4096, 2);
+  const std::vector<SampleOutput>&got = calls[0], &again = calls[1];
 
   ASSERT_EQ(got.size(), want.size());
   int boundary = 0;
@@ -247,15 +258,11 @@ TEST(CudaSamplerGroups, LongPenaltyListsSplitTheCall) {
     rows.push_back(d.row);
   }
   ReferenceSampler reference(kVocab);
-  std::vector<SampleOutput> want, got;
+  std::vector<SampleOutput> want;
   reference.sample(logits, rows, want);
-  cuda::DeviceBuffer d_logits(logits.size() * 4);
-  d_logits.copy_from_host(logits.data(), logits.size() * 4);
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  cuda::CudaSampler sampler(kVocab, /*max_rows=*/4, kMaxModelLen);  // 6 rows: groups anyway
-  sampler.sample(static_cast<const float*>(d_logits.data()), rows, stream, got);
-  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  // max_rows 4 for 6 rows: groups anyway.
+  const std::vector<SampleOutput> got =
+      sample_on_gpu(logits, rows, kVocab, /*max_rows=*/4, kMaxModelLen)[0];
   ASSERT_EQ(got.size(), want.size());
   for (int r = 0; r < kRows; ++r) {
     EXPECT_EQ(got[static_cast<size_t>(r)].token_id, want[static_cast<size_t>(r)].token_id)

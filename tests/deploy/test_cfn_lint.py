@@ -15,10 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from cfn_template import load_template
+from cfn_template import TEMPLATE, load_template
 
 REPO = Path(__file__).resolve().parents[2]
-TEMPLATE = REPO / "deploy" / "cfn-gpu-serving.yaml"
 BIN = Path(sys.executable).parent  # .venv-deploy/bin
 
 

@@ -20,11 +20,10 @@ import ast
 import datetime
 import json
 import urllib.parse
-from pathlib import Path
 
 import boto3
 import pytest
-from cfn_template import load_template
+from cfn_template import TEMPLATE, load_template
 from moto import mock_aws
 from moto.cloudformation import parsing
 from moto.core import DEFAULT_ACCOUNT_ID
@@ -32,8 +31,6 @@ from moto.core.common_models import CloudFormationModel
 from moto.secretsmanager.models import secretsmanager_backends
 from moto.ssm.models import Parameter, ssm_backends
 
-REPO = Path(__file__).resolve().parents[2]
-TEMPLATE = (REPO / "deploy" / "cfn-gpu-serving.yaml").read_text()
 REGION = "us-east-1"
 DLAMI_PARAMETER = (
     "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
@@ -144,7 +141,7 @@ def create_stack(env, capacity: int, certificate: str = "") -> dict:
     name = f"s4kv-{capacity}"
     cfn.create_stack(
         StackName=name,
-        TemplateBody=TEMPLATE,
+        TemplateBody=TEMPLATE.read_text(),
         Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in params.items()],
         Capabilities=["CAPABILITY_IAM"],
     )
