@@ -111,9 +111,11 @@ struct StepOutput {
 // a positive block size. kInvalidArgument naming the first problem.
 Status check_kv_cache_shape(const KvCacheConfig& kv, int64_t head_dim);
 
-// S4KV_CHECKs that no seat is given to two sequences of one batch (int4_kivi's rings would mix).
+// S4KV_CHECKs that no seat is given to two sequences of one batch (int4_kivi's rings would mix),
+// the dummy seat aside: any number of padding sequences share it (nothing reads what they write).
 // `seen`: the caller's scratch, reused across steps so that a warm check allocates nothing.
-void check_distinct_seats(std::span<const int32_t> seats, std::vector<uint8_t>& seen);
+void check_distinct_seats(std::span<const int32_t> seats, int64_t dummy_seat,
+                          std::vector<uint8_t>& seen);
 
 // S4KV_CHECKs every invariant above against a cache of `kv` shape and a vocabulary size.
 // Backends call it at the top of forward(); costs O(num_tokens + num_seqs).

@@ -183,12 +183,14 @@ TEST_P(Padding, DummySeatAndBlockChangeNothingForRealRows) {
             0, 0);
       std::vector<float> kk(k.begin() + begin * kKv * kD, k.begin() + (begin + q) * kKv * kD);
       std::vector<float> vv(v.begin() + begin * kKv * kD, v.begin() + (begin + q) * kKv * kD);
-      if (padded == 1) {  // a padding sequence of one token, its position moving along
+      if (padded == 1) {  // two padding sequences of one token sharing the dummy seat and block
         const std::vector<int32_t> one = {0};
-        b.add(one, begin % kB, std::span(dummy_table).first(1),
-              static_cast<int32_t>(kv.dummy_seat()), 0);
-        kk.insert(kk.end(), k.begin(), k.begin() + kKv * kD);
-        vv.insert(vv.end(), v.begin(), v.begin() + kKv * kD);
+        for (int pad = 0; pad < 2; ++pad) {
+          b.add(one, (begin + pad) % kB, std::span(dummy_table).first(1),
+                static_cast<int32_t>(kv.dummy_seat()), 0);
+          kk.insert(kk.end(), k.begin(), k.begin() + kKv * kD);
+          vv.insert(vv.end(), v.begin(), v.begin() + kKv * kD);
+        }
       }
       const ForwardBatch batch = b.batch();
       check_forward_batch(batch, kv, 1);
@@ -244,6 +246,15 @@ TEST(CheckForwardBatchDeathTest, TheDummyBlockOnlyInPaddingSequences) {
   const std::vector<int32_t> real_in_dummy = {0, 1};
   b.add(t20, 0, real_in_dummy, static_cast<int32_t>(kv.dummy_seat()), 0);  // padding, real blocks
   EXPECT_DEATH(check_forward_batch(b.batch(), kv, 1), "not the dummy block");
+}
+
+TEST(CheckDistinctSeatsDeathTest, OnlyTheDummySeatIsShared) {
+  std::vector<uint8_t> seen;
+  const int64_t dummy = 3;
+  const std::vector<int32_t> padded = {0, 3, 2, 3, 3, 1};  // three padding sequences
+  check_distinct_seats(padded, dummy, seen);
+  const std::vector<int32_t> twice = {0, 3, 2, 0};
+  EXPECT_DEATH(check_distinct_seats(twice, dummy, seen), "residual slot 0 given to two");
 }
 
 }  // namespace

@@ -263,6 +263,74 @@ INSTANTIATE_TEST_SUITE_P(All, CudaBackendEquivalence,
                                   std::get<1>(info.param).name;
                          });
 
+// A padding sequence (dummy seat and block, a moving position; what the profiling step at
+// start-up runs) beside a real one changes nothing the real one computes, on the GPU: prefill
+// chunks across block boundaries, then decode, in 16-bit, fp8 and int4_kivi v2.
+class CudaPadding : public ::testing::TestWithParam<Format> {};
+
+TEST_P(CudaPadding, DummySeatAndBlockChangeNothingForRealRows) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Format f = GetParam();
+  auto config = model::load_model_config("models/s4kv-tiny");
+  ASSERT_TRUE(config.is_ok());
+  auto weights = model::load_weights("models/s4kv-tiny", *config, model::LoadFormat::kAuto);
+  ASSERT_TRUE(weights.is_ok());
+  KvCacheConfig kv;
+  kv.num_blocks = 16;
+  kv.block_size = f.block_size;
+  kv.dtype = f.dtype;
+  kv.num_seats = 2;
+  kv.value_group_size = f.gv;
+  if (f.v2) {
+    kv.num_sink_blocks = 2;
+    kv.num_window_blocks = 1;
+    kv.int4_value_hadamard = true;
+  }
+  constexpr int64_t kLen = 300;
+  const int64_t blocks = kLen / f.block_size + 1;
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
+  if (f.v2) table[0] = static_cast<int32_t>(kv.num_blocks);
+  const std::vector<int32_t> dummy_table(1, static_cast<int32_t>(kv.dummy_block()));
+  std::mt19937 rng(3);
+  std::vector<int32_t> prompt(kLen);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % 1000);
+  std::vector<std::vector<float>> rows[2];
+  for (int padded = 0; padded < 2; ++padded) {
+    auto gpu = make_started_backend("cuda", DType::kF32, *config, *weights, kv, {512, 4, 1024});
+    ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
+    for (int64_t begin = 0; begin < kLen;) {
+      const int64_t q = begin < 200 ? 67 : 1;
+      ForwardBatchBuilder b(f.block_size, blocks);
+      const std::span<const int32_t> chunk(prompt.data() + begin, static_cast<size_t>(q));
+      b.add(chunk, begin,
+            std::span(table).first(
+                static_cast<size_t>((begin + q + f.block_size - 1) / f.block_size)),
+            0, 0);
+      b.want_logits(b.num_tokens() - 1);
+      if (padded == 1) {
+        const std::vector<int32_t> one = {0};
+        b.add(one, begin % f.block_size, dummy_table, static_cast<int32_t>(kv.dummy_seat()), 0);
+        b.want_logits(b.num_tokens() - 1);
+      }
+      const auto logits = (*gpu)->forward(b.batch()).logits;
+      rows[padded].emplace_back(logits.begin(), logits.begin() + config->vocab_size);
+      begin += q;
+    }
+  }
+  ASSERT_EQ(rows[0].size(), rows[1].size());
+  for (size_t i = 0; i < rows[0].size(); ++i) {
+    const int64_t v = config->vocab_size;
+    const double rel =
+        l2(rows[1][i].data(), rows[0][i].data(), v) / l2(rows[0][i].data(), nullptr, v);
+    EXPECT_LE(rel, 1e-4) << "step " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CudaPadding,
+                         ::testing::Values(kFormats[1], kFormats[2], kFormats[4]),
+                         [](const auto& info) { return std::string(info.param.name); });
+
 TEST(CudaBackend, RefusesWhatItCannotRun) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   auto config = model::load_model_config("models/s4kv-tiny");

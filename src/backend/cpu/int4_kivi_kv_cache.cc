@@ -45,7 +45,7 @@ Int4KiviKvCache::Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheSh
 void Int4KiviKvCache::begin_step(const ForwardBatch& batch) {
   const int32_t max_len = *std::max_element(batch.seq_lens.begin(), batch.seq_lens.end());
   rope_.ensure(max_len);
-  check_distinct_seats(batch.seats, slot_used_);
+  check_distinct_seats(batch.seats, num_slots_ - 1 /* the dummy seat */, slot_used_);
 }
 
 void Int4KiviKvCache::write(int64_t layer, const ForwardBatch& batch, std::span<const float> k,

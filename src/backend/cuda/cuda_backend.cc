@@ -21,6 +21,7 @@
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/sampler.h"
 #include "backend/cuda/step_arena.h"
+#include "backend/forward_batch_builder.h"
 #include "backend/rope_table.h"
 #include "common/half.h"
 #include "kv/int4_kivi_layout.h"
@@ -160,7 +161,12 @@ class CudaBackend final : public SynchronousBackend {
  private:
   // Uploads a tensor (any of bf16/fp16/fp32) converted to `dtype` at dst.
   void upload(const model::TensorView& t, DType dtype, void* dst);
-  void* alloc(size_t bytes);  // owned device memory, for the backend's life
+  // Zeroed device memory kept in `into` (owned_: for the backend's life).
+  void* alloc(size_t bytes, std::vector<DeviceBuffer>& into);
+  void* alloc(size_t bytes) { return alloc(bytes, owned_); }
+  // The cache's buffers for `kv` (and its dummy block and seat), kept in `into`.
+  void allocate_cache(const KvCacheConfig& kv, std::vector<DeviceBuffer>& into);
+  void profiling_step();
   void attention_block(int64_t layer, int64_t n);
   void mlp_block(int64_t layer, int64_t n);
 
@@ -305,8 +311,7 @@ Status CudaBackend::init_kv_cache(const KvCacheConfig& kv) {
     return invalid_argument("cuda backend: num_blocks must be positive (got " +
                             std::to_string(kv.num_blocks) + ")");
   }
-  const KvParts parts = kv_parts(config_, kv, layout_);
-  const auto need = static_cast<size_t>(parts.total());
+  const auto need = static_cast<size_t>(kv_parts(config_, kv, layout_).total());
   size_t free_bytes = 0, total_bytes = 0;
   S4KV_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   if (need > free_bytes) {
@@ -314,28 +319,80 @@ Status CudaBackend::init_kv_cache(const KvCacheConfig& kv) {
                   "cuda backend: the KV cache needs " + std::to_string(need >> 20) + " MiB, " +
                       std::to_string(free_bytes >> 20) + " MiB are free");
   }
-  if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
-    pool_ = static_cast<std::byte*>(alloc(static_cast<size_t>(parts.pool)));
-    residual_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(parts.residual)));
-    sink_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(parts.sink)));
-  } else {
-    kv_layer_elems_ = (kv.num_blocks + 1 /* the dummy block */) * kv.block_size * kv_dim_;
-    kv_k_ = alloc(static_cast<size_t>(parts.k));
-    kv_v_ = alloc(static_cast<size_t>(parts.v));
-  }
+  allocate_cache(kv, owned_);
   kv_ = kv;
   initialized_ = true;
   return Status::ok();
+}
+
+void CudaBackend::allocate_cache(const KvCacheConfig& kv, std::vector<DeviceBuffer>& into) {
+  const KvParts parts = kv_parts(config_, kv, layout_);
+  if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
+    pool_ = static_cast<std::byte*>(alloc(static_cast<size_t>(parts.pool), into));
+    residual_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(parts.residual), into));
+    sink_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(parts.sink), into));
+    slot_used_.assign(static_cast<size_t>(kv.num_seats + 1), 0);
+  } else {
+    kv_layer_elems_ = (kv.num_blocks + 1 /* the dummy block */) * kv.block_size * kv_dim_;
+    kv_k_ = alloc(static_cast<size_t>(parts.k), into);
+    kv_v_ = alloc(static_cast<size_t>(parts.v), into);
+  }
+}
+
+// vLLM's profile run: one step of max_num_tokens tokens (padding sequences of up to
+// max_model_len tokens, at most max_num_seqs, each one's last row sampled with top-p and 20
+// logprobs) over a cache of nothing but the dummy block and seat, freed afterwards, so that
+// whatever the runtime allocates when a step first runs (kernel modules, library state) is in
+// use when profile() measures.
+void CudaBackend::profiling_step() {
+  KvCacheConfig kv = kv_;
+  kv.num_blocks = 0;
+  kv.num_seats = 0;
+  std::vector<DeviceBuffer> cache;
+  allocate_cache(kv, cache);
+  const KvCacheConfig shape = kv_;
+  kv_ = kv;
+  initialized_ = true;
+  const bool int4 = kv.dtype == kv::KvCacheDtype::kInt4Kivi;
+  ForwardBatchBuilder b(kv.block_size, max_blocks_per_seq_);
+  const std::vector<int32_t> tokens(static_cast<size_t>(opt_.max_model_len), 0);
+  const std::vector<int32_t> table(static_cast<size_t>(max_blocks_per_seq_),
+                                   static_cast<int32_t>(kv.dummy_block()));
+  for (int64_t s = 0, left = opt_.max_num_tokens; s < opt_.max_num_seqs && left > 0; ++s) {
+    const int64_t n = std::min(left, opt_.max_model_len);
+    b.add({tokens.data(), static_cast<size_t>(n)}, 0,
+          {table.data(), static_cast<size_t>(ceil_div(n, kv.block_size))},
+          int4 ? static_cast<int32_t>(kv.dummy_seat()) : -1);
+    b.want_logits(b.num_tokens() - 1);
+    left -= n;
+  }
+  SamplingRow row;
+  row.greedy = false;
+  row.top_p = 0.9;
+  row.num_logprobs = kMaxTopLogprobs;
+  const std::vector<SamplingRow> rows(b.num_logits(), row);
+  ForwardBatch batch = b.batch();
+  batch.sampling = rows;
+  (void)run(batch);
+  kv_ = shape;
+  initialized_ = false;
+  pool_ = nullptr;
+  residual_ = nullptr;
+  sink_ = nullptr;
+  kv_k_ = kv_v_ = nullptr;
 }
 
 std::vector<std::string> CudaBackend::unsupported(const KvCacheConfig& kv) const {
   return unsupported_reasons(kv);
 }
 
-// Weights and every per-step buffer are resident since construction (a step allocates nothing,
-// so what is in use now is the peak outside the KV cache): the cache gets the utilization's
-// share of the device minus all that is in use, minus a reserve for the runtime.
+// Weights and every per-step buffer are resident since construction, and the profiling step
+// has run (a step allocates nothing, so what is in use now is the peak outside the KV cache):
+// the cache gets the utilization's share of the device minus all that is in use, minus a
+// reserve for the runtime.
 Result<MemoryProfile> CudaBackend::profile() {
+  S4KV_CHECK(!initialized_, "cuda backend: profile() after init_kv_cache()");
+  profiling_step();
   S4KV_CUDA_CHECK(cudaDeviceSynchronize());
   size_t free_bytes = 0, total_bytes = 0;
   S4KV_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -355,10 +412,10 @@ Result<MemoryProfile> CudaBackend::profile() {
   return p;
 }
 
-void* CudaBackend::alloc(size_t bytes) {
-  owned_.emplace_back(std::max<size_t>(bytes, 16));
-  S4KV_CUDA_CHECK(cudaMemset(owned_.back().data(), 0, owned_.back().bytes()));
-  return owned_.back().data();
+void* CudaBackend::alloc(size_t bytes, std::vector<DeviceBuffer>& into) {
+  into.emplace_back(std::max<size_t>(bytes, 16));
+  S4KV_CUDA_CHECK(cudaMemset(into.back().data(), 0, into.back().bytes()));
+  return into.back().data();
 }
 
 void CudaBackend::upload(const model::TensorView& t, DType dtype, void* dst) {
@@ -562,7 +619,7 @@ StepOutput CudaBackend::run(const ForwardBatch& b) {
     }
   }
   if (int4) {
-    check_distinct_seats(b.seats, slot_used_);
+    check_distinct_seats(b.seats, kv_.dummy_seat(), slot_used_);
     plan_int4_fills(b, kv_.num_blocks, B, nkv, fills_);
     S4KV_CHECK(static_cast<int64_t>(fills_.fills.size()) <= max_fills_,
                "cuda forward: ", fills_.fills.size(), " blocks fill in one step (limit ",
