@@ -308,10 +308,13 @@ TEST_P(CudaPadding, DummySeatAndBlockChangeNothingForRealRows) {
                 static_cast<size_t>((begin + q + f.block_size - 1) / f.block_size)),
             0, 0);
       b.want_logits(b.num_tokens() - 1);
-      if (padded == 1) {
+      if (padded == 1) {  // two padding sequences sharing the dummy seat and block
         const std::vector<int32_t> one = {0};
-        b.add(one, begin % f.block_size, dummy_table, static_cast<int32_t>(kv.dummy_seat()), 0);
-        b.want_logits(b.num_tokens() - 1);
+        for (int pad = 0; pad < 2; ++pad) {
+          b.add(one, (begin + pad) % f.block_size, dummy_table,
+                static_cast<int32_t>(kv.dummy_seat()), 0);
+          b.want_logits(b.num_tokens() - 1);
+        }
       }
       const auto logits = (*gpu)->forward(b.batch()).logits;
       rows[padded].emplace_back(logits.begin(), logits.begin() + config->vocab_size);
