@@ -37,7 +37,7 @@ case $step in
   sanitize)
     status=0
     compute-sanitizer --tool memcheck backend_cuda_test \
-      --gtest_filter='*Int4Kivi*:*Rope*:*Rmsnorm*:*CudaAttention*int4_v2_b64*:*CudaAttention*fp8_b32*:*llama_tiny_int4_v2_b32*:*OnePrefill/s4kv_tiny_cuda_bf16*:*Refuses*:*CudaSampler*' \
+      --gtest_filter='*Int4Kivi*:*Rope*:*Rmsnorm*:*CudaAttention*int4_v2_b64*:*CudaAttention*fp8_b32*:*llama_tiny_int4_v2_b32*:*OnePrefill/s4kv_tiny_cuda_bf16*:*Refuses*:*CudaSampler*:*CudaPadding*int4*' \
       > $res/memcheck.txt 2>&1 || status=1
     tail -n 1 $res/memcheck.txt
     compute-sanitizer --tool racecheck backend_cuda_test \
