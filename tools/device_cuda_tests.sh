@@ -11,7 +11,8 @@
 #   tests     backend_cuda_test (the `cuda` label: kernels, attention, whole backend, goldens)
 #   sanitize  compute-sanitizer memcheck and racecheck on a subset of it
 #   sanitize_serve  a short s4kv serve --device cuda run under memcheck (greedy and seeded
-#             requests with every sampling setting)
+#             requests with every sampling setting); racecheck_serve the same under racecheck
+#   memcheck_all, racecheck_all  the whole backend_cuda_test under memcheck / racecheck
 #   serve     s4kv serve --device cuda vs --device cpu on s4kv-tiny: one greedy completion each
 #   twins     shape twins of the five seed models (tools/make_shape_twins.py), transformers'
 #             goldens, S4 KV's logits against them (fp32 and bf16) and s4kv eval of int4_kivi

@@ -46,18 +46,34 @@ case $step in
     tail -n 1 $res/racecheck.txt
     exit $status
     ;;
-  sanitize_serve)
+  memcheck_all | racecheck_all)
+    # The whole equivalence suite under one tool (timeout: a cut run still leaves its log).
+    tool=${step%_all}
     status=0
-    # A short serve run under memcheck: start-up (profile, KV allocation), greedy and seeded
-    # requests with every sampling setting, shutdown.
-    SERVE_PREFIX="compute-sanitizer --tool memcheck" serve_start $res/serve_memcheck.log \
+    timeout 540 compute-sanitizer --tool $tool backend_cuda_test > $res/${tool}_all.txt 2>&1 ||
+      status=1
+    grep -h "tests from .* ran\|PASSED\|FAILED" $res/${tool}_all.txt | head -5
+    grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" $res/${tool}_all.txt || echo "no summary (cut off?)"
+    grep -qE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards displayed \(0 errors, 0 warnings\)" \
+      $res/${tool}_all.txt || status=1
+    exit $status
+    ;;
+  sanitize_serve | racecheck_serve)
+    status=0
+    tool=memcheck summary='ERROR SUMMARY: 0 errors'
+    if [ $step = racecheck_serve ]; then
+      tool=racecheck summary='RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)'
+    fi
+    # A short serve run under the tool: start-up (the profiling step, KV allocation), greedy
+    # and seeded requests with every sampling setting, shutdown.
+    SERVE_PREFIX="compute-sanitizer --tool $tool" serve_start $res/serve_$tool.log \
       models/s4kv-tiny --device cuda --max-num-seqs 8 --gpu-memory-utilization 0.05 || status=1
     complete models/s4kv-tiny "Once upon a time" 16 > /dev/null || status=1
     complete models/s4kv-tiny "The fox" 16 "$seeded" > /dev/null || status=1
     # The server itself gets the signal (compute-sanitizer prints its summary when it exits).
     pkill -TERM -x s4kv; wait $pid || true
-    echo "serve: $(grep -h 'ERROR SUMMARY' $res/serve_memcheck.log)"
-    grep -q 'ERROR SUMMARY: 0 errors' $res/serve_memcheck.log || status=1
+    echo "serve: $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' $res/serve_$tool.log)"
+    grep -qF "$summary" $res/serve_$tool.log || status=1
     exit $status
     ;;
   serve)
