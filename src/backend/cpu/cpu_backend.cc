@@ -88,7 +88,7 @@ void CpuBackend::attention_block(const ForwardBatch& batch, int64_t layer) {
   rmsnorm_ref(x, w.input_layernorm, eps, n, hidden, h);
 
   auto qkv = sized(a_.qkv, n * qkv_dim);
-  linear(h, w.qkv_proj, w.qkv_bias, hidden, qkv_dim, qkv, false, &pool_);
+  linear(h, w.qkv_proj, w.qkv_bias, qkv, false, &pool_);
 
   rope_ref(qkv, qkv_dim, config_.num_attention_heads, d, batch.positions, inv_freq_);
   rope_ref(qkv.subspan(static_cast<size_t>(q_dim)), qkv_dim, config_.num_key_value_heads, d,
@@ -115,7 +115,7 @@ void CpuBackend::attention_block(const ForwardBatch& batch, int64_t layer) {
   context_attention_ref(args, gather, &pool_);
   cache_->commit(layer, batch, &pool_);
 
-  linear(attn, w.o_proj, {}, q_dim, hidden, x, /*accumulate=*/true, &pool_);
+  linear(attn, w.o_proj, {}, x, /*accumulate=*/true, &pool_);
 }
 
 // rmsnorm -> gate_up -> silu_mul -> down (+ residual).
@@ -128,10 +128,10 @@ void CpuBackend::mlp_block(int64_t n, int64_t layer) {
   rmsnorm_ref(x, w.post_attention_layernorm, static_cast<float>(config_.rms_norm_eps), n, hidden,
               h);
   auto gate_up = sized(a_.gate_up, n * 2 * inter);
-  linear(h, w.gate_up_proj, {}, hidden, 2 * inter, gate_up, false, &pool_);
+  linear(h, w.gate_up_proj, {}, gate_up, false, &pool_);
   auto act = sized(a_.act, n * inter);
   silu_mul_ref(gate_up, inter, act);
-  linear(act, w.down_proj, {}, inter, hidden, x, /*accumulate=*/true, &pool_);
+  linear(act, w.down_proj, {}, x, /*accumulate=*/true, &pool_);
 }
 
 std::span<const float> CpuBackend::run_logits(const ForwardBatch& batch) {
@@ -142,7 +142,7 @@ std::span<const float> CpuBackend::run_logits(const ForwardBatch& batch) {
   const int64_t vocab = config_.vocab_size;
 
   cache_->begin_step(batch);
-  embed_ref(weights_.embed_tokens, hidden, batch.token_ids, sized(a_.x, n * hidden));
+  embed(weights_.embed_tokens, batch.token_ids, sized(a_.x, n * hidden));
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
     attention_block(batch, layer);
     mlp_block(n, layer);
@@ -158,7 +158,7 @@ std::span<const float> CpuBackend::run_logits(const ForwardBatch& batch) {
   rmsnorm_ref(rows, weights_.norm, static_cast<float>(config_.rms_norm_eps), num_logits, hidden,
               rows);
   auto logits = sized(a_.logits, num_logits * vocab);
-  linear(rows, weights_.lm_head_matrix(), {}, hidden, vocab, logits, false, &pool_);
+  linear(rows, weights_.lm_head_matrix(), {}, logits, false, &pool_);
   return logits;
 }
 

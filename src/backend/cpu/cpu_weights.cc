@@ -8,13 +8,58 @@
 
 namespace s4kv::backend::cpu {
 
-int64_t CpuWeights::num_bytes() const {
-  size_t n = embed_tokens.size() + norm.size() + lm_head.size();
-  for (const auto& l : layers) {
-    n += l.input_layernorm.size() + l.qkv_proj.size() + l.qkv_bias.size() + l.o_proj.size() +
-         l.post_attention_layernorm.size() + l.gate_up_proj.size() + l.down_proj.size();
+void WeightMatrix::append(const model::TensorView& t) {
+  const int64_t c = t.shape.empty() ? 0 : t.shape.back();
+  const int64_t r = c == 0 ? 0 : t.numel() / c;
+  S4KV_CHECK(c > 0 && r * c == t.numel(), "WeightMatrix: tensor shape");
+  S4KV_CHECK(rows == 0 || c == cols, "WeightMatrix: ", c, " columns appended to ", cols);
+  const bool t16 = t.dtype == DType::kBF16 || t.dtype == DType::kF16;
+  if (rows == 0) dtype = t16 ? t.dtype : DType::kF32;
+  if (is_16bit() && t.dtype != dtype) {  // mixed dtypes: the whole matrix in fp32
+    f32.resize(h16.size());
+    for (int64_t i = 0; i < rows; ++i) row_as_f32(i, f32.data() + i * cols);
+    h16.clear();
+    h16.shrink_to_fit();
+    dtype = DType::kF32;
   }
-  return static_cast<int64_t>(n * sizeof(float));
+  if (is_16bit()) {
+    S4KV_CHECK(t.data.size() == static_cast<size_t>(t.numel()) * 2, "WeightMatrix: size");
+    const size_t base = h16.size();
+    h16.resize(base + t.data.size() / 2);
+    std::memcpy(h16.data() + base, t.data.data(), t.data.size());
+  } else {
+    append_as_f32(t, f32);
+  }
+  rows += r;
+  cols = c;
+}
+
+void WeightMatrix::row_as_f32(int64_t r, float* out) const {
+  S4KV_CHECK(r >= 0 && r < rows, "WeightMatrix: row ", r);
+  if (!is_16bit()) {
+    std::memcpy(out, f32.data() + r * cols, static_cast<size_t>(cols) * sizeof(float));
+    return;
+  }
+  const uint16_t* src = h16.data() + r * cols;
+  const bool bf16 = dtype == DType::kBF16;
+  for (int64_t i = 0; i < cols; ++i) out[i] = bf16 ? bf16_to_float(src[i]) : fp16_to_float(src[i]);
+}
+
+int64_t WeightMatrix::num_bytes() const {
+  return static_cast<int64_t>(h16.size() * sizeof(uint16_t) + f32.size() * sizeof(float));
+}
+
+int64_t CpuWeights::num_bytes() const {
+  int64_t n = embed_tokens.num_bytes() + lm_head.num_bytes() +
+              static_cast<int64_t>(norm.size() * sizeof(float));
+  for (const auto& l : layers) {
+    n += l.qkv_proj.num_bytes() + l.o_proj.num_bytes() + l.gate_up_proj.num_bytes() +
+         l.down_proj.num_bytes() +
+         static_cast<int64_t>(
+             (l.input_layernorm.size() + l.qkv_bias.size() + l.post_attention_layernorm.size()) *
+             sizeof(float));
+  }
+  return n;
 }
 
 void append_as_f32(const model::TensorView& t, std::vector<float>& out) {
@@ -56,9 +101,9 @@ std::vector<float> to_f32(const model::ModelWeights& w, const std::string& name)
 
 CpuWeights convert_weights(const model::ModelConfig& config, const model::ModelWeights& w) {
   CpuWeights out;
-  out.embed_tokens = to_f32(w, "model.embed_tokens.weight");
+  out.embed_tokens.append(w.get("model.embed_tokens.weight"));
   out.norm = to_f32(w, "model.norm.weight");
-  if (!config.tie_word_embeddings) out.lm_head = to_f32(w, "lm_head.weight");
+  if (!config.tie_word_embeddings) out.lm_head.append(w.get("lm_head.weight"));
   out.layers.resize(static_cast<size_t>(config.num_hidden_layers));
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -66,13 +111,13 @@ CpuWeights convert_weights(const model::ModelConfig& config, const model::ModelW
     l.input_layernorm = to_f32(w, p + "input_layernorm.weight");
     l.post_attention_layernorm = to_f32(w, p + "post_attention_layernorm.weight");
     for (const char* m : {"q_proj", "k_proj", "v_proj"}) {
-      append_as_f32(w.get(p + "self_attn." + m + ".weight"), l.qkv_proj);
+      l.qkv_proj.append(w.get(p + "self_attn." + m + ".weight"));
       if (config.qkv_bias) append_as_f32(w.get(p + "self_attn." + m + ".bias"), l.qkv_bias);
     }
-    l.o_proj = to_f32(w, p + "self_attn.o_proj.weight");
-    append_as_f32(w.get(p + "mlp.gate_proj.weight"), l.gate_up_proj);
-    append_as_f32(w.get(p + "mlp.up_proj.weight"), l.gate_up_proj);
-    l.down_proj = to_f32(w, p + "mlp.down_proj.weight");
+    l.o_proj.append(w.get(p + "self_attn.o_proj.weight"));
+    l.gate_up_proj.append(w.get(p + "mlp.gate_proj.weight"));
+    l.gate_up_proj.append(w.get(p + "mlp.up_proj.weight"));
+    l.down_proj.append(w.get(p + "mlp.down_proj.weight"));
   }
   return out;
 }

@@ -1,12 +1,12 @@
-// The CPU backend's copy of the model weights: every tensor converted once, at start-up, to
-// fp32 (from bf16, fp16 or fp32 sources, read with memcpy since mapped safetensors data may be
-// unaligned), with q/k/v and gate/up concatenated so that each takes one GEMM.
+// The CPU backend's copy of the model weights, made once at start-up: matrices in the
+// checkpoint's dtype (bf16 and fp16 kept 16-bit, fp32 as fp32; copied, since mapped safetensors
+// data may be unaligned), with q/k/v and gate/up concatenated so that each takes one GEMM; the
+// norms' small vectors and biases in fp32.
 //
-// Why fp32 at start-up rather than bf16 converted per GEMM: the CPU backend is the reference
-// and runs models of tens of millions of parameters (tests, the demo), where twice the
-// memory is small; converting per GEMM re-reads and widens every weight on every step, which
-// on s4kv-tiny costs about as much as a whole decode step (bench/cpu_forward_bench.cc prints
-// the conversion time next to the step times; bench/results/cpu_forward_s4kv-tiny.json).
+// Why 16-bit: decode reads every weight once per step, so its speed is the weights' bytes over
+// the memory bandwidth; 16-bit halves them (s4kv-tiny's 37 MB then fit a 32 MB L3 nearly whole).
+// linear() widens each weight to fp32 exactly in registers (gemm16.h), so the products are the
+// fp32 ones; only the summation order differs from an fp32 GEMM.
 #pragma once
 
 #include <cstdint>
@@ -17,27 +17,43 @@
 
 namespace s4kv::backend::cpu {
 
+// A weight matrix [rows, cols], row-major (Hugging Face's [out_features, in_features]), in
+// the checkpoint's dtype: bf16 / fp16 in h16, fp32 in f32 (the other vector empty).
+struct WeightMatrix {
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<uint16_t> h16;
+  std::vector<float> f32;
+
+  bool is_16bit() const { return dtype == DType::kBF16 || dtype == DType::kF16; }
+  // Appends t's rows (t: [r, cols], or [cols] as one row). Tensors of different dtypes in one
+  // matrix make it fp32. S4KV_CHECK on dtypes other than bf16/fp16/fp32 or a column mismatch.
+  void append(const model::TensorView& t);
+  // Row r as fp32 into out[0, cols).
+  void row_as_f32(int64_t r, float* out) const;
+  int64_t num_bytes() const;
+};
+
 struct CpuLayerWeights {
   std::vector<float> input_layernorm;  // [hidden_size]
-  std::vector<float> qkv_proj;         // [(num_heads + 2 * num_kv_heads) * head_dim, hidden]
+  WeightMatrix qkv_proj;               // [(num_heads + 2 * num_kv_heads) * head_dim, hidden]
   std::vector<float> qkv_bias;         // [(num_heads + 2 * num_kv_heads) * head_dim]; empty
                                        // without qkv_bias
-  std::vector<float> o_proj;           // [hidden_size, num_heads * head_dim]
+  WeightMatrix o_proj;                 // [hidden_size, num_heads * head_dim]
   std::vector<float> post_attention_layernorm;  // [hidden_size]
-  std::vector<float> gate_up_proj;              // [2 * intermediate_size, hidden_size]
-  std::vector<float> down_proj;                 // [hidden_size, intermediate_size]
+  WeightMatrix gate_up_proj;                    // [2 * intermediate_size, hidden_size]
+  WeightMatrix down_proj;                       // [hidden_size, intermediate_size]
 };
 
 struct CpuWeights {
-  std::vector<float> embed_tokens;  // [vocab_size, hidden_size]
+  WeightMatrix embed_tokens;  // [vocab_size, hidden_size]
   std::vector<CpuLayerWeights> layers;
   std::vector<float> norm;  // [hidden_size]
   // [vocab_size, hidden_size]; empty when tie_word_embeddings (the LM head is embed_tokens).
-  std::vector<float> lm_head;
+  WeightMatrix lm_head;
 
-  const std::vector<float>& lm_head_matrix() const {
-    return lm_head.empty() ? embed_tokens : lm_head;
-  }
+  const WeightMatrix& lm_head_matrix() const { return lm_head.rows == 0 ? embed_tokens : lm_head; }
   int64_t num_bytes() const;
 };
 
