@@ -61,7 +61,7 @@ case $step in
     # The whole equivalence suite under one tool (timeout: a cut run still leaves its log).
     tool=${step%_all}
     status=0
-    timeout 480 compute-sanitizer --tool $tool $(tool_filter $tool) backend_cuda_test \
+    timeout ${SANITIZE_TIMEOUT:-480} compute-sanitizer --tool $tool $(tool_filter $tool) backend_cuda_test \
       > $res/${tool}_all.txt 2>&1 || status=1
     grep -h "tests from .* ran\|PASSED\|FAILED" $res/${tool}_all.txt | head -5
     grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" $res/${tool}_all.txt || echo "no summary (cut off?)"
