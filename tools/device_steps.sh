@@ -26,15 +26,16 @@ seeded='"temperature":0.8,"top_p":0.9,"top_k":40,"min_p":0.02,"seed":7,"presence
 
 serve_stop() { kill -TERM $pid; wait $pid || true; }
 
-# racecheck skips cuBLAS's Hopper GEMM kernels (nvjet_*: TMA loads into shared memory ordered by
-# mbarriers, which racecheck reports as read/write races); memcheck checks every kernel.
-tool_filter() {
-  [ "$1" = racecheck ] || return 0
-  if compute-sanitizer --help | grep -q -- --kernel-name-exclude; then
-    echo "--kernel-name-exclude kns=nvjet"
-  else
-    echo "--exclude kns=nvjet"
-  fi
+# racecheck reports, per kernel, the hazards in kernels of ours: those inside cuBLAS's Hopper
+# GEMM kernels (nvjet_*, TMA loads into shared memory ordered by mbarriers) are listed apart.
+# (Excluding nvjet_* with --kernel-name-exclude made the sanitizer itself fail on this
+# machine: "failed to handle a hardware exception".)
+race_report() {  # log: prints hazard counts by kernel; fails on a hazard outside cuBLAS
+  local log=$1
+  grep -h "RACECHECK SUMMARY" "$log" || { echo "no racecheck summary (cut off?)"; return 1; }
+  grep -oE "Race reported between [A-Za-z]+ access at [A-Za-z_0-9:<>]+" "$log" |
+    awk '{print $NF}' | sed 's/+0x.*//' | sort | uniq -c | awk '{print "  " $1 " reports in " $2}' || true
+  ! grep -E "Race reported between" "$log" | grep -v nvjet_ | grep -q .
 }
 
 case $step in
@@ -51,22 +52,27 @@ case $step in
       --gtest_filter='*Int4Kivi*:*Rope*:*Rmsnorm*:*CudaAttention*int4_v2_b64*:*CudaAttention*fp8_b32*:*llama_tiny_int4_v2_b32*:*OnePrefill/s4kv_tiny_cuda_bf16*:*Refuses*:*CudaSampler*:*CudaPadding*int4*' \
       > $res/memcheck.txt 2>&1 || status=1
     tail -n 1 $res/memcheck.txt
+    # racecheck: every test that runs no cuBLAS GEMM, i.e. each kernel of ours on its own
+    # (attention, int4 quantize / commit / dequantize, RMSNorm, RoPE, sampler).
     compute-sanitizer --tool racecheck backend_cuda_test \
-      --gtest_filter='*Int4Kivi*:*CudaAttention*int4_v2_b32*:*CudaAttention*16bit_b16*:Shapes/CudaSampler.*/[0-3]:*CudaSamplerGroups*' \
+      --gtest_filter='-*CudaBackendEquivalence*:*CudaPadding*:*CpuForwardGolden*' \
       > $res/racecheck.txt 2>&1 || status=1
-    tail -n 1 $res/racecheck.txt
+    race_report $res/racecheck.txt || status=1
     exit $status
     ;;
   memcheck_all | racecheck_all)
     # The whole equivalence suite under one tool (timeout: a cut run still leaves its log).
     tool=${step%_all}
     status=0
-    timeout ${SANITIZE_TIMEOUT:-480} compute-sanitizer --tool $tool $(tool_filter $tool) backend_cuda_test \
+    timeout ${SANITIZE_TIMEOUT:-480} compute-sanitizer --tool $tool backend_cuda_test \
       > $res/${tool}_all.txt 2>&1 || status=1
     grep -h "tests from .* ran\|PASSED\|FAILED" $res/${tool}_all.txt | head -5
-    grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" $res/${tool}_all.txt || echo "no summary (cut off?)"
-    grep -qE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards displayed \(0 errors, 0 warnings\)" \
-      $res/${tool}_all.txt || status=1
+    if [ $tool = racecheck ]; then
+      race_report $res/${tool}_all.txt || status=1
+    else
+      grep -h "ERROR SUMMARY" $res/${tool}_all.txt || echo "no summary (cut off?)"
+      grep -q "ERROR SUMMARY: 0 errors" $res/${tool}_all.txt || status=1
+    fi
     exit $status
     ;;
   sanitize_serve | racecheck_serve)
@@ -77,14 +83,18 @@ case $step in
     fi
     # A short serve run under the tool: start-up (the profiling step, KV allocation), greedy
     # and seeded requests with every sampling setting, shutdown.
-    SERVE_PREFIX="compute-sanitizer --tool $tool $(tool_filter $tool)" serve_start $res/serve_$tool.log \
+    SERVE_PREFIX="compute-sanitizer --tool $tool" serve_start $res/serve_$tool.log \
       models/s4kv-tiny --device cuda --max-num-seqs 8 --gpu-memory-utilization 0.05 || status=1
     complete models/s4kv-tiny "Once upon a time" 16 > /dev/null || status=1
     complete models/s4kv-tiny "The fox" 16 "$seeded" > /dev/null || status=1
     # The server itself gets the signal (compute-sanitizer prints its summary when it exits).
     pkill -TERM -x s4kv; wait $pid || true
     echo "serve: $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' $res/serve_$tool.log)"
-    grep -qF "$summary" $res/serve_$tool.log || status=1
+    if [ $tool = racecheck ]; then
+      race_report $res/serve_$tool.log || status=1
+    else
+      grep -qF "$summary" $res/serve_$tool.log || status=1
+    fi
     exit $status
     ;;
   serve)
