@@ -303,5 +303,40 @@ TEST(PagedAttentionRef, MatchesDenseAndIgnoresBlockLayout) {
   }
 }
 
+// The attention's inner loops on every instruction set this processor has give the same bits
+// as the scalar ones (same operations, same order): head dims with and without a 64-wide
+// tail, key counts not a multiple of 4, a range of Hadamard-domain values.
+TEST(ContextAttentionRef, EveryInstructionSetGivesTheSameBits) {
+  for (const int64_t d : {int64_t{128}, int64_t{136}, int64_t{8}}) {
+    const int64_t heads = 4, kv_heads = 2;
+    const std::vector<int32_t> q_lens{1, 7, 3}, seq_lens{38, 7, 61};
+    std::vector<int32_t> qsl{0};
+    for (int32_t l : q_lens) qsl.push_back(qsl.back() + l);
+    const int64_t num_tokens = qsl.back();
+    const auto q = random_vector(static_cast<size_t>(num_tokens * heads * d), 3);
+    const auto keys = random_vector(static_cast<size_t>(3 * kv_heads * 61 * d), 4, 2.0f);
+    const auto values = random_vector(keys.size(), 5);
+    const KvGatherFn gather = [&](int64_t seq, int64_t g, int64_t n, float* k, float* v) {
+      const size_t base = static_cast<size_t>((seq * kv_heads + g) * 61 * d);
+      std::copy_n(keys.begin() + base, n * d, k);
+      std::copy_n(values.begin() + base, n * d, v);
+      return seq == 2 && d != 136 ? RotatedValues{5, 40} : RotatedValues{};  // Hadamard: 2^n
+    };
+    std::vector<float> ref;
+    for (const CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+      if (!cpu_supports(isa)) continue;
+      std::vector<float> out(static_cast<size_t>(num_tokens * heads * d));
+      AttentionArgs a{q, heads * d, heads, kv_heads, d, 0.125f, qsl, seq_lens, out};
+      a.isa = isa;
+      context_attention_ref(a, gather, nullptr);
+      if (ref.empty()) {
+        ref = out;
+      } else {
+        ASSERT_EQ(out, ref) << cpu_isa_name(isa) << " head_dim " << d;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace s4kv::backend::cpu

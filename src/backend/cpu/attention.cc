@@ -1,9 +1,12 @@
 #include "backend/cpu/attention.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/gemm16.h"
 #include "backend/cpu/paged_kv_cache.h"
 #include "backend/cpu/thread_pool.h"
 #include "common/check.h"
@@ -22,24 +25,106 @@ struct WorkItem {
   int64_t j_begin, j_end;  // new tokens [j_begin, j_end) of the sequence
 };
 
-// Eight independent partial sums: the compiler keeps them in vector registers without
-// -ffast-math. Summation order differs from a sequential loop only at fp32 rounding level.
-float dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int u = 0; u < 8; ++u) acc[u] += a[i + u] * b[i + u];
+// The reference's two inner loops, q.k over a run of keys and the values' weighted sum, each
+// in a scalar form and an AVX2 form that performs the same operations in the same order
+// (multiply, then add: no FMA), so that the result is bit for bit the same on every x86-64.
+//
+// dots: scores[p] = (q . keys[p]) * scale for p < n, each dot as eight partial sums (lane u
+// takes elements u, u + 8, ...; head_dim % 8 == 0, checked) added as
+// ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)).
+void dots_scalar(const float* q, const float* keys, int64_t n, int64_t d, float scale,
+                 float* scores) {
+  for (int64_t p = 0; p < n; ++p) {
+    const float* k = keys + p * d;
+    float acc[8] = {};
+    for (int64_t i = 0; i < d; i += 8) {
+      for (int u = 0; u < 8; ++u) acc[u] += q[i + u] * k[i + u];
+    }
+    scores[p] =
+        (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) * scale;
   }
-  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
 }
 
-// y += a * x in blocks of 8 (head_dim % 8 == 0, checked): vectorizes at -O2.
-void axpy(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; i += 8) {
-    for (int u = 0; u < 8; ++u) y[i + u] += a * x[i + u];
+#define S4KV_AVX2 __attribute__((target("avx2")))
+
+S4KV_AVX2 inline float tree8(__m256 v) {
+  const __m256 h = _mm256_hadd_ps(v, v);   // s0+s1, s2+s3, ., . | s4+s5, s6+s7, ., .
+  const __m256 h2 = _mm256_hadd_ps(h, h);  // (s0+s1)+(s2+s3) | (s4+s5)+(s6+s7)
+  return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h2), _mm256_extractf128_ps(h2, 1)));
+}
+
+S4KV_AVX2 void dots_avx2(const float* q, const float* keys, int64_t n, int64_t d, float scale,
+                         float* scores) {
+  int64_t p = 0;
+  for (; p + 4 <= n; p += 4) {  // four keys per pass over q
+    const float* k = keys + p * d;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < d; i += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + i);
+      a0 = _mm256_add_ps(a0, _mm256_mul_ps(qv, _mm256_loadu_ps(k + i)));
+      a1 = _mm256_add_ps(a1, _mm256_mul_ps(qv, _mm256_loadu_ps(k + d + i)));
+      a2 = _mm256_add_ps(a2, _mm256_mul_ps(qv, _mm256_loadu_ps(k + 2 * d + i)));
+      a3 = _mm256_add_ps(a3, _mm256_mul_ps(qv, _mm256_loadu_ps(k + 3 * d + i)));
+    }
+    scores[p] = tree8(a0) * scale;
+    scores[p + 1] = tree8(a1) * scale;
+    scores[p + 2] = tree8(a2) * scale;
+    scores[p + 3] = tree8(a3) * scale;
   }
+  for (; p < n; ++p) {
+    const float* k = keys + p * d;
+    __m256 a = _mm256_setzero_ps();
+    for (int64_t i = 0; i < d; i += 8) {
+      a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i)));
+    }
+    scores[p] = tree8(a) * scale;
+  }
+}
+
+// weighted_sum: o[i] += w[p] * values[p][i] for p in [p0, p1), p ascending (each o[i] the
+// reference's sequential sum).
+void weighted_sum_scalar(const float* w, const float* values, int64_t p0, int64_t p1, int64_t d,
+                         float* o) {
+  for (int64_t p = p0; p < p1; ++p) {
+    const float* v = values + p * d;
+    for (int64_t i = 0; i < d; ++i) o[i] += w[p] * v[i];
+  }
+}
+
+S4KV_AVX2 void weighted_sum_avx2(const float* w, const float* values, int64_t p0, int64_t p1,
+                                 int64_t d, float* o) {
+  int64_t c = 0;
+  for (; c + 64 <= d; c += 64) {  // 64 dims in 8 registers across all positions
+    __m256 acc[8];
+    for (int r = 0; r < 8; ++r) acc[r] = _mm256_loadu_ps(o + c + 8 * r);
+    for (int64_t p = p0; p < p1; ++p) {
+      const __m256 wp = _mm256_set1_ps(w[p]);
+      const float* v = values + p * d + c;
+      for (int r = 0; r < 8; ++r) {
+        acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(wp, _mm256_loadu_ps(v + 8 * r)));
+      }
+    }
+    for (int r = 0; r < 8; ++r) _mm256_storeu_ps(o + c + 8 * r, acc[r]);
+  }
+  for (; c < d; c += 8) {
+    __m256 acc = _mm256_loadu_ps(o + c);
+    for (int64_t p = p0; p < p1; ++p) {
+      acc = _mm256_add_ps(acc,
+                          _mm256_mul_ps(_mm256_set1_ps(w[p]), _mm256_loadu_ps(values + p * d + c)));
+    }
+    _mm256_storeu_ps(o + c, acc);
+  }
+}
+
+struct Kernels {
+  void (*dots)(const float*, const float*, int64_t, int64_t, float, float*);
+  void (*weighted_sum)(const float*, const float*, int64_t, int64_t, int64_t, float*);
+};
+
+Kernels kernels(CpuIsa isa) {
+  S4KV_CHECK(cpu_supports(isa), "attention: this processor lacks ", cpu_isa_name(isa));
+  return isa == CpuIsa::kScalar ? Kernels{&dots_scalar, &weighted_sum_scalar}
+                                : Kernels{&dots_avx2, &weighted_sum_avx2};
 }
 
 void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& w) {
@@ -60,17 +145,16 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& 
   thread_local std::vector<float> o_rot;
   o_rot.resize(static_cast<size_t>(d));
 
+  const Kernels k = kernels(a.isa.value_or(cpu_isa()));
   const int64_t group = a.num_heads / a.num_kv_heads;
   for (int64_t j = w.j_begin; j < w.j_end; ++j) {
     const int64_t t = q_begin + j;
     const int64_t ctx = seq_len - q_len + j + 1;
     for (int64_t h = w.kv_head * group; h < (w.kv_head + 1) * group; ++h) {
       const float* q = a.q.data() + t * a.q_stride + h * d;
+      k.dots(q, keys.data(), ctx, d, a.scale, scores.data());
       float max_score = -INFINITY;
-      for (int64_t p = 0; p < ctx; ++p) {
-        scores[p] = dot(q, keys.data() + p * d, d) * a.scale;
-        max_score = std::max(max_score, scores[p]);
-      }
+      for (int64_t p = 0; p < ctx; ++p) max_score = std::max(max_score, scores[p]);
       float sum = 0.0f;
       for (int64_t p = 0; p < ctx; ++p) {
         scores[p] = std::exp(scores[p] - max_score);
@@ -82,18 +166,14 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& 
       if (rot.begin < rot_end) {
         // Hadamard-domain values: their weighted sum, rotated back once, joins the rest.
         std::fill(o_rot.begin(), o_rot.end(), 0.0f);
-        for (int64_t p = rot.begin; p < rot_end; ++p) {
-          axpy(scores[p], values.data() + p * d, o_rot.data(), d);
-        }
+        k.weighted_sum(scores.data(), values.data(), rot.begin, rot_end, d, o_rot.data());
         kv::hadamard_ref(o_rot);
         for (int64_t i = 0; i < d; ++i) o[i] = o_rot[static_cast<size_t>(i)];
       }
       // The plain values: before and after the rotated range (all of them when it is empty).
       const int64_t plain_end = rot.begin < rot_end ? rot.begin : ctx;
-      for (int64_t p = 0; p < plain_end; ++p) axpy(scores[p], values.data() + p * d, o, d);
-      for (int64_t p = std::max(plain_end, rot_end); p < ctx; ++p) {
-        axpy(scores[p], values.data() + p * d, o, d);
-      }
+      k.weighted_sum(scores.data(), values.data(), 0, plain_end, d, o);
+      k.weighted_sum(scores.data(), values.data(), std::max(plain_end, rot_end), ctx, d, o);
       const float inv_sum = 1.0f / sum;
       for (int64_t i = 0; i < d; ++i) o[i] *= inv_sum;
     }

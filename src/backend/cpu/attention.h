@@ -11,8 +11,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 
+#include "backend/cpu/gemm16.h"
 #include "common/dtype.h"
 
 namespace s4kv::backend::cpu {
@@ -45,6 +47,9 @@ struct AttentionArgs {
   std::span<const int32_t> query_start_loc;  // [num_seqs + 1]
   std::span<const int32_t> seq_lens;         // [num_seqs]
   std::span<float> out;                      // [num_tokens, num_heads * head_dim] fp32
+  // The inner loops' instruction set (gemm16.h), cpu_isa() when unset. Every choice gives the
+  // same bits (same operations in the same order); tests compare them.
+  std::optional<CpuIsa> isa;
 };
 
 // Work is split over (sequence, kv head, chunk of queries) items on pool (nullptr: inline);
