@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "backend/cpu/int4_dequant.h"
 #include "backend/cpu/paged_kv_cache.h"
 #include "common/check.h"
 #include "kv/int4_kivi_ref.h"
@@ -97,15 +98,15 @@ RotatedValues Int4KiviKvCache::gather(int64_t layer, const ForwardBatch& batch, 
     }
     const auto blk = block(layer, table[i], kv_head);
     float* k = keys + i * block_size_ * d;
-    kv::dequantize_keys_block_ref(layout_, blk, std::span<float>(k, block_elems));
+    dequantize_keys_block(cpu_isa(), layout_, blk, std::span<float>(k, block_elems));
     if (!keys_post_rope_) {
       for (int64_t t = 0; t < block_size_; ++t) {
         const int64_t pos = i * block_size_ + t;
         rope_rotate(k + t * d, k + t * d, rope_.cos(pos), rope_.sin(pos), d);
       }
     }
-    kv::dequantize_values_block_ref(layout_, blk,
-                                    std::span<float>(values + i * block_size_ * d, block_elems));
+    dequantize_values_block(cpu_isa(), layout_, blk,
+                            std::span<float>(values + i * block_size_ * d, block_elems));
   }
   for (int64_t p = from_pool_end * block_size_; p < n; ++p) {
     decode_row(k_row(layer, batch, seq, p) + kv_head * d, v_row(layer, batch, seq, p) + kv_head * d,

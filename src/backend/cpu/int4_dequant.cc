@@ -1,0 +1,101 @@
+#include "backend/cpu/int4_dequant.h"
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "common/check.h"
+#include "common/half.h"
+#include "kv/int4_kivi_ref.h"
+
+namespace s4kv::backend::cpu {
+namespace {
+
+#define S4KV_AVX2 __attribute__((target("avx2,f16c")))
+
+// The 8 codes of a word in channel order as floats: element j sits in nibble
+// int4_nibble_of(j) = (j % 2) * 4 + j / 2.
+S4KV_AVX2 inline __m256 codes8(uint32_t word) {
+  const __m256i shifts = _mm256_setr_epi32(0, 16, 4, 20, 8, 24, 12, 28);
+  const __m256i q = _mm256_and_si256(
+      _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)), shifts), _mm256_set1_epi32(0xf));
+  return _mm256_cvtepi32_ps(q);
+}
+
+S4KV_AVX2 inline __m256 fp16x8(const std::byte* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+S4KV_AVX2 void keys_avx2(const kv::Int4KiviLayout& l, const std::byte* b, float* out) {
+  const int words = l.words_per_token();
+  __m256 scale[16], zero[16];  // head_dim <= 128 (checked)
+  for (int w = 0; w < words; ++w) {
+    scale[w] = fp16x8(b + l.k_scale_offset + static_cast<size_t>(w) * 16);
+    zero[w] = fp16x8(b + l.k_zero_offset + static_cast<size_t>(w) * 16);
+  }
+  const std::byte* codes = b + l.k_codes_offset;
+  for (int t = 0; t < l.block_size; ++t) {
+    for (int w = 0; w < words; ++w) {
+      uint32_t word;
+      std::memcpy(&word, codes + (static_cast<size_t>(t) * words + w) * 4, 4);
+      const __m256 scaled = _mm256_mul_ps(codes8(word), scale[w]);
+      _mm256_storeu_ps(out + t * l.head_dim + w * 8, _mm256_add_ps(scaled, zero[w]));
+    }
+  }
+}
+
+S4KV_AVX2 void values_avx2(const kv::Int4KiviLayout& l, const std::byte* b, float* out) {
+  const int words = l.words_per_token();
+  const int groups = l.num_value_groups();
+  const int words_per_group = l.value_group_size / 8;
+  const std::byte* codes = b + l.v_codes_offset;
+  for (int t = 0; t < l.block_size; ++t) {
+    for (int g = 0; g < groups; ++g) {
+      const auto i = static_cast<size_t>(t * groups + g);
+      uint16_t s, z;
+      std::memcpy(&s, b + l.v_scale_offset + i * 2, 2);
+      std::memcpy(&z, b + l.v_zero_offset + i * 2, 2);
+      const __m256 scale = _mm256_set1_ps(fp16_to_float(s));
+      const __m256 zero = _mm256_set1_ps(fp16_to_float(z));
+      for (int w = g * words_per_group; w < (g + 1) * words_per_group; ++w) {
+        uint32_t word;
+        std::memcpy(&word, codes + (static_cast<size_t>(t) * words + w) * 4, 4);
+        const __m256 scaled = _mm256_mul_ps(codes8(word), scale);
+        _mm256_storeu_ps(out + t * l.head_dim + w * 8, _mm256_add_ps(scaled, zero));
+      }
+    }
+  }
+}
+
+void check(const kv::Int4KiviLayout& l, std::span<const std::byte> block, size_t num_floats) {
+  S4KV_CHECK(block.size() == l.block_bytes &&
+                 num_floats == static_cast<size_t>(l.block_size) * static_cast<size_t>(l.head_dim),
+             "int4 dequantize: block or output size");
+  S4KV_CHECK(l.head_dim % 8 == 0 && l.head_dim <= 128 && l.value_group_size % 8 == 0,
+             "int4 dequantize: head_dim ", l.head_dim);
+}
+
+}  // namespace
+
+void dequantize_keys_block(CpuIsa isa, const kv::Int4KiviLayout& layout,
+                           std::span<const std::byte> block, std::span<float> keys) {
+  if (isa == CpuIsa::kScalar || !cpu_supports(CpuIsa::kAvx2) || layout.head_dim > 128) {
+    kv::dequantize_keys_block_ref(layout, block, keys);
+    return;
+  }
+  check(layout, block, keys.size());
+  keys_avx2(layout, block.data(), keys.data());
+}
+
+void dequantize_values_block(CpuIsa isa, const kv::Int4KiviLayout& layout,
+                             std::span<const std::byte> block, std::span<float> values) {
+  if (isa == CpuIsa::kScalar || !cpu_supports(CpuIsa::kAvx2) || layout.head_dim > 128) {
+    kv::dequantize_values_block_ref(layout, block, values);
+    return;
+  }
+  check(layout, block, values.size());
+  values_avx2(layout, block.data(), values.data());
+}
+
+}  // namespace s4kv::backend::cpu
