@@ -42,7 +42,6 @@ using s4kv::backend::ForwardBatch;
 
 constexpr int64_t kBlockSize = 64;
 constexpr int64_t kMaxBlocks = 48;  // per sequence: 3,072 tokens
-constexpr int kDecodeSteps = 32;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -137,6 +136,8 @@ int main(int argc, char** argv) {
   app.add_option("--kv-cache-dtype", kv_dtype_name, "16bit (auto, fp16, bf16), fp8_e4m3, int4_kivi")
       ->check(CLI::IsMember({"16bit", "auto", "fp16", "bf16", "fp8_e4m3", "int4_kivi"}));
   app.add_option("--value-group-size", value_group_size, "int4_kivi: Gv (32, 64, 128)");
+  int decode_steps = 32;
+  app.add_option("--decode-steps", decode_steps, "timed decode steps per figure (median)");
   int threads = 0;
   app.add_option("--threads", threads,
                  "forward-pass threads (--cpu-threads); 0: the cores available");
@@ -202,7 +203,7 @@ int main(int argc, char** argv) {
       }
       (void)time_s(backend, prefill);
       std::vector<double> t;
-      for (int i = 0; i < kDecodeSteps; ++i) {
+      for (int i = 0; i < decode_steps; ++i) {
         Step step;
         step.int4 = int4;
         for (int64_t s = 0; s < batch; ++s) {

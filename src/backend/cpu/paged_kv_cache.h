@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/cpu/gemm16.h"
 #include "common/dtype.h"
 #include "common/half.h"
 
@@ -71,17 +72,20 @@ void gather_paged(std::span<const T> k_cache, std::span<const T> v_cache, int64_
   }
 }
 
-// gather_paged over the 16-bit cache (bf16 or fp16 bits).
+// gather_paged over the 16-bit cache (bf16 or fp16 bits), each row widened by gemm16's exact
+// vector widening.
 inline void gather_paged_16bit(std::span<const uint16_t> k_cache, std::span<const uint16_t> v_cache,
                                DType dtype, int64_t block_size, int64_t slot_elems,
                                const int32_t* table, int64_t head_offset, int64_t head_dim,
                                int64_t n, float* keys, float* values) {
-  if (dtype == DType::kBF16) {
-    gather_paged(k_cache, v_cache, block_size, slot_elems, table, head_offset, head_dim, n, keys,
-                 values, [](uint16_t b) { return bf16_to_float(b); });
-  } else {
-    gather_paged(k_cache, v_cache, block_size, slot_elems, table, head_offset, head_dim, n, keys,
-                 values, [](uint16_t b) { return fp16_to_float(b); });
+  const CpuIsa isa = cpu_isa();
+  const bool bf16 = dtype == DType::kBF16;
+  for (int64_t p = 0; p < n; ++p) {
+    const int64_t slot = table[p / block_size] * block_size + p % block_size;
+    widen16(isa, k_cache.data() + slot * slot_elems + head_offset, bf16, head_dim,
+            keys + p * head_dim);
+    widen16(isa, v_cache.data() + slot * slot_elems + head_offset, bf16, head_dim,
+            values + p * head_dim);
   }
 }
 
