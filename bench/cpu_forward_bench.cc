@@ -136,6 +136,11 @@ int main(int argc, char** argv) {
   app.add_option("--kv-cache-dtype", kv_dtype_name, "16bit (auto, fp16, bf16), fp8_e4m3, int4_kivi")
       ->check(CLI::IsMember({"16bit", "auto", "fp16", "bf16", "fp8_e4m3", "int4_kivi"}));
   app.add_option("--value-group-size", value_group_size, "int4_kivi: Gv (32, 64, 128)");
+  std::vector<int64_t> prefill_lengths = {512, 2048}, contexts = {512, 2048}, batches = {1, 8};
+  app.add_option("--prefill-lengths", prefill_lengths, "prompt lengths timed (0: none)");
+  app.add_option("--contexts", contexts, "decode contexts timed");
+  app.add_option("--batches", batches, "decode batch sizes timed (at most 8)")
+      ->check(CLI::Range(1, 8));
   int decode_steps = 32;
   app.add_option("--decode-steps", decode_steps, "timed decode steps per figure (median)");
   int threads = 0;
@@ -178,7 +183,8 @@ int main(int argc, char** argv) {
 
   s4kv::Json rows = s4kv::Json::array();
   std::printf("%-10s %6s %8s %12s %12s\n", "phase", "batch", "tokens", "ms/step", "tokens/s");
-  for (int64_t n : {512, 2048}) {
+  for (int64_t n : prefill_lengths) {
+    if (n <= 0) continue;
     Step step;
     step.int4 = int4;
     step.add(0, 0, tokens(n, vocab, static_cast<uint32_t>(n)));
@@ -194,8 +200,8 @@ int main(int argc, char** argv) {
                     {"median_ms", s * 1e3},
                     {"tokens_per_s", static_cast<double>(n) / s}});
   }
-  for (int64_t context : {512, 2048}) {
-    for (int64_t batch : {1, 8}) {
+  for (int64_t context : contexts) {
+    for (int64_t batch : batches) {
       Step prefill;
       prefill.int4 = int4;
       for (int64_t s = 0; s < batch; ++s) {
