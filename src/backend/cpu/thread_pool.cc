@@ -1,5 +1,6 @@
 #include "backend/cpu/thread_pool.h"
 
+#include <immintrin.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -27,6 +28,16 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+template <typename Pred>
+bool ThreadPool::spin_until(const Pred& pred) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (pred()) return true;
+    _mm_pause();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return pred();
+  }
+}
+
 // Items are handed out one at a time under the mutex: work items are coarse (a head and a
 // chunk of queries), so the lock is not contended enough to matter.
 void ThreadPool::run_items() {
@@ -37,7 +48,7 @@ void ThreadPool::run_items() {
     lock.unlock();
     (*fn)(i);
     lock.lock();
-    if (--pending_ == 0) {
+    if (pending_.fetch_sub(1) == 1) {
       fn_ = nullptr;
       done_cv_.notify_all();
     }
@@ -47,12 +58,13 @@ void ThreadPool::run_items() {
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
-    {
+    const auto called = [&] { return stop_.load() || generation_.load() != seen; };
+    if (!spin_until(called)) {
       std::unique_lock<std::mutex> lock(mu_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      start_cv_.wait(lock, called);
     }
+    if (stop_.load()) return;
+    seen = generation_.load();
     run_items();
   }
 }
@@ -73,8 +85,10 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
   }
   start_cv_.notify_all();
   run_items();
+  const auto done = [&] { return pending_.load() == 0; };
+  if (spin_until(done)) return;
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  done_cv_.wait(lock, done);
 }
 
 }  // namespace s4kv::backend::cpu
