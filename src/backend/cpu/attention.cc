@@ -81,6 +81,46 @@ S4KV_AVX2 void dots_avx2(const float* q, const float* keys, int64_t n, int64_t d
   }
 }
 
+// dots for up to 4 queries at once (prefill: each key row is loaded once for the 4):
+// scores[r * stride + p] = (qs[r] . keys[p]) * scale, p < n, r < nq; every dot the same
+// operations in the same order as dots_avx2's, so the same bits.
+S4KV_AVX2 void dots4_avx2(const float* const* qs, int nq, const float* keys, int64_t n, int64_t d,
+                          float scale, float* scores, int64_t stride) {
+  if (nq != 4) {
+    for (int r = 0; r < nq; ++r) dots_avx2(qs[r], keys, n, d, scale, scores + r * stride);
+    return;
+  }
+  int64_t p = 0;
+  for (; p + 2 <= n; p += 2) {
+    const float* k0 = keys + p * d;
+    const float* k1 = k0 + d;
+    __m256 a[4][2];
+    for (int r = 0; r < 4; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < d; i += 8) {
+      const __m256 kv0 = _mm256_loadu_ps(k0 + i);
+      const __m256 kv1 = _mm256_loadu_ps(k1 + i);
+      for (int r = 0; r < 4; ++r) {
+        const __m256 qv = _mm256_loadu_ps(qs[r] + i);
+        a[r][0] = _mm256_add_ps(a[r][0], _mm256_mul_ps(qv, kv0));
+        a[r][1] = _mm256_add_ps(a[r][1], _mm256_mul_ps(qv, kv1));
+      }
+    }
+    for (int r = 0; r < 4; ++r) {
+      scores[r * stride + p] = tree8(a[r][0]) * scale;
+      scores[r * stride + p + 1] = tree8(a[r][1]) * scale;
+    }
+  }
+  for (; p < n; ++p) {
+    for (int r = 0; r < 4; ++r)
+      dots_avx2(qs[r], keys + p * d, 1, d, scale, scores + r * stride + p);
+  }
+}
+
+void dots4_scalar(const float* const* qs, int nq, const float* keys, int64_t n, int64_t d,
+                  float scale, float* scores, int64_t stride) {
+  for (int r = 0; r < nq; ++r) dots_scalar(qs[r], keys, n, d, scale, scores + r * stride);
+}
+
 // weighted_sum: o[i] += w[p] * values[p][i] for p in [p0, p1), p ascending (each o[i] the
 // reference's sequential sum).
 void weighted_sum_scalar(const float* w, const float* values, int64_t p0, int64_t p1, int64_t d,
@@ -117,14 +157,14 @@ S4KV_AVX2 void weighted_sum_avx2(const float* w, const float* values, int64_t p0
 }
 
 struct Kernels {
-  void (*dots)(const float*, const float*, int64_t, int64_t, float, float*);
+  void (*dots4)(const float* const*, int, const float*, int64_t, int64_t, float, float*, int64_t);
   void (*weighted_sum)(const float*, const float*, int64_t, int64_t, int64_t, float*);
 };
 
 Kernels kernels(CpuIsa isa) {
   S4KV_CHECK(cpu_supports(isa), "attention: this processor lacks ", cpu_isa_name(isa));
-  return isa == CpuIsa::kScalar ? Kernels{&dots_scalar, &weighted_sum_scalar}
-                                : Kernels{&dots_avx2, &weighted_sum_avx2};
+  return isa == CpuIsa::kScalar ? Kernels{&dots4_scalar, &weighted_sum_scalar}
+                                : Kernels{&dots4_avx2, &weighted_sum_avx2};
 }
 
 void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& w) {
@@ -135,10 +175,9 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& 
   const int64_t ctx_end = seq_len - q_len + w.j_end;  // positions the last query sees
 
   // This kv head's keys and values for positions [0, ctx_end) as fp32 rows.
-  thread_local std::vector<float> keys, values, scores;
+  thread_local std::vector<float> keys, values;
   keys.resize(static_cast<size_t>(ctx_end * d));
   values.resize(static_cast<size_t>(ctx_end * d));
-  scores.resize(static_cast<size_t>(ctx_end));
   const RotatedValues rot = gather(w.seq, w.kv_head, ctx_end, keys.data(), values.data());
   S4KV_CHECK(rot.begin >= 0 && rot.begin <= rot.end && rot.end <= ctx_end,
              "attention: rotated values [", rot.begin, ", ", rot.end, ") outside ", ctx_end);
@@ -147,35 +186,48 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& 
 
   const Kernels k = kernels(a.isa.value_or(cpu_isa()));
   const int64_t group = a.num_heads / a.num_kv_heads;
-  for (int64_t j = w.j_begin; j < w.j_end; ++j) {
-    const int64_t t = q_begin + j;
-    const int64_t ctx = seq_len - q_len + j + 1;
-    for (int64_t h = w.kv_head * group; h < (w.kv_head + 1) * group; ++h) {
-      const float* q = a.q.data() + t * a.q_stride + h * d;
-      k.dots(q, keys.data(), ctx, d, a.scale, scores.data());
-      float max_score = -INFINITY;
-      for (int64_t p = 0; p < ctx; ++p) max_score = std::max(max_score, scores[p]);
-      float sum = 0.0f;
-      for (int64_t p = 0; p < ctx; ++p) {
-        scores[p] = std::exp(scores[p] - max_score);
-        sum += scores[p];
+  thread_local std::vector<float> scores4;
+  scores4.resize(static_cast<size_t>(4 * ctx_end));
+  for (int64_t h = w.kv_head * group; h < (w.kv_head + 1) * group; ++h) {
+    for (int64_t j0 = w.j_begin; j0 < w.j_end; j0 += 4) {
+      // Up to 4 queries' scores at once, each over the keys the last of them sees (a query's
+      // scores past its own context are computed and ignored).
+      const int nq = static_cast<int>(std::min<int64_t>(4, w.j_end - j0));
+      const float* qs[4];
+      for (int r = 0; r < nq; ++r) {
+        qs[r] = a.q.data() + (q_begin + j0 + r) * a.q_stride + h * d;
       }
-      float* o = a.out.data() + t * a.num_heads * d + h * d;
-      std::fill_n(o, d, 0.0f);
-      const int64_t rot_end = std::min(rot.end, ctx);
-      if (rot.begin < rot_end) {
-        // Hadamard-domain values: their weighted sum, rotated back once, joins the rest.
-        std::fill(o_rot.begin(), o_rot.end(), 0.0f);
-        k.weighted_sum(scores.data(), values.data(), rot.begin, rot_end, d, o_rot.data());
-        kv::hadamard_ref(o_rot);
-        for (int64_t i = 0; i < d; ++i) o[i] = o_rot[static_cast<size_t>(i)];
+      const int64_t ctx_max = seq_len - q_len + j0 + nq;
+      k.dots4(qs, nq, keys.data(), ctx_max, d, a.scale, scores4.data(), ctx_end);
+      for (int r = 0; r < nq; ++r) {
+        const int64_t j = j0 + r;
+        const int64_t t = q_begin + j;
+        const int64_t ctx = seq_len - q_len + j + 1;
+        float* sc = scores4.data() + r * ctx_end;
+        float max_score = -INFINITY;
+        for (int64_t p = 0; p < ctx; ++p) max_score = std::max(max_score, sc[p]);
+        float sum = 0.0f;
+        for (int64_t p = 0; p < ctx; ++p) {
+          sc[p] = std::exp(sc[p] - max_score);
+          sum += sc[p];
+        }
+        float* o = a.out.data() + t * a.num_heads * d + h * d;
+        std::fill_n(o, d, 0.0f);
+        const int64_t rot_end = std::min(rot.end, ctx);
+        if (rot.begin < rot_end) {
+          // Hadamard-domain values: their weighted sum, rotated back once, joins the rest.
+          std::fill(o_rot.begin(), o_rot.end(), 0.0f);
+          k.weighted_sum(sc, values.data(), rot.begin, rot_end, d, o_rot.data());
+          kv::hadamard_ref(o_rot);
+          for (int64_t i = 0; i < d; ++i) o[i] = o_rot[static_cast<size_t>(i)];
+        }
+        // The plain values: before and after the rotated range (all of them when it is empty).
+        const int64_t plain_end = rot.begin < rot_end ? rot.begin : ctx;
+        k.weighted_sum(sc, values.data(), 0, plain_end, d, o);
+        k.weighted_sum(sc, values.data(), std::max(plain_end, rot_end), ctx, d, o);
+        const float inv_sum = 1.0f / sum;
+        for (int64_t i = 0; i < d; ++i) o[i] *= inv_sum;
       }
-      // The plain values: before and after the rotated range (all of them when it is empty).
-      const int64_t plain_end = rot.begin < rot_end ? rot.begin : ctx;
-      k.weighted_sum(scores.data(), values.data(), 0, plain_end, d, o);
-      k.weighted_sum(scores.data(), values.data(), std::max(plain_end, rot_end), ctx, d, o);
-      const float inv_sum = 1.0f / sum;
-      for (int64_t i = 0; i < d; ++i) o[i] *= inv_sum;
     }
   }
 }
