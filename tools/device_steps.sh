@@ -33,8 +33,8 @@ serve_stop() { kill -TERM $pid; wait $pid || true; }
 race_report() {  # log: prints hazard counts by kernel; fails on a hazard outside cuBLAS
   local log=$1
   grep -h "RACECHECK SUMMARY" "$log" || { echo "no racecheck summary (cut off?)"; return 1; }
-  grep -oE "Race reported between [A-Za-z]+ access at [A-Za-z_0-9:<>]+" "$log" |
-    awk '{print $NF}' | sed 's/+0x.*//' | sort | uniq -c | awk '{print "  " $1 " reports in " $2}' || true
+  sed -nE 's/.*Race reported between [A-Za-z]+ access at (.*)\+0x[0-9a-f]+.*/\1/p' "$log" |
+    sort | uniq -c | sed -E 's/^ *([0-9]+) /  \1 reports in /' || true
   ! grep -E "Race reported between" "$log" | grep -v nvjet_ | grep -q .
 }
 
