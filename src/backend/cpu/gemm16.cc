@@ -8,6 +8,7 @@
 
 #include <immintrin.h>
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -212,7 +213,6 @@ S4KV_AVX512 void widen_avx512(const uint16_t* src, bool bf16, int64_t n, float* 
 }
 
 CpuIsa detect() {
-  __builtin_cpu_init();
   CpuIsa best = CpuIsa::kScalar;
   if (cpu_supports(CpuIsa::kAvx512)) {
     best = CpuIsa::kAvx512;
@@ -241,17 +241,16 @@ std::string_view cpu_isa_name(CpuIsa isa) {
   }
 }
 
+// Probed once: kernels check it on every call. AVX-512 counts only with AVX2 + FMA + F16C
+// too (every such processor has them), so an avx512 choice may use the AVX2 kernels.
 bool cpu_supports(CpuIsa isa) {
-  __builtin_cpu_init();
-  switch (isa) {
-    case CpuIsa::kAvx512:
-      return __builtin_cpu_supports("avx512f");
-    case CpuIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
-    default:
-      return true;
-  }
+  static const std::array<bool, 3> supported = [] {
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                      __builtin_cpu_supports("f16c");
+    return std::array<bool, 3>{true, avx2, avx2 && __builtin_cpu_supports("avx512f")};
+  }();
+  return supported[static_cast<size_t>(isa)];
 }
 
 CpuIsa cpu_isa() {

@@ -21,7 +21,7 @@ std::string_view cpu_isa_name(CpuIsa isa);
 // The best instruction set this processor has, lowered by S4KV_CPU_ISA; read once.
 CpuIsa cpu_isa();
 
-// Whether this processor can run isa's kernels.
+// Whether this processor can run isa's kernels (kAvx512 implies kAvx2). Probed once.
 bool cpu_supports(CpuIsa isa);
 
 // out[t * out_stride + n] (+)= sum_k x[t * x_stride + k] * w[n * k_dim + k] for t in

@@ -68,34 +68,35 @@ S4KV_AVX2 void values_avx2(const kv::Int4KiviLayout& l, const std::byte* b, floa
   }
 }
 
-void check(const kv::Int4KiviLayout& l, std::span<const std::byte> block, size_t num_floats) {
+// The AVX2 form, after checking the block and output sizes; false (nothing done) where the
+// reference must run: the scalar choice or a head_dim above 128.
+bool dequantize_avx2(CpuIsa isa, const kv::Int4KiviLayout& l, std::span<const std::byte> block,
+                     std::span<float> out, bool keys) {
+  S4KV_CHECK(cpu_supports(isa), "int4 dequantize: this processor lacks ", cpu_isa_name(isa));
+  if (isa == CpuIsa::kScalar || l.head_dim > 128) return false;
   S4KV_CHECK(block.size() == l.block_bytes &&
-                 num_floats == static_cast<size_t>(l.block_size) * static_cast<size_t>(l.head_dim),
+                 out.size() == static_cast<size_t>(l.block_size) * static_cast<size_t>(l.head_dim),
              "int4 dequantize: block or output size");
-  S4KV_CHECK(l.head_dim % 8 == 0 && l.head_dim <= 128 && l.value_group_size % 8 == 0,
-             "int4 dequantize: head_dim ", l.head_dim);
+  S4KV_CHECK(l.head_dim % 8 == 0 && l.value_group_size % 8 == 0, "int4 dequantize: head_dim ",
+             l.head_dim);
+  (keys ? keys_avx2 : values_avx2)(l, block.data(), out.data());
+  return true;
 }
 
 }  // namespace
 
 void dequantize_keys_block(CpuIsa isa, const kv::Int4KiviLayout& layout,
                            std::span<const std::byte> block, std::span<float> keys) {
-  if (isa == CpuIsa::kScalar || !cpu_supports(CpuIsa::kAvx2) || layout.head_dim > 128) {
+  if (!dequantize_avx2(isa, layout, block, keys, true)) {
     kv::dequantize_keys_block_ref(layout, block, keys);
-    return;
   }
-  check(layout, block, keys.size());
-  keys_avx2(layout, block.data(), keys.data());
 }
 
 void dequantize_values_block(CpuIsa isa, const kv::Int4KiviLayout& layout,
                              std::span<const std::byte> block, std::span<float> values) {
-  if (isa == CpuIsa::kScalar || !cpu_supports(CpuIsa::kAvx2) || layout.head_dim > 128) {
+  if (!dequantize_avx2(isa, layout, block, values, false)) {
     kv::dequantize_values_block_ref(layout, block, values);
-    return;
   }
-  check(layout, block, values.size());
-  values_avx2(layout, block.data(), values.data());
 }
 
 }  // namespace s4kv::backend::cpu

@@ -1,8 +1,8 @@
 // The int4_kivi block dequantization of the CPU cache's attention reads (keys per channel,
 // values per token group), in AVX2 with the reference's arithmetic (code * scale, then + zero:
 // no FMA), so its floats equal kv::dequantize_keys_block_ref / dequantize_values_block_ref bit
-// for bit (tests/backend/cpu_kv_dtypes_test.cc); the scalar references where the processor has
-// no AVX2 or isa is kScalar.
+// for bit (tests/backend/cpu_kv_dtypes_test.cc); the scalar references for kScalar (what
+// cpu_isa() is without AVX2) or a head_dim above 128. isa must be supported (cpu_supports).
 #pragma once
 
 #include <cstddef>
