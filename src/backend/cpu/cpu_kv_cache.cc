@@ -85,7 +85,9 @@ class PagedFp8KvCache final : public CpuKvCache {
     const auto v = std::span<const uint8_t>(data_).subspan(
         static_cast<size_t>((layer * 2 + 1) * layer_elems_), static_cast<size_t>(layer_elems_));
     gather_paged(k, v, block_size_, slot_elems_, table_of(batch, seq), kv_head * head_dim_,
-                 head_dim_, n, keys, values, [this](uint8_t x) { return decode_[x]; });
+                 head_dim_, n, keys, values, [this](const uint8_t* src, float* dst, int64_t count) {
+                   for (int64_t i = 0; i < count; ++i) dst[i] = decode_[src[i]];
+                 });
     return {};
   }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "backend/cpu/gemm16.h"
 #include "common/check.h"
 #include "common/half.h"
 
@@ -40,9 +41,7 @@ void WeightMatrix::row_as_f32(int64_t r, float* out) const {
     std::memcpy(out, f32.data() + r * cols, static_cast<size_t>(cols) * sizeof(float));
     return;
   }
-  const uint16_t* src = h16.data() + r * cols;
-  const bool bf16 = dtype == DType::kBF16;
-  for (int64_t i = 0; i < cols; ++i) out[i] = bf16 ? bf16_to_float(src[i]) : fp16_to_float(src[i]);
+  widen16(cpu_isa(), h16.data() + r * cols, dtype == DType::kBF16, cols, out);
 }
 
 int64_t WeightMatrix::num_bytes() const {

@@ -30,6 +30,18 @@ void for_column_slices(int64_t out_features, ThreadPool* pool, const Part& part)
                      [&](int64_t i) { part(i * slice, std::min(out_features, (i + 1) * slice)); });
 }
 
+// S4KV_CHECKs linear()'s shapes; returns num_tokens.
+int64_t checked_tokens(std::span<const float> x, size_t weight_elems, std::span<const float> bias,
+                       int64_t in_features, int64_t out_features, std::span<float> out) {
+  S4KV_CHECK(in_features > 0 && out_features > 0, "linear: features");
+  S4KV_CHECK(weight_elems == static_cast<size_t>(in_features * out_features), "linear: weight");
+  S4KV_CHECK(x.size() % static_cast<size_t>(in_features) == 0, "linear: x size");
+  const auto num_tokens = static_cast<int64_t>(x.size()) / in_features;
+  S4KV_CHECK(out.size() == static_cast<size_t>(num_tokens * out_features), "linear: out size");
+  S4KV_CHECK(bias.empty() || bias.size() == static_cast<size_t>(out_features), "linear: bias");
+  return num_tokens;
+}
+
 void add_bias(std::span<const float> bias, int64_t num_tokens, int64_t out_features,
               std::span<float> out) {
   if (bias.empty()) return;
@@ -54,12 +66,7 @@ void use_own_threads_for_blas() { openblas_set_num_threads(1); }
 void linear(std::span<const float> x, std::span<const float> weight, std::span<const float> bias,
             int64_t in_features, int64_t out_features, std::span<float> out, bool accumulate,
             ThreadPool* pool) {
-  S4KV_CHECK(in_features > 0 && out_features > 0, "linear: features");
-  S4KV_CHECK(weight.size() == static_cast<size_t>(in_features * out_features), "linear: weight");
-  S4KV_CHECK(x.size() % static_cast<size_t>(in_features) == 0, "linear: x size");
-  const auto num_tokens = static_cast<int64_t>(x.size()) / in_features;
-  S4KV_CHECK(out.size() == static_cast<size_t>(num_tokens * out_features), "linear: out size");
-  S4KV_CHECK(bias.empty() || bias.size() == static_cast<size_t>(out_features), "linear: bias");
+  const int64_t num_tokens = checked_tokens(x, weight.size(), bias, in_features, out_features, out);
   if (num_tokens == 0) return;
   for_column_slices(out_features, pool, [&](int64_t begin, int64_t end) {
     sgemm_slice(x.data(), num_tokens, in_features, weight.data() + begin * in_features, begin, end,
@@ -76,13 +83,8 @@ void linear(std::span<const float> x, const WeightMatrix& weight, std::span<cons
     linear(x, weight.f32, bias, in_features, out_features, out, accumulate, pool);
     return;
   }
-  S4KV_CHECK(in_features > 0 && out_features > 0, "linear: features");
-  S4KV_CHECK(weight.h16.size() == static_cast<size_t>(in_features * out_features),
-             "linear: weight");
-  S4KV_CHECK(x.size() % static_cast<size_t>(in_features) == 0, "linear: x size");
-  const auto num_tokens = static_cast<int64_t>(x.size()) / in_features;
-  S4KV_CHECK(out.size() == static_cast<size_t>(num_tokens * out_features), "linear: out size");
-  S4KV_CHECK(bias.empty() || bias.size() == static_cast<size_t>(out_features), "linear: bias");
+  const int64_t num_tokens =
+      checked_tokens(x, weight.h16.size(), bias, in_features, out_features, out);
   if (num_tokens == 0) return;
   const bool bf16 = weight.dtype == DType::kBF16;
   const CpuIsa isa = cpu_isa();

@@ -56,19 +56,16 @@ inline float kv_decode(uint16_t bits, DType dtype) {
 
 // Gathers positions [0, n) of one kv head of a sequence from a paged cache of any element type
 // into fp32 rows: keys/values [n, head_dim]. k_cache, v_cache: [num_slots, slot_elems] of one
-// layer; table: the sequence's block ids; head_offset: kv_head * head_dim; decode: T -> float.
-template <typename T, typename Decode>
+// layer; table: the sequence's block ids; head_offset: kv_head * head_dim;
+// decode_row(src, dst, count): count elements T -> float.
+template <typename T, typename DecodeRow>
 void gather_paged(std::span<const T> k_cache, std::span<const T> v_cache, int64_t block_size,
                   int64_t slot_elems, const int32_t* table, int64_t head_offset, int64_t head_dim,
-                  int64_t n, float* keys, float* values, Decode decode) {
+                  int64_t n, float* keys, float* values, DecodeRow decode_row) {
   for (int64_t p = 0; p < n; ++p) {
     const int64_t slot = table[p / block_size] * block_size + p % block_size;
-    const T* ks = k_cache.data() + slot * slot_elems + head_offset;
-    const T* vs = v_cache.data() + slot * slot_elems + head_offset;
-    for (int64_t i = 0; i < head_dim; ++i) {
-      keys[p * head_dim + i] = decode(ks[i]);
-      values[p * head_dim + i] = decode(vs[i]);
-    }
+    decode_row(k_cache.data() + slot * slot_elems + head_offset, keys + p * head_dim, head_dim);
+    decode_row(v_cache.data() + slot * slot_elems + head_offset, values + p * head_dim, head_dim);
   }
 }
 
@@ -80,13 +77,9 @@ inline void gather_paged_16bit(std::span<const uint16_t> k_cache, std::span<cons
                                int64_t n, float* keys, float* values) {
   const CpuIsa isa = cpu_isa();
   const bool bf16 = dtype == DType::kBF16;
-  for (int64_t p = 0; p < n; ++p) {
-    const int64_t slot = table[p / block_size] * block_size + p % block_size;
-    widen16(isa, k_cache.data() + slot * slot_elems + head_offset, bf16, head_dim,
-            keys + p * head_dim);
-    widen16(isa, v_cache.data() + slot * slot_elems + head_offset, bf16, head_dim,
-            values + p * head_dim);
-  }
+  gather_paged(
+      k_cache, v_cache, block_size, slot_elems, table, head_offset, head_dim, n, keys, values,
+      [&](const uint16_t* src, float* dst, int64_t count) { widen16(isa, src, bf16, count, dst); });
 }
 
 }  // namespace s4kv::backend::cpu
