@@ -37,6 +37,14 @@ race_report() {  # log: prints hazard counts by kernel; fails on a hazard outsid
     sort | uniq -c | sed -E 's/^ *([0-9]+) /  \1 reports in /' || true
   ! grep -E "Race reported between" "$log" | grep -v nvjet_ | grep -q .
 }
+verdict() {  # tool log: the summary; fails on an error (memcheck) or a hazard of ours
+  if [ "$1" = racecheck ]; then
+    race_report "$2"
+  else
+    grep -h "ERROR SUMMARY" "$2" || echo "no summary (cut off?)"
+    grep -q "ERROR SUMMARY: 0 errors" "$2"
+  fi
+}
 
 case $step in
   tests)
@@ -51,13 +59,13 @@ case $step in
     compute-sanitizer --tool memcheck backend_cuda_test \
       --gtest_filter='*Int4Kivi*:*Rope*:*Rmsnorm*:*CudaAttention*int4_v2_b64*:*CudaAttention*fp8_b32*:*llama_tiny_int4_v2_b32*:*OnePrefill/s4kv_tiny_cuda_bf16*:*Refuses*:*CudaSampler*:*CudaPadding*int4*' \
       > $res/memcheck.txt 2>&1 || status=1
-    tail -n 1 $res/memcheck.txt
+    verdict memcheck $res/memcheck.txt || status=1
     # racecheck: every test that runs no cuBLAS GEMM, i.e. each kernel of ours on its own
     # (attention, int4 quantize / commit / dequantize, RMSNorm, RoPE, sampler).
     compute-sanitizer --tool racecheck backend_cuda_test \
       --gtest_filter='-*CudaBackendEquivalence*:*CudaPadding*:*CpuForwardGolden*' \
       > $res/racecheck.txt 2>&1 || status=1
-    race_report $res/racecheck.txt || status=1
+    verdict racecheck $res/racecheck.txt || status=1
     exit $status
     ;;
   memcheck_all | racecheck_all)
@@ -67,20 +75,13 @@ case $step in
     timeout ${SANITIZE_TIMEOUT:-480} compute-sanitizer --tool $tool backend_cuda_test \
       > $res/${tool}_all.txt 2>&1 || status=1
     grep -h "tests from .* ran\|PASSED\|FAILED" $res/${tool}_all.txt | head -5
-    if [ $tool = racecheck ]; then
-      race_report $res/${tool}_all.txt || status=1
-    else
-      grep -h "ERROR SUMMARY" $res/${tool}_all.txt || echo "no summary (cut off?)"
-      grep -q "ERROR SUMMARY: 0 errors" $res/${tool}_all.txt || status=1
-    fi
+    verdict $tool $res/${tool}_all.txt || status=1
     exit $status
     ;;
   sanitize_serve | racecheck_serve)
     status=0
-    tool=memcheck summary='ERROR SUMMARY: 0 errors'
-    if [ $step = racecheck_serve ]; then
-      tool=racecheck summary='RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)'
-    fi
+    tool=memcheck
+    [ $step = sanitize_serve ] || tool=racecheck
     # A short serve run under the tool: start-up (the profiling step, KV allocation), greedy
     # and seeded requests with every sampling setting, shutdown.
     SERVE_PREFIX="compute-sanitizer --tool $tool" serve_start $res/serve_$tool.log \
@@ -89,12 +90,8 @@ case $step in
     complete models/s4kv-tiny "The fox" 16 "$seeded" > /dev/null || status=1
     # The server itself gets the signal (compute-sanitizer prints its summary when it exits).
     pkill -TERM -x s4kv; wait $pid || true
-    echo "serve: $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' $res/serve_$tool.log)"
-    if [ $tool = racecheck ]; then
-      race_report $res/serve_$tool.log || status=1
-    else
-      grep -qF "$summary" $res/serve_$tool.log || status=1
-    fi
+    echo -n "serve: "
+    verdict $tool $res/serve_$tool.log || status=1
     exit $status
     ;;
   serve)
