@@ -21,6 +21,8 @@
 #   dummy     --load-format dummy on the full Qwen2.5-7B and Llama-3.1-8B configs: start,
 #             one request, the capacity line
 #   e2e       the tests/server suite against `s4kv serve --device cuda` (S4KV_SERVE_ARGS)
+#   attention decode attention of every format beside torch SDPA (bench/attention_bench.py;
+#             ATTENTION_ARGS, e.g. --quick)
 # Everything lands in $OUT/summary.txt and $OUT/results.tar.gz.
 #
 #   E2E=1 bash tools/device_cuda_tests.sh pack      # here; lists the parts
@@ -34,16 +36,17 @@ case "${1:-}" in
     grep -qx '/.devcarry/' .git/info/exclude || echo '/.devcarry/' >> .git/info/exclude
     if [ ! -f build-device/CMakeCache.txt ]; then
       cmake -S . -B build-device -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 \
-        -DS4KV_BUILD_BENCH=OFF \
+        -DS4KV_BUILD_BENCH=ON \
         -DS4KV_OPENBLAS_LIB=/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.a \
         ${S4KV_CMAKE_ARGS:-}
     fi
-    cmake --build build-device -j2 --target s4kv backend_cuda_test
+    cmake --build build-device -j2 --target s4kv backend_cuda_test cuda_attention_bench
     rm -rf .devcarry && mkdir -p .devcarry/stage/bin
     # What the binaries were built from (the device's copy of the tree has no history).
     echo "built from $(git describe --always --dirty) on $(date -u +%FT%TZ)" > .devcarry/stage/BUILD_INFO
     strip -o .devcarry/stage/bin/s4kv build-device/src/cli/s4kv
     strip -o .devcarry/stage/bin/backend_cuda_test build-device/tests/backend/backend_cuda_test
+    strip -o .devcarry/stage/bin/cuda_attention_bench build-device/bench/cuda_attention_bench
     if [ "${E2E:-0}" = 1 ]; then
       mkdir -p .devcarry/stage/whl .devcarry/stage/site
       # openai and what the machine's image lacks of its dependencies (KINDS.md lists the rest).

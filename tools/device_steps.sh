@@ -194,5 +194,13 @@ case $step in
       tail -n 30 $res/e2e.txt; exit 1; }
     tail -n 3 $res/e2e.txt
     ;;
+  attention)
+    # Decode attention, every format, beside torch SDPA fp16 (bench/attention_bench.py).
+    S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/s4kv/BUILD_INFO) \
+      python3 bench/attention_bench.py --bin cuda_attention_bench \
+      --out $res/attention_h200.json ${ATTENTION_ARGS:-} > $res/attention.txt 2>$res/attention_err.txt || {
+      tail -n 20 $res/attention_err.txt; exit 1; }
+    cat $res/attention.txt
+    ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac

@@ -8,6 +8,10 @@
 //   - paged attention on the device equals context_attention_ref over the CPU's gather, per
 //     query row within 1e-5 relative L2 (fp32 either way: exp and summation order differ;
 //     measured <= 2.2e-6);
+//   - the tensor-core decode kernels (decode_attention.cuh: the q_len 1 rows, split over many
+//     items so that the merge runs) equal it within 16-bit tolerance: relative L2 per row
+//     <= 4e-3 with fp16 operands (int4_kivi pool, fp8), <= 1.2e-2 with bf16 ones (16-bit
+//     rows; bf16 keeps 8 bits);
 //   - the int4_kivi commit (gather_fills -> quantize -> residual_write) leaves exactly the CPU
 //     commit's pool, residual ring and sink bytes: 0 differing bytes.
 #include <cuda_runtime.h>
@@ -26,6 +30,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/cpu_kv_cache.h"
 #include "backend/cpu/rope.h"
+#include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/device.h"
 #include "backend/cuda/forward_kernels.cuh"
 #include "backend/cuda/int4_kivi_cache.cuh"
@@ -174,10 +179,17 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
   std::copy_n(seqs[0].k.begin(), 2 * B * kKvDim, seqs[3].k.begin());
   std::copy_n(seqs[0].v.begin(), 2 * B * kKvDim, seqs[3].v.begin());
 
+  DecodeShape shape;
+  shape.cache = f.dtype;
+  shape.block_size = static_cast<int>(B);
+  shape.num_pool_blocks = kv.num_blocks;
+  shape.ring = 1 + static_cast<int>(kv.num_window_blocks);
+  shape.num_kv_heads = static_cast<int>(kKvHeads);
+  shape.num_sms = 64;  // items of the shortest length: every sequence splits
   ForwardBatchBuilder builder(B, blocks_per_seq);
   std::uniform_int_distribution<int64_t> chunk(1, 90);
-  double max_rel = 0;
-  int64_t steps = 0, commits = 0;
+  double max_rel = 0, max_rel_decode = 0;
+  int64_t steps = 0, commits = 0, decode_rows = 0;
   for (int step = 1;; ++step) {
     builder.clear();
     std::vector<float> k, v;
@@ -294,6 +306,9 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
       at.staging_v = static_cast<const uint16_t*>(dv);
       at.seats = d.put(batch.seats);
       at.seat_starts = d.put(batch.seat_starts);
+      DecodePlan ref_plan;
+      plan_attention(batch, shape, false, ref_plan);
+      at.pool_ends = d.put(std::span<const int32_t>(ref_plan.pool_ends));
       at.rope_cos = cos;
       at.rope_sin = sin;
       at.value_hadamard = kv.int4_value_hadamard;
@@ -314,6 +329,46 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
       const double rel = std::sqrt(num / den);
       max_rel = std::max(max_rel, rel);
       ASSERT_LE(rel, 1e-5) << "token " << r / kHeads << " head " << r % kHeads;
+    }
+
+    // The decode kernels on the q_len 1 rows (the rest through the reference kernel again).
+    DecodePlan dplan;
+    plan_attention(batch, shape, true, dplan);
+    if (const DecodePlan& plan = dplan; !plan.seqs.empty()) {
+      std::vector<float> fast(q.size(), std::nanf(""));
+      at.out = d.put(std::span<const float>(fast));
+      at.token_list = d.put(std::span<const int32_t>(plan.other_tokens));
+      at.num_listed = static_cast<int64_t>(plan.other_tokens.size());
+      launch_paged_attention(at, nullptr);
+      DecodeLaunch dl;
+      dl.items = d.put(std::span<const DecodeItem>(plan.items));
+      dl.num_items = static_cast<int32_t>(plan.items.size());
+      dl.num_int4_items = plan.num_int4_items;
+      dl.seqs = d.put(std::span<const DecodeSeq>(plan.seqs));
+      dl.num_seqs = static_cast<int32_t>(plan.seqs.size());
+      dl.partials = d.zeros<float>(plan.items.size() * kHeads * kDecodePartialFloats);
+      launch_decode_attention(at, dl, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(fast.data(), at.out, fast.size() * 4, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      const double bound = f.dtype == kv::KvCacheDtype::k16Bit ? 1.2e-2 : 4e-3;
+      std::vector<bool> is_decode(static_cast<size_t>(n), false);
+      for (const DecodeSeq& ds : plan.seqs) is_decode[static_cast<size_t>(ds.token)] = true;
+      for (int64_t r = 0; r < n * kHeads; ++r) {
+        double num = 0, den = 0;
+        for (int64_t c = 0; c < kD; ++c) {
+          const double a = fast[static_cast<size_t>(r * kD + c)];
+          const double b = ref[static_cast<size_t>(r * kD + c)];
+          num += (a - b) * (a - b);
+          den += b * b;
+        }
+        const double rel = std::sqrt(num / den);  // NaN (never written) fails
+        const bool dec = is_decode[static_cast<size_t>(r / kHeads)];
+        ASSERT_LE(rel, dec ? bound : 1e-5) << "token " << r / kHeads << " head " << r % kHeads
+                                           << (dec ? " (decode kernels)" : " (reference)");
+        if (dec) max_rel_decode = std::max(max_rel_decode, rel);
+      }
+      decode_rows += static_cast<int64_t>(plan.seqs.size());
     }
 
     // kv_commit.
@@ -348,9 +403,11 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
     ASSERT_EQ(differing(post.sink, download(at.sink, post.sink.size())), 0) << "sink bytes";
   }
   std::printf(
-      "[ cuda att ] %-18s %3lld steps  attention max rel L2 %.2e  int4 blocks committed "
-      "%lld, 0 differing bytes\n",
-      f.name, static_cast<long long>(steps), max_rel, static_cast<long long>(commits));
+      "[ cuda att ] %-18s %3lld steps  attention max rel L2 %.2e  decode kernels %.2e over %lld "
+      "rows  int4 blocks committed %lld, 0 differing bytes\n",
+      f.name, static_cast<long long>(steps), max_rel, max_rel_decode,
+      static_cast<long long>(decode_rows), static_cast<long long>(commits));
+  EXPECT_GT(decode_rows, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaAttention, ::testing::ValuesIn(kFormats),

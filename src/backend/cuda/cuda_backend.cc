@@ -13,6 +13,7 @@
 #include "backend/cpu/cpu_weights.h"
 #include "backend/cpu/rope.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/device.h"
 #include "backend/cuda/forward_kernels.cuh"
 #include "backend/cuda/gemm.h"
@@ -46,16 +47,31 @@ struct LayerWeights {
 };
 
 size_t arena_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_table, int64_t max_fills,
-                   int64_t nkv) {
-  const int64_t i32 = 4 * max_tokens + 4 * max_seqs + 1 + max_table + max_fills * nkv;
+                   int64_t nkv, int64_t max_items) {
+  // ForwardBatch's arrays, the int4 fills, the attention plan (items, sequences, prefill rows,
+  // pool ends).
+  const int64_t i32 = 4 * max_tokens + 4 * max_seqs + 1 + max_table + max_fills * nkv +
+                      3 * max_items + 5 * max_seqs + max_tokens + max_seqs;
   const int64_t i64 = max_tokens + max_fills * nkv;
-  return static_cast<size_t>(i32 * 4 + i64 * 8 + max_fills * 12 + 16 * 16 + 4096);
+  return static_cast<size_t>(i32 * 4 + i64 * 8 + max_fills * 12 + 20 * 16 + 4096);
 }
 
 // Every start-up allocation but the weights and the KV cache, in bytes: the constructor
 // allocates these and make_cuda_backend checks their sum against free memory, from one place.
+// The decode kernels' view of the cache (decode_attention.cuh).
+DecodeShape decode_shape(const model::ModelConfig& c, const KvCacheConfig& kv, int num_sms) {
+  DecodeShape d;
+  d.cache = kv.dtype;
+  d.block_size = static_cast<int>(kv.block_size);
+  d.num_pool_blocks = kv.num_blocks;
+  d.ring = 1 + static_cast<int>(kv.num_window_blocks);
+  d.num_kv_heads = static_cast<int>(c.num_key_value_heads);
+  d.num_sms = std::max(1, num_sms);
+  return d;
+}
+
 struct Sizes {
-  int64_t max_blocks_per_seq, max_fills, arena, rope, staging, scratch;
+  int64_t max_blocks_per_seq, max_fills, decode_items, partials, arena, rope, staging, scratch;
   int64_t x, h, qkv, attn, gate_up, act, rows, logits, sample_rows, sampler;
 
   Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBackendOptions& o) {
@@ -64,8 +80,10 @@ struct Sizes {
     const int64_t q_dim = c.num_attention_heads * kHeadDim, qkv_dim = q_dim + 2 * kv_dim;
     max_blocks_per_seq = ceil_div(o.max_model_len, kv.block_size) + 1;
     max_fills = o.max_num_tokens / kv.block_size + o.max_num_seqs;
-    arena = static_cast<int64_t>(
-        arena_bytes(T, o.max_num_seqs, o.max_num_seqs * max_blocks_per_seq, max_fills, nkv));
+    decode_items = max_decode_items(o.max_num_seqs, decode_shape(c, kv, device_sm_count()));
+    partials = decode_items * c.num_attention_heads * kDecodePartialFloats * 4;
+    arena = static_cast<int64_t>(arena_bytes(T, o.max_num_seqs, o.max_num_seqs * max_blocks_per_seq,
+                                             max_fills, nkv, decode_items));
     rope = 2 * ceil_div(o.max_model_len, 1024) * 1024 * (kHeadDim / 2) * 4;
     const bool int4 = kv.dtype == kv::KvCacheDtype::kInt4Kivi;
     staging = int4 ? T * kv_dim * 2 : 0;                                  // each of K, V
@@ -82,8 +100,8 @@ struct Sizes {
     sampler = CudaSampler::device_bytes(c.vocab_size, sample_rows, o.max_model_len);
   }
   int64_t total() const {
-    return arena + rope + 2 * staging + 2 * scratch + x + h + qkv + attn + gate_up + act + rows +
-           logits + sampler + Gemm::kWorkspaceBytes;
+    return arena + partials + rope + 2 * staging + 2 * scratch + x + h + qkv + attn + gate_up +
+           act + rows + logits + sampler + Gemm::kWorkspaceBytes;
   }
 };
 
@@ -208,6 +226,13 @@ class CudaBackend final : public SynchronousBackend {
   uint16_t* scratch_k_ = nullptr;  // [max_fills, nkv, B, 128]
   uint16_t* scratch_v_ = nullptr;
 
+  // Attention: decode rows on the tensor-core kernels (16-bit compute), the rest on the
+  // reference kernel; the plan is made per step.
+  bool decode_kernels_ = false;
+  int num_sms_ = 1;
+  DecodePlan attention_plan_;
+  float* partials_ = nullptr;  // [decode_items, num_heads, 130]
+
   // Activations.
   float* x_ = nullptr;        // [max_tokens, hidden]
   void* h_ = nullptr;         // [max_tokens, hidden] compute dtype
@@ -223,9 +248,11 @@ class CudaBackend final : public SynchronousBackend {
   StepArena arena_;
   struct {
     const int32_t *token_ids, *positions, *token_seq, *qsl, *seq_lens, *tables, *logits_rows,
-        *res_slots, *res_starts, *first_pos;
+        *res_slots, *res_starts, *first_pos, *other_tokens, *pool_ends;
     const int64_t *slots, *out_index;
     const Int4FillBlock* fills;
+    const DecodeItem* items;
+    const DecodeSeq* decode_seqs;
     int64_t max_blocks, num_fills, num_quantized;
   } step_{};
   std::vector<int32_t> token_seq_host_;
@@ -279,6 +306,17 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
     scratch_v_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.scratch)));
   }
 
+  partials_ = static_cast<float*>(alloc(static_cast<size_t>(z.partials)));
+  num_sms_ = std::max(1, device_sm_count());
+  {
+    PagedAttentionArgs probe;
+    probe.cache = kv.dtype;
+    probe.layout = layout;
+    probe.keys_post_rope = kv.int4_keys_post_rope;
+    decode_kernels_ = act_ != DType::kF32 &&
+                      decode_kernels_support(static_cast<int>(config.num_attention_heads),
+                                             static_cast<int>(config.num_key_value_heads), probe);
+  }
   x_ = static_cast<float*>(alloc(static_cast<size_t>(z.x)));
   h_ = alloc(static_cast<size_t>(z.h));
   qkv_ = static_cast<float*>(alloc(static_cast<size_t>(z.qkv)));
@@ -555,6 +593,7 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     at.staging_v = staging_v_;
     at.seats = step_.res_slots;
     at.seat_starts = step_.res_starts;
+    at.pool_ends = step_.pool_ends;
     at.rope_cos = rope_cos_;
     at.rope_sin = rope_sin_;
     at.keys_post_rope = kv_.int4_keys_post_rope;
@@ -563,7 +602,22 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     at.k_cache = wr.k_cache;
     at.v_cache = wr.v_cache;
   }
-  launch_paged_attention(at, stream_);
+  const DecodePlan& plan = attention_plan_;
+  if (!plan.other_tokens.empty()) {
+    at.token_list = step_.other_tokens;
+    at.num_listed = static_cast<int64_t>(plan.other_tokens.size());
+    launch_paged_attention(at, stream_);
+  }
+  if (!plan.seqs.empty()) {
+    DecodeLaunch dl;
+    dl.items = step_.items;
+    dl.num_items = static_cast<int32_t>(plan.items.size());
+    dl.num_int4_items = plan.num_int4_items;
+    dl.seqs = step_.decode_seqs;
+    dl.num_seqs = static_cast<int32_t>(plan.seqs.size());
+    dl.partials = partials_;
+    launch_decode_attention(at, dl, stream_);
+  }
 
   if (int4) {  // kv_commit
     Int4CommitStep st;
@@ -626,6 +680,11 @@ StepOutput CudaBackend::run(const ForwardBatch& b) {
                max_fills_, ")");
   }
 
+  plan_attention(b, decode_shape(config_, kv_, num_sms_), decode_kernels_, attention_plan_);
+  S4KV_CHECK(static_cast<int64_t>(attention_plan_.items.size()) <= sizes_.decode_items,
+             "cuda forward: ", attention_plan_.items.size(), " attention items (limit ",
+             sizes_.decode_items, ")");
+
   arena_.clear();
   step_.token_ids = arena_.put(b.token_ids.data(), b.token_ids.size());
   step_.positions = arena_.put(b.positions.data(), b.positions.size());
@@ -643,6 +702,11 @@ StepOutput CudaBackend::run(const ForwardBatch& b) {
   step_.first_pos = arena_.put(fills_.first_position.data(), fills_.first_position.size());
   step_.out_index = arena_.put(fills_.out_index.data(), fills_.out_index.size());
   step_.num_quantized = int4 ? fills_.num_quantized : 0;
+  const DecodePlan& plan = attention_plan_;
+  step_.other_tokens = arena_.put(plan.other_tokens.data(), plan.other_tokens.size());
+  step_.pool_ends = arena_.put(plan.pool_ends.data(), plan.pool_ends.size());
+  step_.items = arena_.put(plan.items.data(), plan.items.size());
+  step_.decode_seqs = arena_.put(plan.seqs.data(), plan.seqs.size());
   arena_.upload(stream_);
 
   launch_embed(embed_, act_, step_.token_ids, x_, n, config_.hidden_size, stream_);

@@ -22,6 +22,13 @@ std::string device_description() {
          std::to_string(prop.totalGlobalMem >> 30) + " GiB)";
 }
 
+int device_sm_count() {
+  if (device_count() == 0) return 0;
+  int n = 0;
+  S4KV_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
+  return n;
+}
+
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
   if (bytes > 0) S4KV_CUDA_CHECK(cudaMalloc(&data_, bytes));
 }

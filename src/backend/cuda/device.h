@@ -11,6 +11,8 @@ namespace s4kv::backend::cuda {
 int device_count();
 // "NVIDIA H200 (sm_90, 139 GiB)"-style description of device 0; empty when none.
 std::string device_description();
+// Multiprocessors of device 0 (0 when there is none).
+int device_sm_count();
 
 // Owns one cudaMalloc'd buffer. Move-only.
 class DeviceBuffer {

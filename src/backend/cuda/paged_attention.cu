@@ -119,7 +119,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
   __shared__ float s_m[kWarps], s_l[kWarps];
   __shared__ float s_acc[kWarps][kD], s_rot[kWarps][kD];
   __shared__ float row[kD];
-  const int t = blockIdx.x, h = blockIdx.y;
+  const int t = a.token_list != nullptr ? a.token_list[blockIdx.x] : blockIdx.x;
+  const int h = blockIdx.y;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = h / (a.num_heads / a.num_kv_heads);
   const int s = a.token_seq[t];
@@ -132,10 +133,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
   sv.from_pool_end = 0;
   sv.slot = 0;
   if (a.cache == kv::KvCacheDtype::kInt4Kivi) {
-    const int num_full = sv.start / a.block_size;
-    const bool window = a.ring > 1 && num_full > 0 && sv.table[num_full - 1] < a.num_pool_blocks &&
-                        (num_full - 1) * a.block_size >= a.seat_starts[s];
-    sv.from_pool_end = window ? num_full - 1 : num_full;
+    sv.from_pool_end = a.pool_ends[s];
     sv.slot = a.seats[s];
   }
 
@@ -208,16 +206,17 @@ void launch_paged_attention(const PagedAttentionArgs& a, cudaStream_t stream) {
                  a.block_size > 0 && a.num_tokens >= 0 && a.num_tokens <= 0x7fffffff &&
                  a.num_heads <= 65535,
              "paged_attention: heads ", a.num_heads, "/", a.num_kv_heads, " block ", a.block_size);
-  if (a.num_tokens == 0) return;
+  const int64_t rows = a.token_list != nullptr ? a.num_listed : a.num_tokens;
+  if (rows == 0) return;
   if (a.cache == kv::KvCacheDtype::kInt4Kivi) {
     S4KV_CHECK(a.layout.head_dim == kD && a.layout.block_size == a.block_size && a.pool &&
-                   a.residual && a.staging_k && a.staging_v && a.seats && a.seat_starts &&
+                   a.residual && a.staging_k && a.staging_v && a.seats && a.pool_ends &&
                    a.ring >= 1 && (a.keys_post_rope || a.rope_cos),
                "paged_attention: int4_kivi arguments");
   } else {
     S4KV_CHECK(a.k_cache != nullptr && a.v_cache != nullptr, "paged_attention: null cache");
   }
-  const dim3 grid(static_cast<unsigned>(a.num_tokens), static_cast<unsigned>(a.num_heads));
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(a.num_heads));
   with_act_type(a.out_dtype, [&](auto zero) {
     paged_attention_kernel<decltype(zero)><<<grid, kWarps * 32, 0, stream>>>(a);
   });

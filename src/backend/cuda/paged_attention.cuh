@@ -31,6 +31,9 @@ struct PagedAttentionArgs {
   void* out = nullptr;  // [num_tokens, num_heads * 128] in out_dtype
   DType out_dtype = DType::kBF16;
   int64_t num_tokens = 0;
+  // The rows to compute (num_listed of them), or null for all num_tokens rows.
+  const int32_t* token_list = nullptr;
+  int64_t num_listed = 0;
   int num_heads = 0;
   int num_kv_heads = 0;
   int block_size = 0;
@@ -57,6 +60,7 @@ struct PagedAttentionArgs {
   const uint16_t* sink = nullptr;       // [num_sink, 2, B, num_kv_heads * 128]
   const uint16_t* staging_k = nullptr;  // [num_tokens, num_kv_heads * 128]
   const uint16_t* staging_v = nullptr;
+  const int32_t* pool_ends = nullptr;    // [num_seqs] DecodePlan::pool_ends
   const int32_t* seats = nullptr;        // [num_seqs]
   const int32_t* seat_starts = nullptr;  // [num_seqs]
   const float* rope_cos = nullptr;       // [positions, 64] RopeTable rows

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Decode attention on the GPU: S4 KV's kernels for every KV format beside torch SDPA.
+
+Runs cuda_attention_bench (the B x context grid; bytes read and the copy bandwidth measured in
+the same run), then times torch.nn.functional.scaled_dot_product_attention in fp16 on contiguous
+K/V of the same shapes (q_len 1, grouped-query heads, the FlashAttention backend where torch
+takes it) in the same process run, and writes one JSON with both and their ratios.
+
+    python3 bench/attention_bench.py --bin build/bench/cuda_attention_bench \
+        --out bench/results/attention_h200.json [--quick]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+def sdpa_times(rows, reps):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    out = {}
+    shapes = sorted({(r["heads"], r["kv_heads"], r["batch"], r["context"]) for r in rows})
+    for heads, kv_heads, batch, ctx in shapes:
+        torch.manual_seed(0)
+        q = torch.randn(batch, heads, 1, 128, device="cuda", dtype=torch.float16)
+        k = torch.randn(batch, kv_heads, ctx, 128, device="cuda", dtype=torch.float16)
+        v = torch.randn_like(k)
+        backend = None
+        for name, b in (("flash", SDPBackend.FLASH_ATTENTION),
+                        ("efficient", SDPBackend.EFFICIENT_ATTENTION),
+                        ("math", SDPBackend.MATH)):
+            try:
+                with sdpa_kernel(b):
+                    F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                torch.cuda.synchronize()
+                backend = (name, b)
+                break
+            except RuntimeError:
+                continue
+        name, b = backend
+        start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        with sdpa_kernel(b):
+            for _ in range(3):
+                F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            torch.cuda.synchronize()
+            for i in range(reps):
+                start[i].record()
+                F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                end[i].record()
+        torch.cuda.synchronize()
+        t = sorted(s.elapsed_time(e) * 1000.0 for s, e in zip(start, end))
+        out[(heads, kv_heads, batch, ctx)] = (t[len(t) // 2], name)
+        del q, k, v
+        torch.cuda.empty_cache()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default="build/bench/cuda_attention_bench")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--quick", action="store_true", help="a small grid")
+    ap.add_argument("extra", nargs="*", help="arguments for cuda_attention_bench")
+    a = ap.parse_args()
+    cmd = [a.bin, "--reps", str(a.reps)] + a.extra
+    if a.quick:
+        cmd += ["--batches", "1,16,64", "--contexts", "1024,8192,32768"]
+    t0 = time.time()
+    res = json.loads(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
+    sdpa = sdpa_times(res["rows"], a.reps)
+    for r in res["rows"]:
+        us, name = sdpa[(r["heads"], r["kv_heads"], r["batch"], r["context"])]
+        r["sdpa_fp16_us"] = round(us, 2)
+        r["sdpa_backend"] = name
+        r["speedup_vs_sdpa"] = round(us / r["us"], 3)
+    commit = os.environ.get("S4KV_COMMIT", "")
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "describe", "--always", "--dirty"], check=True,
+                                    stdout=subprocess.PIPE, text=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            commit = "unknown"
+    res["command"] = " ".join(["python3", "bench/attention_bench.py"] + sys.argv[1:])
+    res["commit"] = commit
+    res["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    res["seconds"] = round(time.time() - t0, 1)
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"copy bandwidth {res['copy_gbps']:.0f} GB/s ({res['gpu']})")
+    print(f"{'format':6} {'heads':6} {'B':>4} {'ctx':>7} {'us':>9} {'%copy':>6} {'sdpa us':>9} "
+          f"{'x sdpa':>7}")
+    for r in res["rows"]:
+        print(f"{r['format']:6} {r['heads']:2d}/{r['kv_heads']:<3d} {r['batch']:4d} "
+              f"{r['context']:7d} {r['us']:9.1f} {r['pct_copy']:6.1f} {r['sdpa_fp16_us']:9.1f} "
+              f"{r['speedup_vs_sdpa']:7.2f}")
+
+
+if __name__ == "__main__":
+    main()

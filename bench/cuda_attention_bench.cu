@@ -1,0 +1,372 @@
+// Decode attention on the GPU, every KV format: a batch x context grid of q_len 1 rows over a
+// paged cache, timed with CUDA events (median of --reps launches after warm-up), with the bytes
+// each launch must read and the device-to-device copy bandwidth measured in the same run.
+// bench/attention_bench.py runs this program and times torch SDPA (fp16, contiguous) on the
+// same shapes as the outside anchor.
+//
+//   cuda_attention_bench [--heads 28/4,32/8] [--batches 1,4,16,64,256]
+//       [--contexts 1024,8192,32768,131072] [--max-tokens 2097152] [--reps 20]
+//       [--formats 16bit,fp8,int4] [--reference]   > results.json
+//
+// Caches hold random values (no NaN) in a pool of blocks shared by all sequences: each
+// sequence's block table is a random walk over the pool, which is far larger than L2, so the
+// bytes come from device memory as they would from distinct sequences.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/decode_attention.cuh"
+#include "backend/cuda/device.h"
+#include "backend/cuda/paged_attention.cuh"
+#include "backend/rope_table.h"
+#include "backend/cpu/rope.h"
+#include "kv/int4_kivi_layout.h"
+
+namespace s4kv::backend::cuda {
+namespace {
+
+constexpr int kD = 128;
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::atoi(item.c_str()));
+  return out;
+}
+
+__global__ void fill_random_u32(uint32_t* p, int64_t n, uint32_t seed, uint32_t mask,
+                                uint32_t add) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 15;
+    x *= 2246822519u;
+    x ^= x >> 13;
+    p[i] = (x & mask) + add;
+  }
+}
+
+// Random 32-bit words: every 16-bit half a bf16 / fp16 in about +-2 (exponent 0x3f/0x40 for
+// bf16, 0x3c..0x3f for fp16 by masking), every byte an fp8_e4m3 that is not NaN.
+void fill(void* p, int64_t bytes, uint32_t seed, uint32_t mask, uint32_t add) {
+  fill_random_u32<<<1024, 256>>>(static_cast<uint32_t*>(p), bytes / 4, seed, mask, add);
+  S4KV_CUDA_CHECK(cudaGetLastError());
+}
+
+// int4_kivi blocks: random codes, fp16 scales in [2^-6, 2^-5), zeros in [-1, -0.5).
+__global__ void fill_int4_params(std::byte* pool, int64_t num_blocks, kv::Int4KiviLayout l) {
+  for (int64_t b = blockIdx.x; b < num_blocks; b += gridDim.x) {
+    std::byte* base = pool + b * static_cast<int64_t>(l.block_bytes);
+    auto* ks = reinterpret_cast<uint16_t*>(base + l.k_scale_offset);
+    auto* kz = reinterpret_cast<uint16_t*>(base + l.k_zero_offset);
+    auto* vs = reinterpret_cast<uint16_t*>(base + l.v_scale_offset);
+    auto* vz = reinterpret_cast<uint16_t*>(base + l.v_zero_offset);
+    for (int i = threadIdx.x; i < kD; i += blockDim.x) {
+      ks[i] = static_cast<uint16_t>(0x2400 | ((i * 37 + b) & 0x3ff));
+      kz[i] = static_cast<uint16_t>(0xb800 | ((i * 11 + b) & 0x3ff));
+    }
+    const int nv = l.block_size * (l.head_dim / l.value_group_size);
+    for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+      vs[i] = static_cast<uint16_t>(0x2400 | ((i * 37 + b) & 0x3ff));
+      vz[i] = static_cast<uint16_t>(0xb800 | ((i * 11 + b) & 0x3ff));
+    }
+  }
+}
+
+struct Shape {
+  int heads, kv_heads;
+};
+
+struct Result {
+  double us_median, us_min, us_max;
+};
+
+template <typename F>
+Result time_it(F&& launch, int reps) {
+  cudaEvent_t a, b;
+  S4KV_CUDA_CHECK(cudaEventCreate(&a));
+  S4KV_CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) launch();
+  S4KV_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    S4KV_CUDA_CHECK(cudaEventRecord(a));
+    launch();
+    S4KV_CUDA_CHECK(cudaEventRecord(b));
+    S4KV_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    S4KV_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000.0);
+  }
+  std::sort(t.begin(), t.end());
+  S4KV_CUDA_CHECK(cudaEventDestroy(a));
+  S4KV_CUDA_CHECK(cudaEventDestroy(b));
+  return {t[t.size() / 2], t.front(), t.back()};
+}
+
+int run(int argc, char** argv) {
+  std::vector<Shape> shapes = {{28, 4}, {32, 8}};
+  std::vector<int> batches = {1, 4, 16, 64, 256};
+  std::vector<int> contexts = {1024, 8192, 32768, 131072};
+  std::vector<std::string> formats = {"16bit", "fp8", "int4"};
+  int64_t max_tokens = int64_t{1} << 21;
+  int reps = 20;
+  bool reference = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--heads") {
+      shapes.clear();
+      std::stringstream ss(next());
+      std::string item;
+      while (std::getline(ss, item, ',')) {
+        const auto slash = item.find('/');
+        shapes.push_back({std::atoi(item.substr(0, slash).c_str()),
+                          std::atoi(item.substr(slash + 1).c_str())});
+      }
+    } else if (a == "--batches") {
+      batches = parse_list(next());
+    } else if (a == "--contexts") {
+      contexts = parse_list(next());
+    } else if (a == "--max-tokens") {
+      max_tokens = std::atoll(next().c_str());
+    } else if (a == "--reps") {
+      reps = std::atoi(next().c_str());
+    } else if (a == "--formats") {
+      formats.clear();
+      std::stringstream ss(next());
+      std::string item;
+      while (std::getline(ss, item, ',')) formats.push_back(item);
+    } else if (a == "--reference") {
+      reference = true;
+    } else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (device_count() == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 2;
+  }
+  const int num_sms = device_sm_count();
+  constexpr int B = 64;   // --block-size default
+  constexpr int Gv = 128;  // int4_kivi value group default
+  const auto layout = *kv::Int4KiviLayout::create(B, kD, Gv);
+
+  // Copy bandwidth: 2 GiB device to device, bytes read plus written.
+  double copy_gbps = 0;
+  {
+    const size_t n = size_t{2} << 30;
+    DeviceBuffer src(n), dst(n);
+    fill(src.data(), static_cast<int64_t>(n), 1, 0xffffffffu, 0);
+    const Result r = time_it(
+        [&] {
+          S4KV_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), n, cudaMemcpyDeviceToDevice));
+        },
+        reps);
+    copy_gbps = 2.0 * static_cast<double>(n) / (r.us_median * 1e3);
+  }
+
+  // Pools: 12 GiB of 16-bit blocks (fp8 and int4 use their share of it).
+  const int64_t pool_bytes = int64_t{12} << 30;
+  DeviceBuffer pool(static_cast<size_t>(pool_bytes));
+  RopeTable rope(cpu::rope_inv_freq(kD, 1000000.0, model::RopeScaling{}));
+  const int max_ctx = *std::max_element(contexts.begin(), contexts.end());
+  rope.ensure(max_ctx + B);
+  DeviceBuffer cos(rope.cos_table().size_bytes()), sin(rope.sin_table().size_bytes());
+  cos.copy_from_host(rope.cos_table().data(), rope.cos_table().size_bytes());
+  sin.copy_from_host(rope.sin_table().data(), rope.sin_table().size_bytes());
+
+  std::printf("{\n  \"gpu\": \"%s\",\n  \"copy_gbps\": %.1f,\n  \"block_size\": %d,\n"
+              "  \"int4_value_group_size\": %d,\n  \"rows\": [\n",
+              device_description().c_str(), copy_gbps, B, Gv);
+  bool first_row = true;
+  std::mt19937 rng(7);
+  for (const Shape& sh : shapes) {
+    const int64_t kv_dim = int64_t{sh.kv_heads} * kD;
+    for (const std::string& fmt : formats) {
+      const bool int4 = fmt == "int4", fp8 = fmt == "fp8";
+      // Pool geometry for this format and head count.
+      const int64_t block_bytes =
+          int4 ? sh.kv_heads * static_cast<int64_t>(layout.block_bytes) : B * kv_dim * (fp8 ? 1 : 2);
+      const int64_t num_blocks = (int4 ? pool_bytes : pool_bytes / 2) / block_bytes - 1;
+      auto* base = static_cast<std::byte*>(pool.data());
+      if (int4) {
+        fill(base, pool_bytes, 3, 0xffffffffu, 0);
+        fill_int4_params<<<4096, 128>>>(base, num_blocks * sh.kv_heads, layout);
+        S4KV_CUDA_CHECK(cudaGetLastError());
+      } else if (fp8) {
+        fill(base, pool_bytes, 3, 0x37373737u, 0);  // no 0x7f / 0xff: never NaN
+      } else {
+        fill(base, pool_bytes, 3, 0x807f807fu, 0x3f803f80u);  // bf16 in (-2, 2)
+      }
+      // int4_kivi's 16-bit parts beside the pool: sink blocks, residual rings, staging.
+      const int max_batch = *std::max_element(batches.begin(), batches.end());
+      DeviceBuffer sink, residual, staging_k, staging_v;
+      if (int4) {
+        sink = DeviceBuffer(static_cast<size_t>((max_batch + 1) * 2 * B * kv_dim * 2));
+        residual = DeviceBuffer(static_cast<size_t>((max_batch + 1) * 2 * 2 * B * kv_dim * 2));
+        staging_k = DeviceBuffer(static_cast<size_t>(max_batch * kv_dim * 2));
+        staging_v = DeviceBuffer(static_cast<size_t>(max_batch * kv_dim * 2));
+        for (DeviceBuffer* b : {&sink, &residual, &staging_k, &staging_v}) {
+          fill(b->data(), static_cast<int64_t>(b->bytes()), 5, 0x807f807fu, 0x3f803f80u);
+        }
+      }
+      for (int batch : batches) {
+        for (int ctx : contexts) {
+          if (int64_t{batch} * ctx > max_tokens) continue;
+          // The batch: one decode token per sequence at position ctx - 1.
+          const int64_t blocks_per_seq = (ctx + B - 1) / B;
+          std::vector<int32_t> qsl(batch + 1), lens(batch, ctx), positions(batch, ctx - 1),
+              tokens(batch, 0), seats(batch), seat_starts(batch, 0);
+          std::vector<int32_t> tables(static_cast<size_t>(batch * blocks_per_seq));
+          std::uniform_int_distribution<int64_t> pick(0, num_blocks - 1);
+          for (int s = 0; s < batch; ++s) {
+            qsl[s + 1] = s + 1;
+            seats[s] = s;
+            int64_t blk = pick(rng);
+            for (int64_t j = 0; j < blocks_per_seq; ++j) {
+              tables[s * blocks_per_seq + j] = static_cast<int32_t>(blk);
+              blk = (blk + 1 + pick(rng) % 64) % num_blocks;  // a walk, not a run
+            }
+            if (int4) tables[s * blocks_per_seq] = static_cast<int32_t>(num_blocks + s);  // sink
+          }
+          ForwardBatch fb;
+          fb.token_ids = tokens;
+          fb.positions = positions;
+          fb.query_start_loc = qsl;
+          fb.seq_lens = lens;
+          fb.block_tables = tables;
+          fb.max_num_blocks_per_seq = blocks_per_seq;
+          fb.seats = seats;
+          fb.seat_starts = seat_starts;
+          DecodeShape ds;
+          ds.cache = int4 ? kv::KvCacheDtype::kInt4Kivi
+                          : fp8 ? kv::KvCacheDtype::kFp8E4M3 : kv::KvCacheDtype::k16Bit;
+          ds.block_size = B;
+          ds.num_pool_blocks = num_blocks;
+          ds.ring = int4 ? 2 : 1;
+          ds.num_kv_heads = sh.kv_heads;
+          ds.num_sms = num_sms;
+          DecodePlan plan;
+          plan_attention(fb, ds, true, plan);
+
+          auto put = [](const auto& v) {
+            DeviceBuffer b(std::max<size_t>(v.size() * sizeof(v[0]), 16));
+            if (!v.empty()) b.copy_from_host(v.data(), v.size() * sizeof(v[0]));
+            return b;
+          };
+          DeviceBuffer d_qsl = put(qsl), d_lens = put(lens), d_pos = put(positions),
+                       d_tables = put(tables), d_seats = put(seats), d_starts = put(seat_starts),
+                       d_items = put(plan.items), d_seqs = put(plan.seqs),
+                       d_pool_ends = put(plan.pool_ends);
+          std::vector<int32_t> token_seq(batch);
+          for (int s = 0; s < batch; ++s) token_seq[s] = s;
+          DeviceBuffer d_token_seq = put(token_seq);
+          DeviceBuffer q(static_cast<size_t>(batch) * sh.heads * kD * 4);
+          DeviceBuffer out(static_cast<size_t>(batch) * sh.heads * kD * 2);
+          fill(q.data(), static_cast<int64_t>(q.bytes()), 9, 0x807fffffu, 0x3f000000u);
+          DeviceBuffer partials(static_cast<size_t>(std::max<size_t>(plan.items.size(), 1)) *
+                                sh.heads * kDecodePartialFloats * 4);
+
+          PagedAttentionArgs at;
+          at.q = static_cast<const float*>(q.data());
+          at.q_stride = int64_t{sh.heads} * kD;
+          at.out = out.data();
+          at.out_dtype = DType::kBF16;
+          at.num_tokens = batch;
+          at.num_heads = sh.heads;
+          at.num_kv_heads = sh.kv_heads;
+          at.block_size = B;
+          at.scale = 1.0f / std::sqrt(float{kD});
+          at.token_seq = static_cast<const int32_t*>(d_token_seq.data());
+          at.positions = static_cast<const int32_t*>(d_pos.data());
+          at.query_start_loc = static_cast<const int32_t*>(d_qsl.data());
+          at.seq_lens = static_cast<const int32_t*>(d_lens.data());
+          at.block_tables = static_cast<const int32_t*>(d_tables.data());
+          at.max_blocks_per_seq = blocks_per_seq;
+          at.cache = ds.cache;
+          at.bf16 = true;
+          if (int4) {
+            at.pool = base;
+            at.layout = layout;
+            at.num_pool_blocks = num_blocks;
+            at.residual = static_cast<const uint16_t*>(residual.data());
+            at.ring = 2;
+            at.sink = static_cast<const uint16_t*>(sink.data());
+            at.staging_k = static_cast<const uint16_t*>(staging_k.data());
+            at.staging_v = static_cast<const uint16_t*>(staging_v.data());
+            at.seats = static_cast<const int32_t*>(d_seats.data());
+            at.seat_starts = static_cast<const int32_t*>(d_starts.data());
+            at.pool_ends = static_cast<const int32_t*>(d_pool_ends.data());
+            at.rope_cos = static_cast<const float*>(cos.data());
+            at.rope_sin = static_cast<const float*>(sin.data());
+            at.value_hadamard = true;
+          } else {
+            at.k_cache = base;
+            at.v_cache = base + pool_bytes / 2;
+          }
+          DecodeLaunch dl;
+          dl.items = static_cast<const DecodeItem*>(d_items.data());
+          dl.num_items = static_cast<int32_t>(plan.items.size());
+          dl.num_int4_items = plan.num_int4_items;
+          dl.seqs = static_cast<const DecodeSeq*>(d_seqs.data());
+          dl.num_seqs = static_cast<int32_t>(plan.seqs.size());
+          dl.partials = static_cast<float*>(partials.data());
+          const Result r = time_it([&] { launch_decode_attention(at, dl, nullptr); }, reps);
+          Result ref{0, 0, 0};
+          if (reference) {
+            ref = time_it([&] { launch_paged_attention(at, nullptr); }, std::max(3, reps / 4));
+          }
+          // Bytes a launch must read: the KV of every position (int4: pool blocks and the
+          // 16-bit parts), the queries, the output written.
+          double kv_bytes = 0;
+          for (int s = 0; s < batch; ++s) {
+            if (int4) {
+              const int64_t pool_end = plan.pool_ends[s];
+              const int64_t int4_blocks = std::max<int64_t>(0, pool_end - 1);
+              kv_bytes += static_cast<double>(int4_blocks * layout.block_bytes +
+                                              (ctx - int4_blocks * B) * kD * 2 * 2);
+            } else {
+              kv_bytes += static_cast<double>(ctx) * kD * 2 * (fp8 ? 1 : 2);
+            }
+          }
+          kv_bytes *= sh.kv_heads;
+          const double bytes = kv_bytes + double(batch) * sh.heads * kD * (4 + 2);
+          const double gbps = bytes / (r.us_median * 1e3);
+          std::printf(
+              "%s    {\"format\": \"%s\", \"heads\": %d, \"kv_heads\": %d, \"batch\": %d, "
+              "\"context\": %d, \"items\": %zu, \"us\": %.2f, \"us_min\": %.2f, \"us_max\": %.2f, "
+              "\"bytes\": %.0f, \"gbps\": %.1f, \"pct_copy\": %.1f, \"reference_us\": %.2f}",
+              first_row ? "" : ",\n", fmt.c_str(), sh.heads, sh.kv_heads, batch, ctx,
+              plan.items.size(), r.us_median, r.us_min, r.us_max, bytes, gbps,
+              100.0 * gbps / copy_gbps, ref.us_median);
+          std::fflush(stdout);
+          std::fprintf(stderr, "%-5s %2d/%d B %3d ctx %6d: %9.2f us  %7.1f GB/s  %5.1f %% of copy%s\n",
+                       fmt.c_str(), sh.heads, sh.kv_heads, batch, ctx, r.us_median, gbps,
+                       100.0 * gbps / copy_gbps,
+                       reference ? (" ref " + std::to_string(ref.us_median) + " us").c_str() : "");
+          first_row = false;
+        }
+      }
+    }
+  }
+  std::printf("\n  ]\n}\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace s4kv::backend::cuda
+
+int main(int argc, char** argv) { return s4kv::backend::cuda::run(argc, argv); }

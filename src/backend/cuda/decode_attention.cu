@@ -1,0 +1,819 @@
+// Decode attention on tensor cores (decode_attention.cuh) and the host's plan of a step.
+//
+// Fragments of mma.sync.m16n8k16 (lane = 4 r + i): A rows r and r + 8, columns 2i, 2i + 1 and
+// 2i + 8, 2i + 9; B columns (n) r, rows (k) the same four; C rows r and r + 8, columns 2i, 2i + 1.
+// QK^T: A = Q (rows: the group's query heads, at most 8, so rows 8..15 stay zero), B = K^T
+// (n: 8 positions). Any order of the 128 channels along k gives the same dot products, so lane i
+// takes the channel pairs m = 0..15 of its own: channels 16i + 64 (m / 8) + 2 (m % 8) + {0, 1}
+// (RoPE's partners c and c + 64 are pairs m and m + 8 of one lane, and an int4 code word holds
+// pairs m % 4 of word m / 4 of the lane's four words 2i, 2i + 1, 2i + 8, 2i + 9); k-tile t
+// takes pairs 2t and 2t + 1.
+// PV: O^T = V^T P^T, A = V^T (rows: 16 channels per m-tile, k: 16 positions), B = P^T, whose
+// fragment is the score C fragment as it stands. M-tile mt = 2 g + h holds channels of one
+// 32-channel group g (so one value scale per position multiplies the B fragment): row r + 8 hi
+// is nibble 4 hi + h + 2 (r % 2) of word 4 g + r / 2 (int4_kivi_layout.h's nibble order), the
+// channel phys_channel() below.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/act_types.cuh"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/decode_attention.cuh"
+#include "backend/cuda/hadamard.cuh"
+#include "common/check.h"
+
+namespace s4kv::backend::cuda {
+namespace {
+
+constexpr int kD = 128;
+constexpr int kRowWarps = 4;  // warps of the row kernel
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ inline uint32_t pack_f16(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ inline uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+template <bool kBf16>
+__device__ inline uint32_t pack2(float lo, float hi) {
+  if constexpr (kBf16) {
+    return pack_bf16(lo, hi);
+  } else {
+    return pack_f16(lo, hi);
+  }
+}
+
+// c += A B: A rows r only (rows r + 8 zero), as the query side of QK^T.
+template <bool kBf16>
+__device__ inline void mma_rows8(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0,
+                                 uint32_t b1) {
+  if constexpr (kBf16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+  }
+}
+template <bool kBf16>
+__device__ inline void mma_full(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kBf16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+__device__ inline float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Two 4-bit codes (bits 0..3 and 16..19 of x) as an fp16 pair of exact integers 0..15.
+__device__ inline uint32_t codes_to_f16x2(uint32_t x) {
+  uint32_t y;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(y) : "r"(x), "r"(0x000f000fu), "r"(0x64006400u));
+  const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&y),
+                            __halves2half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400)));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Two fp8_e4m3 bytes (bits 0..15) as an fp16 pair (exact).
+__device__ inline uint32_t fp8x2_to_f16x2(uint32_t x) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), __NV_E4M3);
+  uint32_t out;
+  memcpy(&out, &h, 4);
+  return out;
+}
+
+// The cache channel of PV m-tile mt, row rho (0..15).
+__device__ inline int phys_channel(int mt, int rho) {
+  const int g = mt / 2, h = mt % 2, rr = rho % 8, hi = rho / 8;
+  const int nibble = 4 * hi + h + 2 * (rr % 2);
+  const int e = nibble < 4 ? 2 * nibble : 2 * (nibble - 4) + 1;
+  return 8 * (4 * g + rr / 2) + e;
+}
+
+// One warp's online softmax over its positions, for the group's query heads (row r of the
+// lane; rows >= the group size compute unused values).
+struct WarpSoftmax {
+  float m = -INFINITY;  // row r's running max (log2 units), equal in the four lanes of r
+  float l = 0.0f;       // this lane's part of row r's sum
+  float acc[8][4];      // O^T m-tiles: [0], [1] row r, heads 2i, 2i + 1; [2], [3] row r + 8
+  float z[4] = {};      // int4: this lane's part of sum(p * value zero) per value group, row r
+
+  __device__ WarpSoftmax() {
+#pragma unroll
+    for (int mt = 0; mt < 8; ++mt) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[mt][j] = 0.0f;
+    }
+  }
+
+  // s: scores (log2 units) of positions 2i, 2i + 1, 2i + 8, 2i + 9 of the tile for row r;
+  // turns them into probabilities and rescales the sums.
+  __device__ void update(float (&s)[4], int lane) {
+    float mx = fmaxf(fmaxf(s[0], s[1]), fmaxf(s[2], s[3]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m, mx);
+    float corr = 1.0f;
+    if (m_new == -INFINITY) {  // nothing seen yet
+#pragma unroll
+      for (int j = 0; j < 4; ++j) s[j] = 0.0f;
+    } else {
+      corr = fast_exp2(m - m_new);  // 0 when m is -inf
+#pragma unroll
+      for (int j = 0; j < 4; ++j) s[j] = fast_exp2(s[j] - m_new);
+    }
+    m = m_new;
+    l = l * corr + ((s[0] + s[1]) + (s[2] + s[3]));
+#pragma unroll
+    for (int g = 0; g < 4; ++g) z[g] *= corr;
+    const int i = lane % 4;
+    const float ca = __shfl_sync(0xffffffffu, corr, 8 * i);  // head 2i lives in lanes 8i..
+    const float cb = __shfl_sync(0xffffffffu, corr, 8 * i + 4);
+#pragma unroll
+    for (int mt = 0; mt < 8; ++mt) {
+      acc[mt][0] *= ca;
+      acc[mt][1] *= cb;
+      acc[mt][2] *= ca;
+      acc[mt][3] *= cb;
+    }
+  }
+};
+
+// Shared memory of the epilogue: each warp's sums, then one item's result.
+struct EpilogueSmem {
+  float acc[8][kD];  // per warp: [head][channel]
+};
+
+// Combines the warps' softmax states and writes the item's partial for the group's heads.
+template <int kWarps>
+__device__ void write_partial(const WarpSoftmax& st, float* smem, float* partial, int group,
+                              int value_group_size) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
+  float* s_acc = smem;                  // [kWarps][8][128]
+  float* s_m = smem + kWarps * 8 * kD;  // [kWarps][8]
+  float* s_l = s_m + kWarps * 8;        // [kWarps][8]
+  float* s_z = s_l + kWarps * 8;        // [kWarps][8][4]
+  float l = st.l;
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  float z[4];
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    z[g] = st.z[g];
+    z[g] += __shfl_xor_sync(0xffffffffu, z[g], 1);
+    z[g] += __shfl_xor_sync(0xffffffffu, z[g], 2);
+  }
+  float* wa = s_acc + warp * 8 * kD;
+#pragma unroll
+  for (int mt = 0; mt < 8; ++mt) {
+    const int c0 = phys_channel(mt, r), c1 = phys_channel(mt, r + 8);
+    wa[(2 * i) * kD + c0] = st.acc[mt][0];
+    wa[(2 * i + 1) * kD + c0] = st.acc[mt][1];
+    wa[(2 * i) * kD + c1] = st.acc[mt][2];
+    wa[(2 * i + 1) * kD + c1] = st.acc[mt][3];
+  }
+  if (i == 0) {
+    s_m[warp * 8 + r] = st.m;
+    s_l[warp * 8 + r] = l;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) s_z[(warp * 8 + r) * 4 + g] = z[g];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < group * kD; idx += kWarps * 32) {
+    const int hh = idx / kD, c = idx % kD, vg = c / value_group_size;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w * 8 + hh]);
+    float o = 0.0f, sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float mw = s_m[w * 8 + hh];
+      if (mw == -INFINITY) continue;  // a warp that saw no position
+      const float f = fast_exp2(mw - mx);
+      o += f * (s_acc[(w * 8 + hh) * kD + c] + s_z[(w * 8 + hh) * 4 + vg]);
+      sum += f * s_l[w * 8 + hh];
+    }
+    float* out = partial + static_cast<int64_t>(hh) * kDecodePartialFloats;
+    out[2 + c] = o;
+    if (c == 0) {
+      out[0] = mx;
+      out[1] = sum;
+    }
+  }
+}
+
+// The query of head r of the group (zeros past the group), scaled into log2 units: the lane's
+// channel pairs m = 0..15 (fp32, [m][2]).
+__device__ inline void load_query(const PagedAttentionArgs& a, int token, int g, int group,
+                                  float (&q)[16][2]) {
+  const int lane = threadIdx.x % 32, r = lane / 4, i = lane % 4;
+  const float f = a.scale * kLog2e;
+#pragma unroll
+  for (int m = 0; m < 16; ++m) {
+    q[m][0] = q[m][1] = 0.0f;
+  }
+  if (r >= group) return;
+  const float* row = a.q + static_cast<int64_t>(token) * a.q_stride + (g * group + r) * kD;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float4* p = reinterpret_cast<const float4*>(row + 64 * half + 16 * i);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float4 v = p[j];
+      q[8 * half + 2 * j][0] = v.x * f;
+      q[8 * half + 2 * j][1] = v.y * f;
+      q[8 * half + 2 * j + 1][0] = v.z * f;
+      q[8 * half + 2 * j + 1][1] = v.w * f;
+    }
+  }
+}
+
+// ---- int4_kivi pool blocks ----------------------------------------------------------------
+
+// kWarps = B / 16: warp w takes positions 16 w .. 16 w + 15 of every block of the item; kG value
+// groups per token (128 / Gv).
+template <int kWarps, int kG>
+__global__ void __launch_bounds__(kWarps * 32)
+    decode_int4_kernel(PagedAttentionArgs a, DecodeLaunch d) {
+  constexpr int B = kWarps * 16;
+  // The rotation table R(t), t = 0..B-1, for the lane's frequency pairs (half2 cos, sin); the
+  // epilogue reuses the same memory.
+  constexpr int kTableWords = B * 32 * 2;
+  constexpr int kEpilogueWords = kWarps * 8 * kD + kWarps * 8 * 6;
+  __shared__ uint32_t smem[kTableWords > kEpilogueWords ? kTableWords : kEpilogueWords];
+  const DecodeItem it = d.items[blockIdx.x];
+  const int g = blockIdx.y;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
+  const int group = a.num_heads / a.num_kv_heads;
+  const kv::Int4KiviLayout& L = a.layout;
+
+  for (int idx = threadIdx.x; idx < B * 32; idx += kWarps * 32) {
+    const int t = idx / 32, pair = idx % 32;  // frequencies 2 pair, 2 pair + 1
+    const float* cr = a.rope_cos + static_cast<int64_t>(t) * (kD / 2) + 2 * pair;
+    const float* sr = a.rope_sin + static_cast<int64_t>(t) * (kD / 2) + 2 * pair;
+    smem[2 * idx] = pack_f16(cr[0], cr[1]);
+    smem[2 * idx + 1] = pack_f16(sr[0], sr[1]);
+  }
+  __syncthreads();
+
+  float q[16][2];
+  load_query(a, a.query_start_loc[it.seq], g, group, q);
+  const int32_t* table = a.block_tables + static_cast<int64_t>(it.seq) * a.max_blocks_per_seq;
+  WarpSoftmax st;
+  const int tk0 = 16 * warp + r, tk1 = tk0 + 8;  // this lane's key positions in the block
+  const int tv = 16 * warp + 2 * i;              // its value positions tv, +1, +8, +9
+
+  for (int blk = it.begin; blk < it.end; ++blk) {
+    const std::byte* base =
+        a.pool + (static_cast<int64_t>(table[blk]) * a.num_kv_heads + g) * L.block_bytes;
+    // Loads: key code words, key scale / zero pairs, value code words, value scales / zeros.
+    uint2 kc[2][2];
+    const auto* kcodes = reinterpret_cast<const uint2*>(base + L.k_codes_offset);
+    kc[0][0] = kcodes[tk0 * 8 + i];
+    kc[0][1] = kcodes[tk0 * 8 + 4 + i];
+    kc[1][0] = kcodes[tk1 * 8 + i];
+    kc[1][1] = kcodes[tk1 * 8 + 4 + i];
+    uint4 ks[4], kz[4];
+    const auto* kscale = reinterpret_cast<const uint4*>(base + L.k_scale_offset);
+    const auto* kzero = reinterpret_cast<const uint4*>(base + L.k_zero_offset);
+    ks[0] = kscale[2 * i];
+    ks[1] = kscale[2 * i + 1];
+    ks[2] = kscale[8 + 2 * i];
+    ks[3] = kscale[8 + 2 * i + 1];
+    kz[0] = kzero[2 * i];
+    kz[1] = kzero[2 * i + 1];
+    kz[2] = kzero[8 + 2 * i];
+    kz[3] = kzero[8 + 2 * i + 1];
+    uint32_t vc[4][4];  // [position tv + {0, 1, 8, 9}][group of 32]
+    const auto* vcodes = reinterpret_cast<const uint32_t*>(base + L.v_codes_offset);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int t = tv + (k & 1) + 8 * (k >> 1);
+#pragma unroll
+      for (int g32 = 0; g32 < 4; ++g32) vc[k][g32] = vcodes[t * 16 + 4 * g32 + r / 2];
+    }
+    float vs[4][kG], vz[4][kG];
+    const auto* vscale = reinterpret_cast<const __half*>(base + L.v_scale_offset);
+    const auto* vzero = reinterpret_cast<const __half*>(base + L.v_zero_offset);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int t = tv + (k & 1) + 8 * (k >> 1);
+#pragma unroll
+      for (int vg = 0; vg < kG; ++vg) {
+        vs[k][vg] = __half2float(vscale[t * kG + vg]);
+        vz[k][vg] = __half2float(vzero[t * kG + vg]);
+      }
+    }
+
+    // The query turned back by the block start: (R(p0)^T q) . (R(t) k) = q . R(p0 + t) k.
+    uint32_t qa[16];
+    {
+      const int64_t p0 = static_cast<int64_t>(blk) * B;
+      const float4* cr = reinterpret_cast<const float4*>(a.rope_cos + p0 * (kD / 2) + 16 * i);
+      const float4* sr = reinterpret_cast<const float4*>(a.rope_sin + p0 * (kD / 2) + 16 * i);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float4 c4 = cr[j], s4 = sr[j];
+        const float cs[4] = {c4.x, c4.y, c4.z, c4.w}, sn[4] = {s4.x, s4.y, s4.z, s4.w};
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int m = 2 * j + e;  // pair m (< 8) and its partner m + 8
+          const float lo0 = q[m][0] * cs[2 * e] + q[m + 8][0] * sn[2 * e];
+          const float lo1 = q[m][1] * cs[2 * e + 1] + q[m + 8][1] * sn[2 * e + 1];
+          const float hi0 = q[m + 8][0] * cs[2 * e] - q[m][0] * sn[2 * e];
+          const float hi1 = q[m + 8][1] * cs[2 * e + 1] - q[m][1] * sn[2 * e + 1];
+          qa[m] = pack_f16(lo0, lo1);
+          qa[m + 8] = pack_f16(hi0, hi1);
+        }
+      }
+    }
+
+    // Scores of positions tv.. (C fragment) from keys at tk0 / tk1 (B fragment).
+    float s[4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const uint32_t w[4] = {kc[nt][0].x, kc[nt][0].y, kc[nt][1].x, kc[nt][1].y};
+      const uint32_t* kss = reinterpret_cast<const uint32_t*>(ks);
+      const uint32_t* kzz = reinterpret_cast<const uint32_t*>(kz);
+      const uint32_t* rot = smem + ((nt == 0 ? tk0 : tk1) * 32 + 8 * i) * 2;
+      uint32_t kb[16];
+#pragma unroll
+      for (int m = 0; m < 16; ++m) {
+        const uint32_t codes = codes_to_f16x2(w[m / 4] >> (4 * (m % 4)));
+        const __half2 v = __hfma2(*reinterpret_cast<const __half2*>(&codes),
+                                  *reinterpret_cast<const __half2*>(&kss[m]),
+                                  *reinterpret_cast<const __half2*>(&kzz[m]));
+        kb[m] = *reinterpret_cast<const uint32_t*>(&v);
+      }
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        const __half2 c2 = *reinterpret_cast<const __half2*>(&rot[2 * m]);
+        const __half2 s2 = *reinterpret_cast<const __half2*>(&rot[2 * m + 1]);
+        const __half2 lo = *reinterpret_cast<const __half2*>(&kb[m]);
+        const __half2 hi = *reinterpret_cast<const __half2*>(&kb[m + 8]);
+        const __half2 nlo = __hfma2(lo, c2, __hneg2(__hmul2(hi, s2)));
+        const __half2 nhi = __hfma2(hi, c2, __hmul2(lo, s2));
+        kb[m] = *reinterpret_cast<const uint32_t*>(&nlo);
+        kb[m + 8] = *reinterpret_cast<const uint32_t*>(&nhi);
+      }
+      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int t = 0; t < 8; ++t)
+        mma_rows8<false>(c, qa[2 * t], qa[2 * t + 1], kb[2 * t], kb[2 * t + 1]);
+      s[2 * nt] = c[0];
+      s[2 * nt + 1] = c[1];
+    }
+    st.update(s, lane);
+
+    // Values: probabilities times the value scales (B fragment per value group), the zeros'
+    // share, codes as the A fragment.
+#pragma unroll
+    for (int vg = 0; vg < kG; ++vg) {
+      st.z[vg] += s[0] * vz[0][vg] + s[1] * vz[1][vg] + s[2] * vz[2][vg] + s[3] * vz[3][vg];
+    }
+    const int sh = 4 * (2 * (r % 2));
+#pragma unroll
+    for (int g32 = 0; g32 < 4; ++g32) {
+      const int vg = g32 * kG / 4;
+      const uint32_t b0 = pack_f16(s[0] * vs[0][vg], s[1] * vs[1][vg]);
+      const uint32_t b1 = pack_f16(s[2] * vs[2][vg], s[3] * vs[3][vg]);
+      const uint32_t lo01 = __byte_perm(vc[0][g32], vc[1][g32], 0x5410);
+      const uint32_t hi01 = __byte_perm(vc[0][g32], vc[1][g32], 0x7632);
+      const uint32_t lo89 = __byte_perm(vc[2][g32], vc[3][g32], 0x5410);
+      const uint32_t hi89 = __byte_perm(vc[2][g32], vc[3][g32], 0x7632);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int shift = sh + 4 * h;
+        const uint32_t av[4] = {codes_to_f16x2(lo01 >> shift), codes_to_f16x2(hi01 >> shift),
+                                codes_to_f16x2(lo89 >> shift), codes_to_f16x2(hi89 >> shift)};
+        mma_full<false>(st.acc[2 * g32 + h], av, b0, b1);
+      }
+    }
+  }
+  __syncthreads();  // the table's memory becomes the epilogue's
+  write_partial<kWarps>(st, reinterpret_cast<float*>(smem),
+                        d.partials + (static_cast<int64_t>(blockIdx.x) * a.num_kv_heads + g) *
+                                         group * kDecodePartialFloats,
+                        group, kD / kG);
+}
+
+// ---- 16-bit and fp8 rows ------------------------------------------------------------------
+
+enum class RowFormat { kBf16, kF16, kFp8 };
+
+// Where position p of the item's sequence lives: its K row (V at v_off elements after for the
+// int4 parts, or in v_cache for the paged caches).
+struct RowLocator {
+  const PagedAttentionArgs* a;
+  const int32_t* table;
+  int g, start, q_begin, pool_end, slot;
+
+  __device__ void rows(int p, const void*& k, const void*& v) const {
+    const int b = a->block_size;
+    const int64_t kv_dim = static_cast<int64_t>(a->num_kv_heads) * kD;
+    const int blk = p / b;
+    if (a->cache != kv::KvCacheDtype::kInt4Kivi) {
+      const int64_t row = (static_cast<int64_t>(table[blk]) * b + p % b) * kv_dim + g * kD;
+      const int64_t es = a->cache == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
+      k = static_cast<const char*>(a->k_cache) + row * es;
+      v = static_cast<const char*>(a->v_cache) + row * es;
+      return;
+    }
+    const uint16_t* base;
+    int64_t v_off;
+    if (blk < pool_end) {  // the sink block
+      base = a->sink +
+             ((static_cast<int64_t>(table[blk] - a->num_pool_blocks) * 2) * b + p % b) * kv_dim +
+             g * kD;
+      v_off = static_cast<int64_t>(b) * kv_dim;
+    } else if (p < start) {  // the residual ring
+      const int64_t ring_row = (p / b % a->ring) * b + p % b;
+      base =
+          a->residual + (static_cast<int64_t>(slot) * 2 * a->ring * b + ring_row) * kv_dim + g * kD;
+      v_off = static_cast<int64_t>(a->ring) * b * kv_dim;
+    } else {  // this step's token
+      const int64_t row = static_cast<int64_t>(q_begin + p - start) * kv_dim + g * kD;
+      k = a->staging_k + row;
+      v = a->staging_v + row;
+      return;
+    }
+    k = base;
+    v = base + v_off;
+  }
+};
+
+template <RowFormat F>
+__global__ void __launch_bounds__(kRowWarps * 32)
+    decode_rows_kernel(PagedAttentionArgs a, DecodeLaunch d) {
+  constexpr bool kBf16 = F == RowFormat::kBf16;
+  constexpr bool kFp8 = F == RowFormat::kFp8;
+  __shared__ float smem[kRowWarps * 8 * kD + kRowWarps * 8 * 6];
+  const int item = d.num_int4_items + blockIdx.x;
+  const DecodeItem it = d.items[item];
+  const int g = blockIdx.y;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
+  const int group = a.num_heads / a.num_kv_heads;
+  const int token = a.query_start_loc[it.seq];
+
+  RowLocator loc{&a,
+                 a.block_tables + static_cast<int64_t>(it.seq) * a.max_blocks_per_seq,
+                 g,
+                 a.seq_lens[it.seq] - 1,
+                 token,
+                 a.pool_ends != nullptr ? a.pool_ends[it.seq] : 0,
+                 a.seats != nullptr ? a.seats[it.seq] : 0};
+
+  uint32_t qa[16];
+  {
+    float q[16][2];
+    load_query(a, token, g, group, q);
+#pragma unroll
+    for (int m = 0; m < 16; ++m) qa[m] = pack2<kBf16>(q[m][0], q[m][1]);
+  }
+  WarpSoftmax st;
+  for (int p0 = it.begin + 16 * warp; p0 < it.end; p0 += 16 * kRowWarps) {
+    // Keys of positions p0 + r and p0 + r + 8: the lane's 16 channel pairs.
+    uint32_t kb[2][16];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const int p = p0 + r + 8 * nt;
+#pragma unroll
+      for (int m = 0; m < 16; ++m) kb[nt][m] = 0;
+      if (p < it.end) {
+        const void *kr, *vr;
+        loc.rows(p, kr, vr);
+        if constexpr (kFp8) {
+          const auto* k8 = static_cast<const uint8_t*>(kr);
+          const uint4 lo = *reinterpret_cast<const uint4*>(k8 + 16 * i);
+          const uint4 hi = *reinterpret_cast<const uint4*>(k8 + 64 + 16 * i);
+          const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+          for (int m = 0; m < 16; ++m) kb[nt][m] = fp8x2_to_f16x2(w[m / 2] >> (16 * (m % 2)));
+        } else {
+          const auto* k16 = static_cast<const uint16_t*>(kr);
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const uint4* src = reinterpret_cast<const uint4*>(k16 + 64 * half + 16 * i);
+            const uint4 x = src[0], y = src[1];
+            kb[nt][8 * half + 0] = x.x;
+            kb[nt][8 * half + 1] = x.y;
+            kb[nt][8 * half + 2] = x.z;
+            kb[nt][8 * half + 3] = x.w;
+            kb[nt][8 * half + 4] = y.x;
+            kb[nt][8 * half + 5] = y.y;
+            kb[nt][8 * half + 6] = y.z;
+            kb[nt][8 * half + 7] = y.w;
+          }
+        }
+      }
+    }
+    // Values of positions p0 + 2i + {0, 1, 8, 9}: per 32-channel group, the lane's word pair.
+    uint32_t vw[4][4][2];  // [position][group][h]
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int p = p0 + 2 * i + (k & 1) + 8 * (k >> 1);
+#pragma unroll
+      for (int g32 = 0; g32 < 4; ++g32) vw[k][g32][0] = vw[k][g32][1] = 0;
+      if (p < it.end) {
+        const void *kr, *vr;
+        loc.rows(p, kr, vr);
+#pragma unroll
+        for (int g32 = 0; g32 < 4; ++g32) {
+          const int ch = 8 * (4 * g32 + r / 2);  // the 8-channel chunk
+          if constexpr (kFp8) {
+            const uint32_t word =
+                reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(vr) + ch)[r % 2];
+            vw[k][g32][0] = word;  // bytes 2h, 2h + 1 are the pair of m-tile h
+          } else {
+            const uint2 x =
+                reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(vr) + ch)[r % 2];
+            vw[k][g32][0] = x.x;
+            vw[k][g32][1] = x.y;
+          }
+        }
+      }
+    }
+    float s[4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int t = 0; t < 8; ++t) {
+        mma_rows8<kBf16>(c, qa[2 * t], qa[2 * t + 1], kb[nt][2 * t], kb[nt][2 * t + 1]);
+      }
+      s[2 * nt] = p0 + 8 * nt + 2 * i < it.end ? c[0] : -INFINITY;
+      s[2 * nt + 1] = p0 + 8 * nt + 2 * i + 1 < it.end ? c[1] : -INFINITY;
+    }
+    st.update(s, lane);
+    const uint32_t b0 = pack2<kBf16>(s[0], s[1]);
+    const uint32_t b1 = pack2<kBf16>(s[2], s[3]);
+#pragma unroll
+    for (int g32 = 0; g32 < 4; ++g32) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t av[4];
+        if constexpr (kFp8) {
+          const int k0 = 2 * h;  // byte of row r; row r + 8 is the next byte
+          const uint32_t sel_r = static_cast<uint32_t>(k0 | ((4 + k0) << 4));
+          const uint32_t sel_r8 = static_cast<uint32_t>((k0 + 1) | ((5 + k0) << 4));
+          av[0] = fp8x2_to_f16x2(__byte_perm(vw[0][g32][0], vw[1][g32][0], sel_r));
+          av[1] = fp8x2_to_f16x2(__byte_perm(vw[0][g32][0], vw[1][g32][0], sel_r8));
+          av[2] = fp8x2_to_f16x2(__byte_perm(vw[2][g32][0], vw[3][g32][0], sel_r));
+          av[3] = fp8x2_to_f16x2(__byte_perm(vw[2][g32][0], vw[3][g32][0], sel_r8));
+        } else {
+          av[0] = __byte_perm(vw[0][g32][h], vw[1][g32][h], 0x5410);
+          av[1] = __byte_perm(vw[0][g32][h], vw[1][g32][h], 0x7632);
+          av[2] = __byte_perm(vw[2][g32][h], vw[3][g32][h], 0x5410);
+          av[3] = __byte_perm(vw[2][g32][h], vw[3][g32][h], 0x7632);
+        }
+        mma_full<kBf16>(st.acc[2 * g32 + h], av, b0, b1);
+      }
+    }
+  }
+  write_partial<kRowWarps>(
+      st, smem,
+      d.partials + (static_cast<int64_t>(item) * a.num_kv_heads + g) * group * kDecodePartialFloats,
+      group, kD);
+}
+
+// ---- merge --------------------------------------------------------------------------------
+
+template <typename T>
+__global__ void __launch_bounds__(kD) decode_merge_kernel(PagedAttentionArgs a, DecodeLaunch d) {
+  __shared__ float row[kD];
+  const DecodeSeq sq = d.seqs[blockIdx.x];
+  const int h = blockIdx.y, c = threadIdx.x;
+  const int group = a.num_heads / a.num_kv_heads, g = h / group, hh = h % group;
+  auto part = [&](int item) {
+    return d.partials +
+           ((static_cast<int64_t>(item) * a.num_kv_heads + g) * group + hh) * kDecodePartialFloats;
+  };
+  float mx = -INFINITY;
+  for (int it = sq.int4_begin; it < sq.int4_end; ++it) mx = fmaxf(mx, part(it)[0]);
+  for (int it = sq.rows_begin; it < sq.rows_end; ++it) mx = fmaxf(mx, part(it)[0]);
+  float plain = 0.0f, had = 0.0f, sum = 0.0f;
+  auto add = [&](int it, float& into) {
+    const float* p = part(it);
+    if (p[0] == -INFINITY) return;
+    const float f = fast_exp2(p[0] - mx);
+    sum += f * p[1];
+    into += f * p[2 + c];
+  };
+  // int4_kivi v2's pool values are in the Hadamard domain.
+  for (int it = sq.int4_begin; it < sq.int4_end; ++it) add(it, a.value_hadamard ? had : plain);
+  for (int it = sq.rows_begin; it < sq.rows_end; ++it) add(it, plain);
+  float o = plain / sum;
+  if (a.value_hadamard) {  // uniform over the block
+    row[c] = had / sum;
+    __syncthreads();
+    o += hadamard128_shared(row, c);
+  }
+  T* out = static_cast<T*>(a.out) + (static_cast<int64_t>(sq.token) * a.num_heads + h) * kD;
+  out[c] = from_f32<T>(o);
+}
+
+template <int kWarps>
+void launch_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(d.num_int4_items), static_cast<unsigned>(a.num_kv_heads));
+  switch (a.layout.num_value_groups()) {
+    case 1:
+      decode_int4_kernel<kWarps, 1><<<grid, kWarps * 32, 0, stream>>>(a, d);
+      break;
+    case 2:
+      decode_int4_kernel<kWarps, 2><<<grid, kWarps * 32, 0, stream>>>(a, d);
+      break;
+    case 4:
+      decode_int4_kernel<kWarps, 4><<<grid, kWarps * 32, 0, stream>>>(a, d);
+      break;
+    default:
+      S4KV_CHECK(false, "decode attention: ", a.layout.num_value_groups(), " value groups");
+  }
+}
+
+}  // namespace
+
+bool decode_kernels_support(int num_heads, int num_kv_heads, const PagedAttentionArgs& a) {
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || num_heads / num_kv_heads > 8) {
+    return false;
+  }
+  if (a.cache == kv::KvCacheDtype::kInt4Kivi) {
+    const int b = a.layout.block_size;
+    return !a.keys_post_rope && a.layout.head_dim == kD && (b == 32 || b == 64 || b == 128);
+  }
+  return true;
+}
+
+int64_t max_decode_items(int64_t max_num_seqs, const DecodeShape& shape) {
+  // plan_attention: at most target + one per sequence of split items, plus two row items per
+  // int4_kivi sequence.
+  const int64_t target = (4 * int64_t{shape.num_sms} + shape.num_kv_heads - 1) / shape.num_kv_heads;
+  return target + 3 * max_num_seqs;
+}
+
+void plan_attention(const ForwardBatch& b, const DecodeShape& shape, bool decode,
+                    DecodePlan& plan) {
+  plan.items.clear();
+  plan.seqs.clear();
+  plan.other_tokens.clear();
+  plan.pool_ends.clear();
+  plan.num_int4_items = 0;
+  const int64_t num_seqs = b.num_seqs(), B = shape.block_size;
+  const bool int4 = shape.cache == kv::KvCacheDtype::kInt4Kivi;
+  // int4_kivi: where the int4 blocks end (the window block, when the ring holds it, and the
+  // partly filled block are read 16-bit from the ring).
+  if (int4) {
+    plan.pool_ends.resize(static_cast<size_t>(num_seqs));
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      const int32_t* table = b.block_tables.data() + s * b.max_num_blocks_per_seq;
+      const int64_t q_len = b.query_start_loc[s + 1] - b.query_start_loc[s];
+      const int64_t start = b.seq_lens[s] - q_len;
+      const int64_t num_full = start / B;
+      const bool window = shape.ring > 1 && num_full > 0 &&
+                          table[num_full - 1] < shape.num_pool_blocks &&
+                          (num_full - 1) * B >= b.seat_starts[s];
+      plan.pool_ends[static_cast<size_t>(s)] =
+          static_cast<int32_t>(window ? num_full - 1 : num_full);
+    }
+  }
+  std::vector<int64_t> main_blocks;  // per decode sequence: blocks of its main range
+  int64_t total = 0;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const int32_t q0 = b.query_start_loc[s], q1 = b.query_start_loc[s + 1];
+    if (!decode || q1 - q0 != 1) {
+      for (int32_t t = q0; t < q1; ++t) plan.other_tokens.push_back(t);
+      continue;
+    }
+    int64_t n = (b.seq_lens[s] + B - 1) / B;
+    if (int4) {
+      const int32_t* table = b.block_tables.data() + s * b.max_num_blocks_per_seq;
+      const int64_t pool_end = plan.pool_ends[static_cast<size_t>(s)];
+      n = pool_end > 0 && table[0] >= shape.num_pool_blocks ? pool_end - 1 : pool_end;
+    }
+    main_blocks.push_back(n);
+    total += n;
+  }
+  if (main_blocks.empty()) return;
+  // Items of `chunk` blocks: about four thread blocks per multiprocessor in all, none shorter
+  // than 256 positions.
+  const int64_t target = (4 * int64_t{shape.num_sms} + shape.num_kv_heads - 1) / shape.num_kv_heads;
+  const int64_t chunk = std::max<int64_t>({1, (256 + B - 1) / B, (total + target - 1) / target});
+  std::vector<DecodeItem> rows;
+  size_t d = 0;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const int32_t q0 = b.query_start_loc[s], q1 = b.query_start_loc[s + 1];
+    if (!decode || q1 - q0 != 1) continue;
+    const int64_t n = main_blocks[d++];
+    const int32_t len = b.seq_lens[s];
+    DecodeSeq ds;
+    ds.token = q0;
+    ds.int4_begin = static_cast<int32_t>(plan.items.size());
+    ds.rows_begin = static_cast<int32_t>(rows.size());
+    DecodeItem it;
+    it.seq = static_cast<int32_t>(s);
+    if (int4) {
+      const int32_t* table = b.block_tables.data() + s * b.max_num_blocks_per_seq;
+      const int64_t pool_end = plan.pool_ends[static_cast<size_t>(s)];
+      const int64_t first = pool_end - n;  // 1 after a sink block
+      for (int64_t c = 0; c < n; c += chunk) {
+        it.begin = static_cast<int32_t>(first + c);
+        it.end = static_cast<int32_t>(std::min(first + n, first + c + chunk));
+        for (int64_t k = it.begin; k < it.end; ++k) {
+          S4KV_CHECK(table[k] < shape.num_pool_blocks, "decode plan: block ", k, " of sequence ", s,
+                     " is a sink block inside the int4 range");
+        }
+        plan.items.push_back(it);
+      }
+      if (first == 1) {  // the sink block
+        it.begin = 0;
+        it.end = static_cast<int32_t>(B);
+        rows.push_back(it);
+      }
+      it.begin = static_cast<int32_t>(pool_end * B);
+      it.end = len;
+      rows.push_back(it);
+    } else {
+      for (int64_t c = 0; c < n; c += chunk) {
+        it.begin = static_cast<int32_t>(c * B);
+        it.end = static_cast<int32_t>(std::min<int64_t>(len, (c + chunk) * B));
+        rows.push_back(it);
+      }
+    }
+    ds.int4_end = static_cast<int32_t>(plan.items.size());
+    ds.rows_end = static_cast<int32_t>(rows.size());
+    plan.seqs.push_back(ds);
+  }
+  // [int4 items][row items]: each kernel takes one run.
+  plan.num_int4_items = static_cast<int32_t>(plan.items.size());
+  for (DecodeSeq& ds : plan.seqs) {
+    ds.rows_begin += plan.num_int4_items;
+    ds.rows_end += plan.num_int4_items;
+  }
+  plan.items.insert(plan.items.end(), rows.begin(), rows.end());
+}
+
+void launch_decode_attention(const PagedAttentionArgs& a, const DecodeLaunch& d,
+                             cudaStream_t stream) {
+  if (d.num_seqs == 0) return;
+  if (d.num_int4_items > 0) {
+    switch (a.block_size) {
+      case 32:
+        launch_int4<2>(a, d, stream);
+        break;
+      case 64:
+        launch_int4<4>(a, d, stream);
+        break;
+      case 128:
+        launch_int4<8>(a, d, stream);
+        break;
+      default:
+        S4KV_CHECK(false, "decode attention: int4_kivi block size ", a.block_size);
+    }
+    S4KV_CUDA_CHECK(cudaGetLastError());
+  }
+  const int num_rows = d.num_items - d.num_int4_items;
+  if (num_rows > 0) {
+    const dim3 grid(static_cast<unsigned>(num_rows), static_cast<unsigned>(a.num_kv_heads));
+    if (a.cache == kv::KvCacheDtype::kFp8E4M3) {
+      decode_rows_kernel<RowFormat::kFp8><<<grid, kRowWarps * 32, 0, stream>>>(a, d);
+    } else if (a.bf16) {
+      decode_rows_kernel<RowFormat::kBf16><<<grid, kRowWarps * 32, 0, stream>>>(a, d);
+    } else {
+      decode_rows_kernel<RowFormat::kF16><<<grid, kRowWarps * 32, 0, stream>>>(a, d);
+    }
+    S4KV_CUDA_CHECK(cudaGetLastError());
+  }
+  const dim3 grid(static_cast<unsigned>(d.num_seqs), static_cast<unsigned>(a.num_heads));
+  with_act_type(a.out_dtype, [&](auto zero) {
+    decode_merge_kernel<decltype(zero)><<<grid, kD, 0, stream>>>(a, d);
+  });
+  S4KV_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace s4kv::backend::cuda

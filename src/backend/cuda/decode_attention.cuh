@@ -1,0 +1,91 @@
+// Decode attention on tensor cores (docs/architecture.md, "Decode attention"): the rows of a step
+// with q_len 1, when the compute dtype is 16-bit. One thread block per (work item, KV head): an
+// item is a range of one sequence's context, so long contexts split over many blocks
+// (split-KV) and a merge kernel combines the items of each sequence. Inside a block each warp
+// takes 16 context positions at a time: S = Q K^T with the group's query heads as the MMA rows
+// (mma.sync m16n8k16, fp32 accumulation), an online softmax in registers, then O^T += V^T P^T
+// (channels as the MMA rows, the probabilities reused from the score registers).
+//   int4_kivi pool blocks: codes unpacked to fp16 in registers (a shift and a LOP3 per pair);
+//     keys dequantized per channel and rotated from pre-RoPE by the block offset's angle
+//     (R(p0 + t) = R(p0) R(t): the query is turned back by the block start once per block, the
+//     key by its offset from a table of B rows in shared memory); value scales multiply the
+//     probabilities and value zeros add sum(p * zero) per group, so the codes go to the MMA
+//     as they are; v2's Hadamard-domain values are summed apart and rotated back in the merge.
+//   16-bit rows (the 16-bit cache; int4_kivi's sink block, window and tail from the residual
+//     ring, the step's own token from staging) and fp8 rows (converted to fp16 pairwise).
+// The reference is cpu::context_attention_ref; tests/backend/cuda_attention_test.cc holds the
+// fast path to it within 16-bit tolerance (fp16 / bf16 operands).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/paged_attention.cuh"
+
+namespace s4kv::backend::cuda {
+
+// A range of one decode sequence's context.
+// int4 items (the first num_int4_items of a plan): int4_kivi pool blocks [begin, end); row items:
+// positions [begin, end) read as 16-bit or fp8 rows.
+struct DecodeItem {
+  int32_t seq = 0;  // the batch's sequence
+  int32_t begin = 0;
+  int32_t end = 0;
+};
+
+// One decode sequence: its int4 items and row items combine into output row `token`.
+struct DecodeSeq {
+  int32_t token = 0;
+  int32_t int4_begin = 0, int4_end = 0;
+  int32_t rows_begin = 0, rows_end = 0;
+};
+
+struct DecodeShape {
+  kv::KvCacheDtype cache = kv::KvCacheDtype::k16Bit;
+  int block_size = 0;
+  int64_t num_pool_blocks = 0;  // int4_kivi: table ids at or above it are sink blocks
+  int ring = 1;                 // int4_kivi: residual ring blocks (1 + window blocks)
+  int num_kv_heads = 0;
+  int num_sms = 0;  // the device's multiprocessors: how finely contexts split
+};
+
+// The host's plan of a step's attention rows.
+struct DecodePlan {
+  std::vector<DecodeItem> items;  // int4 items first, then row items
+  int32_t num_int4_items = 0;
+  std::vector<DecodeSeq> seqs;
+  std::vector<int32_t> other_tokens;  // the rows of prefill chunks: the reference kernel's
+  std::vector<int32_t> pool_ends;     // int4_kivi, per sequence: blocks before it are pool or
+                                      // sink blocks; the rest is read from the residual ring
+};
+
+// The most items a step can make (sizes the partial sums at start-up).
+int64_t max_decode_items(int64_t max_num_seqs, const DecodeShape& shape);
+
+// Plans a step: every q_len 1 row goes to the decode kernels when `decode` is true, other rows
+// (and all rows when it is false) to launch_paged_attention through other_tokens.
+void plan_attention(const ForwardBatch& b, const DecodeShape& shape, bool decode, DecodePlan& plan);
+
+// Whether the decode kernels serve this shape: head_dim 128 (paged_attention.cuh), at most 8
+// query heads per KV head, pre-RoPE int4 keys.
+bool decode_kernels_support(int num_heads, int num_kv_heads, const PagedAttentionArgs& a);
+
+struct DecodeLaunch {
+  const DecodeItem* items = nullptr;  // device copies of the plan's arrays
+  int32_t num_items = 0;
+  int32_t num_int4_items = 0;
+  const DecodeSeq* seqs = nullptr;
+  int32_t num_seqs = 0;
+  float* partials = nullptr;  // [max items, num_heads, 130]
+};
+
+// The decode rows: item kernels, then the merge into a.out (a.token_list is not used).
+void launch_decode_attention(const PagedAttentionArgs& a, const DecodeLaunch& d,
+                             cudaStream_t stream);
+
+inline constexpr int64_t kDecodePartialFloats = 130;  // m, l, 128 sums per head per item
+
+}  // namespace s4kv::backend::cuda
