@@ -24,12 +24,12 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/rope.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/device.h"
 #include "backend/cuda/paged_attention.cuh"
 #include "backend/rope_table.h"
-#include "backend/cpu/rope.h"
 #include "kv/int4_kivi_layout.h"
 
 namespace s4kv::backend::cuda {
@@ -132,8 +132,8 @@ int run(int argc, char** argv) {
       std::string item;
       while (std::getline(ss, item, ',')) {
         const auto slash = item.find('/');
-        shapes.push_back({std::atoi(item.substr(0, slash).c_str()),
-                          std::atoi(item.substr(slash + 1).c_str())});
+        shapes.push_back(
+            {std::atoi(item.substr(0, slash).c_str()), std::atoi(item.substr(slash + 1).c_str())});
       }
     } else if (a == "--batches") {
       batches = parse_list(next());
@@ -160,7 +160,7 @@ int run(int argc, char** argv) {
     return 2;
   }
   const int num_sms = device_sm_count();
-  constexpr int B = 64;   // --block-size default
+  constexpr int B = 64;    // --block-size default
   constexpr int Gv = 128;  // int4_kivi value group default
   const auto layout = *kv::Int4KiviLayout::create(B, kD, Gv);
 
@@ -188,9 +188,10 @@ int run(int argc, char** argv) {
   cos.copy_from_host(rope.cos_table().data(), rope.cos_table().size_bytes());
   sin.copy_from_host(rope.sin_table().data(), rope.sin_table().size_bytes());
 
-  std::printf("{\n  \"gpu\": \"%s\",\n  \"copy_gbps\": %.1f,\n  \"block_size\": %d,\n"
-              "  \"int4_value_group_size\": %d,\n  \"rows\": [\n",
-              device_description().c_str(), copy_gbps, B, Gv);
+  std::printf(
+      "{\n  \"gpu\": \"%s\",\n  \"copy_gbps\": %.1f,\n  \"block_size\": %d,\n"
+      "  \"int4_value_group_size\": %d,\n  \"rows\": [\n",
+      device_description().c_str(), copy_gbps, B, Gv);
   bool first_row = true;
   std::mt19937 rng(7);
   for (const Shape& sh : shapes) {
@@ -198,8 +199,8 @@ int run(int argc, char** argv) {
     for (const std::string& fmt : formats) {
       const bool int4 = fmt == "int4", fp8 = fmt == "fp8";
       // Pool geometry for this format and head count.
-      const int64_t block_bytes =
-          int4 ? sh.kv_heads * static_cast<int64_t>(layout.block_bytes) : B * kv_dim * (fp8 ? 1 : 2);
+      const int64_t block_bytes = int4 ? sh.kv_heads * static_cast<int64_t>(layout.block_bytes)
+                                       : B * kv_dim * (fp8 ? 1 : 2);
       const int64_t num_blocks = (int4 ? pool_bytes : pool_bytes / 2) / block_bytes - 1;
       auto* base = static_cast<std::byte*>(pool.data());
       if (int4) {
@@ -252,8 +253,9 @@ int run(int argc, char** argv) {
           fb.seats = seats;
           fb.seat_starts = seat_starts;
           DecodeShape ds;
-          ds.cache = int4 ? kv::KvCacheDtype::kInt4Kivi
-                          : fp8 ? kv::KvCacheDtype::kFp8E4M3 : kv::KvCacheDtype::k16Bit;
+          ds.cache = int4  ? kv::KvCacheDtype::kInt4Kivi
+                     : fp8 ? kv::KvCacheDtype::kFp8E4M3
+                           : kv::KvCacheDtype::k16Bit;
           ds.block_size = B;
           ds.num_pool_blocks = num_blocks;
           ds.ring = int4 ? 2 : 1;
@@ -353,7 +355,8 @@ int run(int argc, char** argv) {
               plan.items.size(), r.us_median, r.us_min, r.us_max, bytes, gbps,
               100.0 * gbps / copy_gbps, ref.us_median);
           std::fflush(stdout);
-          std::fprintf(stderr, "%-5s %2d/%d B %3d ctx %6d: %9.2f us  %7.1f GB/s  %5.1f %% of copy%s\n",
+          std::fprintf(stderr,
+                       "%-5s %2d/%d B %3d ctx %6d: %9.2f us  %7.1f GB/s  %5.1f %% of copy%s\n",
                        fmt.c_str(), sh.heads, sh.kv_heads, batch, ctx, r.us_median, gbps,
                        100.0 * gbps / copy_gbps,
                        reference ? (" ref " + std::to_string(ref.us_median) + " us").c_str() : "");

@@ -10,8 +10,9 @@
 //     measured <= 2.2e-6);
 //   - the tensor-core decode kernels (decode_attention.cuh: the q_len 1 rows, split over many
 //     items so that the merge runs) equal it within 16-bit tolerance: relative L2 per row
-//     <= 4e-3 with fp16 operands (int4_kivi pool, fp8), <= 1.2e-2 with bf16 ones (16-bit
-//     rows; bf16 keeps 8 bits);
+//     <= 4e-3 with fp16 operands (fp8), <= 2e-2 where bf16 operands take part (the 16-bit
+//     cache; int4_kivi's 16-bit sink, window and tail beside its fp16 pool arithmetic: bf16
+//     keeps 8 bits, measured 1.2e-2); an indexing slip shows as O(1);
 //   - the int4_kivi commit (gather_fills -> quantize -> residual_write) leaves exactly the CPU
 //     commit's pool, residual ring and sink bytes: 0 differing bytes.
 #include <cuda_runtime.h>
@@ -351,7 +352,7 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       ASSERT_EQ(cudaMemcpy(fast.data(), at.out, fast.size() * 4, cudaMemcpyDeviceToHost),
                 cudaSuccess);
-      const double bound = f.dtype == kv::KvCacheDtype::k16Bit ? 1.2e-2 : 4e-3;
+      const double bound = f.dtype == kv::KvCacheDtype::kFp8E4M3 ? 4e-3 : 2e-2;
       std::vector<bool> is_decode(static_cast<size_t>(n), false);
       for (const DecodeSeq& ds : plan.seqs) is_decode[static_cast<size_t>(ds.token)] = true;
       for (int64_t r = 0; r < n * kHeads; ++r) {
@@ -364,8 +365,9 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
         }
         const double rel = std::sqrt(num / den);  // NaN (never written) fails
         const bool dec = is_decode[static_cast<size_t>(r / kHeads)];
-        ASSERT_LE(rel, dec ? bound : 1e-5) << "token " << r / kHeads << " head " << r % kHeads
-                                           << (dec ? " (decode kernels)" : " (reference)");
+        ASSERT_LE(rel, dec ? bound : 1e-5)
+            << "token " << r / kHeads << " head " << r % kHeads
+            << (dec ? " (decode kernels)" : " (reference)") << " relative L2 " << rel;
         if (dec) max_rel_decode = std::max(max_rel_decode, rel);
       }
       decode_rows += static_cast<int64_t>(plan.seqs.size());

@@ -91,6 +91,17 @@ __device__ inline float fast_exp2(float x) {
   return y;
 }
 
+// 16 bytes global -> shared, asynchronously (cp.async, sm_80+).
+__device__ inline void cp_async16(void* smem, const void* gmem) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
 // Two 4-bit codes (bits 0..3 and 16..19 of x) as an fp16 pair of exact integers 0..15.
 __device__ inline uint32_t codes_to_f16x2(uint32_t x) {
   uint32_t y;
@@ -257,43 +268,85 @@ __device__ inline void load_query(const PagedAttentionArgs& a, int token, int g,
 
 // ---- int4_kivi pool blocks ----------------------------------------------------------------
 
+// The bytes of one int4_kivi block (int4_kivi_layout.h) for B tokens and kG value groups.
+template <int B, int kG>
+__host__ __device__ constexpr int int4_block_bytes() {
+  return B * (kD + 4 * kG) + 4 * kD;
+}
+constexpr int kInt4Stages = 3;  // blocks in flight per thread block: this one and two ahead
+template <int kWarps, int kG>
+__host__ __device__ constexpr int int4_smem_bytes() {
+  // The rotation table, then the stages: each a block and the cos / sin rows of its start.
+  return kWarps * 16 * 32 * 8 + kInt4Stages * (int4_block_bytes<kWarps * 16, kG>() + 512);
+}
+
 // kWarps = B / 16: warp w takes positions 16 w .. 16 w + 15 of every block of the item; kG value
-// groups per token (128 / Gv).
+// groups per token (128 / Gv). The item's blocks stream through shared memory (cp.async,
+// kInt4Stages deep), so the loads of the next blocks overlap this one's arithmetic.
 template <int kWarps, int kG>
 __global__ void __launch_bounds__(kWarps * 32)
     decode_int4_kernel(PagedAttentionArgs a, DecodeLaunch d) {
   constexpr int B = kWarps * 16;
+  constexpr int kBlockBytes = int4_block_bytes<B, kG>();
+  constexpr int kStageBytes = kBlockBytes + 512;
   // The rotation table R(t), t = 0..B-1, for the lane's frequency pairs (half2 cos, sin); the
-  // epilogue reuses the same memory.
-  constexpr int kTableWords = B * 32 * 2;
-  constexpr int kEpilogueWords = kWarps * 8 * kD + kWarps * 8 * 6;
-  __shared__ uint32_t smem[kTableWords > kEpilogueWords ? kTableWords : kEpilogueWords];
+  // epilogue reuses the memory from the start.
+  extern __shared__ __align__(16) unsigned char dsmem[];
+  uint32_t* rot_table = reinterpret_cast<uint32_t*>(dsmem);
+  unsigned char* stages = dsmem + B * 32 * 8;
   const DecodeItem it = d.items[blockIdx.x];
   const int g = blockIdx.y;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
   const int group = a.num_heads / a.num_kv_heads;
   const kv::Int4KiviLayout& L = a.layout;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(it.seq) * a.max_blocks_per_seq;
+  const int n = it.end - it.begin;
+
+  // Stage k % kInt4Stages <- block it.begin + k and the RoPE rows of its first position.
+  auto issue = [&](int k) {
+    if (k < n) {
+      const int blk = it.begin + k;
+      const auto* src = reinterpret_cast<const unsigned char*>(
+          a.pool + (static_cast<int64_t>(table[blk]) * a.num_kv_heads + g) * L.block_bytes);
+      unsigned char* dst = stages + (k % kInt4Stages) * kStageBytes;
+      for (int c = threadIdx.x; c < kBlockBytes / 16; c += kWarps * 32) {
+        cp_async16(dst + 16 * c, src + 16 * c);
+      }
+      if (threadIdx.x < 32) {
+        const int64_t p0 = static_cast<int64_t>(blk) * B;
+        const float* rows = threadIdx.x < 16 ? a.rope_cos : a.rope_sin;
+        cp_async16(dst + kBlockBytes + 16 * threadIdx.x,
+                   rows + p0 * (kD / 2) + 4 * (threadIdx.x % 16));
+      }
+    }
+    cp_async_commit();
+  };
+  issue(0);
+  issue(1);
 
   for (int idx = threadIdx.x; idx < B * 32; idx += kWarps * 32) {
     const int t = idx / 32, pair = idx % 32;  // frequencies 2 pair, 2 pair + 1
     const float* cr = a.rope_cos + static_cast<int64_t>(t) * (kD / 2) + 2 * pair;
     const float* sr = a.rope_sin + static_cast<int64_t>(t) * (kD / 2) + 2 * pair;
-    smem[2 * idx] = pack_f16(cr[0], cr[1]);
-    smem[2 * idx + 1] = pack_f16(sr[0], sr[1]);
+    rot_table[2 * idx] = pack_f16(cr[0], cr[1]);
+    rot_table[2 * idx + 1] = pack_f16(sr[0], sr[1]);
   }
-  __syncthreads();
 
   float q[16][2];
   load_query(a, a.query_start_loc[it.seq], g, group, q);
-  const int32_t* table = a.block_tables + static_cast<int64_t>(it.seq) * a.max_blocks_per_seq;
   WarpSoftmax st;
   const int tk0 = 16 * warp + r, tk1 = tk0 + 8;  // this lane's key positions in the block
   const int tv = 16 * warp + 2 * i;              // its value positions tv, +1, +8, +9
 
-  for (int blk = it.begin; blk < it.end; ++blk) {
-    const std::byte* base =
-        a.pool + (static_cast<int64_t>(table[blk]) * a.num_kv_heads + g) * L.block_bytes;
-    // Loads: key code words, key scale / zero pairs, value code words, value scales / zeros.
+  for (int k = 0; k < n; ++k) {
+    issue(k + 2);
+    cp_async_wait<2>();  // block k has landed
+    __syncthreads();
+    const unsigned char* stage = stages + (k % kInt4Stages) * kStageBytes;
+    const std::byte* base = reinterpret_cast<const std::byte*>(stage);
+    const float* cos_row = reinterpret_cast<const float*>(stage + kBlockBytes);
+    const float* sin_row = cos_row + kD / 2;
+    // Key code words, key scale / zero pairs, value code words, value scales / zeros.
     uint2 kc[2][2];
     const auto* kcodes = reinterpret_cast<const uint2*>(base + L.k_codes_offset);
     kc[0][0] = kcodes[tk0 * 8 + i];
@@ -314,30 +367,29 @@ __global__ void __launch_bounds__(kWarps * 32)
     uint32_t vc[4][4];  // [position tv + {0, 1, 8, 9}][group of 32]
     const auto* vcodes = reinterpret_cast<const uint32_t*>(base + L.v_codes_offset);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int t = tv + (k & 1) + 8 * (k >> 1);
+    for (int j = 0; j < 4; ++j) {
+      const int t = tv + (j & 1) + 8 * (j >> 1);
 #pragma unroll
-      for (int g32 = 0; g32 < 4; ++g32) vc[k][g32] = vcodes[t * 16 + 4 * g32 + r / 2];
+      for (int g32 = 0; g32 < 4; ++g32) vc[j][g32] = vcodes[t * 16 + 4 * g32 + r / 2];
     }
     float vs[4][kG], vz[4][kG];
     const auto* vscale = reinterpret_cast<const __half*>(base + L.v_scale_offset);
     const auto* vzero = reinterpret_cast<const __half*>(base + L.v_zero_offset);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int t = tv + (k & 1) + 8 * (k >> 1);
+    for (int j = 0; j < 4; ++j) {
+      const int t = tv + (j & 1) + 8 * (j >> 1);
 #pragma unroll
       for (int vg = 0; vg < kG; ++vg) {
-        vs[k][vg] = __half2float(vscale[t * kG + vg]);
-        vz[k][vg] = __half2float(vzero[t * kG + vg]);
+        vs[j][vg] = __half2float(vscale[t * kG + vg]);
+        vz[j][vg] = __half2float(vzero[t * kG + vg]);
       }
     }
 
     // The query turned back by the block start: (R(p0)^T q) . (R(t) k) = q . R(p0 + t) k.
     uint32_t qa[16];
     {
-      const int64_t p0 = static_cast<int64_t>(blk) * B;
-      const float4* cr = reinterpret_cast<const float4*>(a.rope_cos + p0 * (kD / 2) + 16 * i);
-      const float4* sr = reinterpret_cast<const float4*>(a.rope_sin + p0 * (kD / 2) + 16 * i);
+      const float4* cr = reinterpret_cast<const float4*>(cos_row + 16 * i);
+      const float4* sr = reinterpret_cast<const float4*>(sin_row + 16 * i);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float4 c4 = cr[j], s4 = sr[j];
@@ -362,7 +414,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const uint32_t w[4] = {kc[nt][0].x, kc[nt][0].y, kc[nt][1].x, kc[nt][1].y};
       const uint32_t* kss = reinterpret_cast<const uint32_t*>(ks);
       const uint32_t* kzz = reinterpret_cast<const uint32_t*>(kz);
-      const uint32_t* rot = smem + ((nt == 0 ? tk0 : tk1) * 32 + 8 * i) * 2;
+      const uint32_t* rot = rot_table + ((nt == 0 ? tk0 : tk1) * 32 + 8 * i) * 2;
       uint32_t kb[16];
 #pragma unroll
       for (int m = 0; m < 16; ++m) {
@@ -416,9 +468,11 @@ __global__ void __launch_bounds__(kWarps * 32)
         mma_full<false>(st.acc[2 * g32 + h], av, b0, b1);
       }
     }
+    __syncthreads();  // the stage is refilled two iterations on
   }
-  __syncthreads();  // the table's memory becomes the epilogue's
-  write_partial<kWarps>(st, reinterpret_cast<float*>(smem),
+  cp_async_wait<0>();
+  __syncthreads();  // the table's and stages' memory becomes the epilogue's
+  write_partial<kWarps>(st, reinterpret_cast<float*>(dsmem),
                         d.partials + (static_cast<int64_t>(blockIdx.x) * a.num_kv_heads + g) *
                                          group * kDecodePartialFloats,
                         group, kD / kG);
@@ -469,12 +523,30 @@ struct RowLocator {
   }
 };
 
+constexpr int kRowStages = 2;  // tiles in flight per thread block: this one and the next
+
+template <RowFormat F>
+__host__ __device__ constexpr int row_bytes() {  // a staged row: 128 values and 16 bytes of pad
+  return (F == RowFormat::kFp8 ? kD : 2 * kD) + 16;
+}
+template <RowFormat F>
+__host__ __device__ constexpr int rows_smem_bytes() {
+  return kRowStages * 2 * 16 * kRowWarps * row_bytes<F>();
+}
+
+// Tiles of 16 kRowWarps positions stream through shared memory (cp.async, K rows then V rows,
+// each padded by 16 bytes against bank conflicts); warp w takes positions 16 w .. 16 w + 15
+// of each tile.
 template <RowFormat F>
 __global__ void __launch_bounds__(kRowWarps * 32)
     decode_rows_kernel(PagedAttentionArgs a, DecodeLaunch d) {
   constexpr bool kBf16 = F == RowFormat::kBf16;
   constexpr bool kFp8 = F == RowFormat::kFp8;
-  __shared__ float smem[kRowWarps * 8 * kD + kRowWarps * 8 * 6];
+  constexpr int kTile = 16 * kRowWarps;
+  constexpr int kRowBytes = row_bytes<F>();
+  constexpr int kChunks = (kRowBytes - 16) / 16;
+  constexpr int kStageBytes = 2 * kTile * kRowBytes;
+  extern __shared__ __align__(16) unsigned char dsmem[];
   const int item = d.num_int4_items + blockIdx.x;
   const DecodeItem it = d.items[item];
   const int g = blockIdx.y;
@@ -489,6 +561,27 @@ __global__ void __launch_bounds__(kRowWarps * 32)
                  token,
                  a.pool_ends != nullptr ? a.pool_ends[it.seq] : 0,
                  a.seats != nullptr ? a.seats[it.seq] : 0};
+  const int n = (it.end - it.begin + kTile - 1) / kTile;
+  // Stage k % kRowStages <- the K and V rows of tile k (zeros past the item's end).
+  auto issue = [&](int k) {
+    if (k < n) {
+      unsigned char* dst = dsmem + (k % kRowStages) * kStageBytes;
+      for (int c = threadIdx.x; c < kTile * 2 * kChunks; c += kRowWarps * 32) {
+        const int pos = c / (2 * kChunks), which = c / kChunks % 2, part = c % kChunks;
+        const int p = it.begin + k * kTile + pos;
+        unsigned char* to = dst + (which * kTile + pos) * kRowBytes + 16 * part;
+        if (p < it.end) {
+          const void *kr, *vr;
+          loc.rows(p, kr, vr);
+          cp_async16(to, static_cast<const unsigned char*>(which ? vr : kr) + 16 * part);
+        } else {
+          *reinterpret_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);
+        }
+      }
+    }
+    cp_async_commit();
+  };
+  issue(0);
 
   uint32_t qa[16];
   {
@@ -498,65 +591,54 @@ __global__ void __launch_bounds__(kRowWarps * 32)
     for (int m = 0; m < 16; ++m) qa[m] = pack2<kBf16>(q[m][0], q[m][1]);
   }
   WarpSoftmax st;
-  for (int p0 = it.begin + 16 * warp; p0 < it.end; p0 += 16 * kRowWarps) {
+  for (int k = 0; k < n; ++k) {
+    issue(k + 1);
+    cp_async_wait<1>();  // tile k has landed
+    __syncthreads();
+    const unsigned char* ks = dsmem + (k % kRowStages) * kStageBytes + 16 * warp * kRowBytes;
+    const unsigned char* vs = ks + kTile * kRowBytes;
+    const int p0 = it.begin + k * kTile + 16 * warp;
     // Keys of positions p0 + r and p0 + r + 8: the lane's 16 channel pairs.
     uint32_t kb[2][16];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      const int p = p0 + r + 8 * nt;
+      const unsigned char* kr = ks + (r + 8 * nt) * kRowBytes;
+      if constexpr (kFp8) {
+        const uint4 lo = *reinterpret_cast<const uint4*>(kr + 16 * i);
+        const uint4 hi = *reinterpret_cast<const uint4*>(kr + 64 + 16 * i);
+        const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-      for (int m = 0; m < 16; ++m) kb[nt][m] = 0;
-      if (p < it.end) {
-        const void *kr, *vr;
-        loc.rows(p, kr, vr);
-        if constexpr (kFp8) {
-          const auto* k8 = static_cast<const uint8_t*>(kr);
-          const uint4 lo = *reinterpret_cast<const uint4*>(k8 + 16 * i);
-          const uint4 hi = *reinterpret_cast<const uint4*>(k8 + 64 + 16 * i);
-          const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        for (int m = 0; m < 16; ++m) kb[nt][m] = fp8x2_to_f16x2(w[m / 2] >> (16 * (m % 2)));
+      } else {
 #pragma unroll
-          for (int m = 0; m < 16; ++m) kb[nt][m] = fp8x2_to_f16x2(w[m / 2] >> (16 * (m % 2)));
-        } else {
-          const auto* k16 = static_cast<const uint16_t*>(kr);
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const uint4* src = reinterpret_cast<const uint4*>(k16 + 64 * half + 16 * i);
-            const uint4 x = src[0], y = src[1];
-            kb[nt][8 * half + 0] = x.x;
-            kb[nt][8 * half + 1] = x.y;
-            kb[nt][8 * half + 2] = x.z;
-            kb[nt][8 * half + 3] = x.w;
-            kb[nt][8 * half + 4] = y.x;
-            kb[nt][8 * half + 5] = y.y;
-            kb[nt][8 * half + 6] = y.z;
-            kb[nt][8 * half + 7] = y.w;
-          }
+        for (int half = 0; half < 2; ++half) {
+          const uint4* src = reinterpret_cast<const uint4*>(kr + 128 * half + 32 * i);
+          const uint4 x = src[0], y = src[1];
+          kb[nt][8 * half + 0] = x.x;
+          kb[nt][8 * half + 1] = x.y;
+          kb[nt][8 * half + 2] = x.z;
+          kb[nt][8 * half + 3] = x.w;
+          kb[nt][8 * half + 4] = y.x;
+          kb[nt][8 * half + 5] = y.y;
+          kb[nt][8 * half + 6] = y.z;
+          kb[nt][8 * half + 7] = y.w;
         }
       }
     }
     // Values of positions p0 + 2i + {0, 1, 8, 9}: per 32-channel group, the lane's word pair.
     uint32_t vw[4][4][2];  // [position][group][h]
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int p = p0 + 2 * i + (k & 1) + 8 * (k >> 1);
+    for (int j = 0; j < 4; ++j) {
+      const unsigned char* vr = vs + (2 * i + (j & 1) + 8 * (j >> 1)) * kRowBytes;
 #pragma unroll
-      for (int g32 = 0; g32 < 4; ++g32) vw[k][g32][0] = vw[k][g32][1] = 0;
-      if (p < it.end) {
-        const void *kr, *vr;
-        loc.rows(p, kr, vr);
-#pragma unroll
-        for (int g32 = 0; g32 < 4; ++g32) {
-          const int ch = 8 * (4 * g32 + r / 2);  // the 8-channel chunk
-          if constexpr (kFp8) {
-            const uint32_t word =
-                reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(vr) + ch)[r % 2];
-            vw[k][g32][0] = word;  // bytes 2h, 2h + 1 are the pair of m-tile h
-          } else {
-            const uint2 x =
-                reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(vr) + ch)[r % 2];
-            vw[k][g32][0] = x.x;
-            vw[k][g32][1] = x.y;
-          }
+      for (int g32 = 0; g32 < 4; ++g32) {
+        if constexpr (kFp8) {
+          vw[j][g32][0] = *reinterpret_cast<const uint32_t*>(vr + 32 * g32 + 4 * r);
+          vw[j][g32][1] = 0;
+        } else {
+          const uint2 x = *reinterpret_cast<const uint2*>(vr + 64 * g32 + 8 * r);
+          vw[j][g32][0] = x.x;
+          vw[j][g32][1] = x.y;
         }
       }
     }
@@ -596,11 +678,29 @@ __global__ void __launch_bounds__(kRowWarps * 32)
         mma_full<kBf16>(st.acc[2 * g32 + h], av, b0, b1);
       }
     }
+    __syncthreads();  // the stage is refilled next iteration
   }
+  cp_async_wait<0>();
+  __syncthreads();
   write_partial<kRowWarps>(
-      st, smem,
+      st, reinterpret_cast<float*>(dsmem),
       d.partials + (static_cast<int64_t>(item) * a.num_kv_heads + g) * group * kDecodePartialFloats,
       group, kD);
+}
+
+template <RowFormat F>
+void launch_rows(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream) {
+  constexpr int kSmem = rows_smem_bytes<F>();
+  static_assert(kSmem >= (kRowWarps * 8 * kD + kRowWarps * 8 * 6) * 4, "epilogue");
+  static const bool attribute_set = [] {
+    S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_rows_kernel<F>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    return true;
+  }();
+  (void)attribute_set;
+  const dim3 grid(static_cast<unsigned>(d.num_items - d.num_int4_items),
+                  static_cast<unsigned>(a.num_kv_heads));
+  decode_rows_kernel<F><<<grid, kRowWarps * 32, kSmem, stream>>>(a, d);
 }
 
 // ---- merge --------------------------------------------------------------------------------
@@ -639,18 +739,33 @@ __global__ void __launch_bounds__(kD) decode_merge_kernel(PagedAttentionArgs a, 
   out[c] = from_f32<T>(o);
 }
 
+template <int kWarps, int kG>
+void launch_int4_groups(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream) {
+  constexpr int kSmem = int4_smem_bytes<kWarps, kG>();
+  static const bool attribute_set = [] {
+    S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_int4_kernel<kWarps, kG>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    return true;
+  }();
+  (void)attribute_set;
+  constexpr int kBlockBytes = int4_block_bytes<kWarps * 16, kG>();
+  S4KV_CHECK(static_cast<int>(a.layout.block_bytes) == kBlockBytes,
+             "decode attention: int4_kivi block of ", a.layout.block_bytes, " bytes");
+  const dim3 grid(static_cast<unsigned>(d.num_int4_items), static_cast<unsigned>(a.num_kv_heads));
+  decode_int4_kernel<kWarps, kG><<<grid, kWarps * 32, kSmem, stream>>>(a, d);
+}
+
 template <int kWarps>
 void launch_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(d.num_int4_items), static_cast<unsigned>(a.num_kv_heads));
   switch (a.layout.num_value_groups()) {
     case 1:
-      decode_int4_kernel<kWarps, 1><<<grid, kWarps * 32, 0, stream>>>(a, d);
+      launch_int4_groups<kWarps, 1>(a, d, stream);
       break;
     case 2:
-      decode_int4_kernel<kWarps, 2><<<grid, kWarps * 32, 0, stream>>>(a, d);
+      launch_int4_groups<kWarps, 2>(a, d, stream);
       break;
     case 4:
-      decode_int4_kernel<kWarps, 4><<<grid, kWarps * 32, 0, stream>>>(a, d);
+      launch_int4_groups<kWarps, 4>(a, d, stream);
       break;
     default:
       S4KV_CHECK(false, "decode attention: ", a.layout.num_value_groups(), " value groups");
@@ -799,13 +914,12 @@ void launch_decode_attention(const PagedAttentionArgs& a, const DecodeLaunch& d,
   }
   const int num_rows = d.num_items - d.num_int4_items;
   if (num_rows > 0) {
-    const dim3 grid(static_cast<unsigned>(num_rows), static_cast<unsigned>(a.num_kv_heads));
     if (a.cache == kv::KvCacheDtype::kFp8E4M3) {
-      decode_rows_kernel<RowFormat::kFp8><<<grid, kRowWarps * 32, 0, stream>>>(a, d);
+      launch_rows<RowFormat::kFp8>(a, d, stream);
     } else if (a.bf16) {
-      decode_rows_kernel<RowFormat::kBf16><<<grid, kRowWarps * 32, 0, stream>>>(a, d);
+      launch_rows<RowFormat::kBf16>(a, d, stream);
     } else {
-      decode_rows_kernel<RowFormat::kF16><<<grid, kRowWarps * 32, 0, stream>>>(a, d);
+      launch_rows<RowFormat::kF16>(a, d, stream);
     }
     S4KV_CUDA_CHECK(cudaGetLastError());
   }
