@@ -94,6 +94,10 @@ def main():
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
     print(f"copy bandwidth {res['copy_gbps']:.0f} GB/s ({res['gpu']})")
+    for r in res["rows"]:
+        if r.get("check_rel_l2", -1) >= 0:
+            print(f"check {r['format']} {r['heads']}/{r['kv_heads']}: decode kernels vs the "
+                  f"reference kernel, max relative L2 {r['check_rel_l2']:.3g}")
     print(f"{'format':6} {'heads':6} {'B':>4} {'ctx':>7} {'us':>9} {'%copy':>6} {'sdpa us':>9} "
           f"{'x sdpa':>7}")
     for r in res["rows"]:

@@ -326,6 +326,33 @@ int run(int argc, char** argv) {
           dl.seqs = static_cast<const DecodeSeq*>(d_seqs.data());
           dl.num_seqs = static_cast<int32_t>(plan.seqs.size());
           dl.partials = static_cast<float*>(partials.data());
+          // The first shape of each format: the decode kernels against the reference kernel
+          // (fp32 throughout), relative L2 per row.
+          double check = -1;
+          if (batch == batches.front() && ctx == contexts.front()) {
+            const size_t elems = static_cast<size_t>(batch) * sh.heads * kD;
+            DeviceBuffer fast(elems * 4), exact(elems * 4);
+            PagedAttentionArgs c = at;
+            c.out_dtype = DType::kF32;
+            c.out = fast.data();
+            launch_decode_attention(c, dl, nullptr);
+            c.out = exact.data();
+            launch_paged_attention(c, nullptr);
+            std::vector<float> f(elems), e(elems);
+            fast.copy_to_host(f.data(), elems * 4);
+            exact.copy_to_host(e.data(), elems * 4);
+            check = 0;
+            for (size_t row = 0; row < elems / kD; ++row) {
+              double num = 0, den = 0;
+              for (int ch = 0; ch < kD; ++ch) {
+                const double x = f[row * kD + ch], y = e[row * kD + ch];
+                num += (x - y) * (x - y);
+                den += y * y;
+              }
+              const double rel = std::sqrt(num / den);
+              check = std::isnan(rel) ? 1e9 : std::max(check, rel);
+            }
+          }
           const Result r = time_it([&] { launch_decode_attention(at, dl, nullptr); }, reps);
           Result ref{0, 0, 0};
           if (reference) {
@@ -350,11 +377,17 @@ int run(int argc, char** argv) {
           std::printf(
               "%s    {\"format\": \"%s\", \"heads\": %d, \"kv_heads\": %d, \"batch\": %d, "
               "\"context\": %d, \"items\": %zu, \"us\": %.2f, \"us_min\": %.2f, \"us_max\": %.2f, "
-              "\"bytes\": %.0f, \"gbps\": %.1f, \"pct_copy\": %.1f, \"reference_us\": %.2f}",
+              "\"bytes\": %.0f, \"gbps\": %.1f, \"pct_copy\": %.1f, \"reference_us\": %.2f, "
+              "\"check_rel_l2\": %.3g}",
               first_row ? "" : ",\n", fmt.c_str(), sh.heads, sh.kv_heads, batch, ctx,
               plan.items.size(), r.us_median, r.us_min, r.us_max, bytes, gbps,
-              100.0 * gbps / copy_gbps, ref.us_median);
+              100.0 * gbps / copy_gbps, ref.us_median, check);
           std::fflush(stdout);
+          if (check >= 0) {
+            std::fprintf(stderr,
+                         "check %s %d/%d B %d ctx %d: max relative L2 vs the reference %.3g\n",
+                         fmt.c_str(), sh.heads, sh.kv_heads, batch, ctx, check);
+          }
           std::fprintf(stderr,
                        "%-5s %2d/%d B %3d ctx %6d: %9.2f us  %7.1f GB/s  %5.1f %% of copy%s\n",
                        fmt.c_str(), sh.heads, sh.kv_heads, batch, ctx, r.us_median, gbps,

@@ -30,7 +30,7 @@ namespace s4kv::backend::cuda {
 namespace {
 
 constexpr int kD = 128;
-constexpr int kRowWarps = 4;  // warps of the row kernel
+constexpr int kRowWarps = 4;  // warps of the row kernel: 2 threads per position of a tile
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ inline uint32_t pack_f16(float lo, float hi) {
@@ -276,24 +276,26 @@ __host__ __device__ constexpr int int4_block_bytes() {
 constexpr int kInt4Stages = 3;  // blocks in flight per thread block: this one and two ahead
 template <int kWarps, int kG>
 __host__ __device__ constexpr int int4_smem_bytes() {
-  // The rotation table, then the stages: each a block and the cos / sin rows of its start.
-  return kWarps * 16 * 32 * 8 + kInt4Stages * (int4_block_bytes<kWarps * 16, kG>() + 512);
+  // The stages: each a block and the cos / sin rows of its start.
+  return kInt4Stages * (int4_block_bytes<kWarps * 16, kG>() + 512);
 }
 
 // kWarps = B / 16: warp w takes positions 16 w .. 16 w + 15 of every block of the item; kG value
 // groups per token (128 / Gv). The item's blocks stream through shared memory (cp.async,
-// kInt4Stages deep), so the loads of the next blocks overlap this one's arithmetic.
+// kInt4Stages deep), so the loads of the next blocks overlap this one's arithmetic. The code
+// parts are staged with their 16-byte chunks swizzled per position (key chunk c of position t at
+// c ^ 2 ((t / 2) % 2), value chunk c at c ^ (t / 2) % 4), so that the lanes' reads below fall in
+// distinct banks.
 template <int kWarps, int kG>
 __global__ void __launch_bounds__(kWarps * 32)
     decode_int4_kernel(PagedAttentionArgs a, DecodeLaunch d) {
   constexpr int B = kWarps * 16;
   constexpr int kBlockBytes = int4_block_bytes<B, kG>();
   constexpr int kStageBytes = kBlockBytes + 512;
-  // The rotation table R(t), t = 0..B-1, for the lane's frequency pairs (half2 cos, sin); the
-  // epilogue reuses the memory from the start.
+  static_assert(int4_smem_bytes<kWarps, kG>() >= (kWarps * 8 * kD + kWarps * 8 * 6) * 4,
+                "the epilogue reuses the stages");
   extern __shared__ __align__(16) unsigned char dsmem[];
-  uint32_t* rot_table = reinterpret_cast<uint32_t*>(dsmem);
-  unsigned char* stages = dsmem + B * 32 * 8;
+  unsigned char* stages = dsmem;
   const DecodeItem it = d.items[blockIdx.x];
   const int g = blockIdx.y;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
@@ -301,6 +303,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const kv::Int4KiviLayout& L = a.layout;
   const int32_t* table = a.block_tables + static_cast<int64_t>(it.seq) * a.max_blocks_per_seq;
   const int n = it.end - it.begin;
+  const int kc0 = static_cast<int>(L.k_codes_offset / 16),
+            vc0 = static_cast<int>(L.v_codes_offset / 16);
 
   // Stage k % kInt4Stages <- block it.begin + k and the RoPE rows of its first position.
   auto issue = [&](int k) {
@@ -310,7 +314,15 @@ __global__ void __launch_bounds__(kWarps * 32)
           a.pool + (static_cast<int64_t>(table[blk]) * a.num_kv_heads + g) * L.block_bytes);
       unsigned char* dst = stages + (k % kInt4Stages) * kStageBytes;
       for (int c = threadIdx.x; c < kBlockBytes / 16; c += kWarps * 32) {
-        cp_async16(dst + 16 * c, src + 16 * c);
+        int to = c;
+        if (c >= kc0 && c < kc0 + 4 * B) {
+          const int t = (c - kc0) / 4;
+          to = kc0 + 4 * t + (((c - kc0) % 4) ^ (2 * ((t >> 1) & 1)));
+        } else if (c >= vc0 && c < vc0 + 4 * B) {
+          const int t = (c - vc0) / 4;
+          to = vc0 + 4 * t + (((c - vc0) % 4) ^ ((t >> 1) & 3));
+        }
+        cp_async16(dst + 16 * to, src + 16 * c);
       }
       if (threadIdx.x < 32) {
         const int64_t p0 = static_cast<int64_t>(blk) * B;
@@ -324,19 +336,22 @@ __global__ void __launch_bounds__(kWarps * 32)
   issue(0);
   issue(1);
 
-  for (int idx = threadIdx.x; idx < B * 32; idx += kWarps * 32) {
-    const int t = idx / 32, pair = idx % 32;  // frequencies 2 pair, 2 pair + 1
-    const float* cr = a.rope_cos + static_cast<int64_t>(t) * (kD / 2) + 2 * pair;
-    const float* sr = a.rope_sin + static_cast<int64_t>(t) * (kD / 2) + 2 * pair;
-    rot_table[2 * idx] = pack_f16(cr[0], cr[1]);
-    rot_table[2 * idx + 1] = pack_f16(sr[0], sr[1]);
-  }
-
   float q[16][2];
   load_query(a, a.query_start_loc[it.seq], g, group, q);
   WarpSoftmax st;
   const int tk0 = 16 * warp + r, tk1 = tk0 + 8;  // this lane's key positions in the block
   const int tv = 16 * warp + 2 * i;              // its value positions tv, +1, +8, +9
+  // R(t) for the lane's key positions and frequency pairs 8i + m (half2 cos, sin).
+  uint32_t rot_c[2][8], rot_s[2][8];
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    const int64_t row = static_cast<int64_t>(nt == 0 ? tk0 : tk1) * (kD / 2) + 16 * i;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      rot_c[nt][m] = pack_f16(a.rope_cos[row + 2 * m], a.rope_cos[row + 2 * m + 1]);
+      rot_s[nt][m] = pack_f16(a.rope_sin[row + 2 * m], a.rope_sin[row + 2 * m + 1]);
+    }
+  }
 
   for (int k = 0; k < n; ++k) {
     issue(k + 2);
@@ -349,10 +364,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     // Key code words, key scale / zero pairs, value code words, value scales / zeros.
     uint2 kc[2][2];
     const auto* kcodes = reinterpret_cast<const uint2*>(base + L.k_codes_offset);
-    kc[0][0] = kcodes[tk0 * 8 + i];
-    kc[0][1] = kcodes[tk0 * 8 + 4 + i];
-    kc[1][0] = kcodes[tk1 * 8 + i];
-    kc[1][1] = kcodes[tk1 * 8 + 4 + i];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {  // words 2i, 2i + 1 (chunk i / 2) and 2i + 8, 2i + 9
+      const int t = nt == 0 ? tk0 : tk1, sw = 2 * ((t >> 1) & 1);
+      kc[nt][0] = kcodes[t * 8 + 2 * ((i / 2) ^ sw) + i % 2];
+      kc[nt][1] = kcodes[t * 8 + 2 * ((2 + i / 2) ^ sw) + i % 2];
+    }
     uint4 ks[4], kz[4];
     const auto* kscale = reinterpret_cast<const uint4*>(base + L.k_scale_offset);
     const auto* kzero = reinterpret_cast<const uint4*>(base + L.k_zero_offset);
@@ -370,7 +387,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int j = 0; j < 4; ++j) {
       const int t = tv + (j & 1) + 8 * (j >> 1);
 #pragma unroll
-      for (int g32 = 0; g32 < 4; ++g32) vc[j][g32] = vcodes[t * 16 + 4 * g32 + r / 2];
+      for (int g32 = 0; g32 < 4; ++g32) {
+        vc[j][g32] = vcodes[t * 16 + 4 * (g32 ^ ((t >> 1) & 3)) + r / 2];
+      }
     }
     float vs[4][kG], vz[4][kG];
     const auto* vscale = reinterpret_cast<const __half*>(base + L.v_scale_offset);
@@ -414,7 +433,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const uint32_t w[4] = {kc[nt][0].x, kc[nt][0].y, kc[nt][1].x, kc[nt][1].y};
       const uint32_t* kss = reinterpret_cast<const uint32_t*>(ks);
       const uint32_t* kzz = reinterpret_cast<const uint32_t*>(kz);
-      const uint32_t* rot = rot_table + ((nt == 0 ? tk0 : tk1) * 32 + 8 * i) * 2;
+
       uint32_t kb[16];
 #pragma unroll
       for (int m = 0; m < 16; ++m) {
@@ -426,8 +445,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
 #pragma unroll
       for (int m = 0; m < 8; ++m) {
-        const __half2 c2 = *reinterpret_cast<const __half2*>(&rot[2 * m]);
-        const __half2 s2 = *reinterpret_cast<const __half2*>(&rot[2 * m + 1]);
+        const __half2 c2 = *reinterpret_cast<const __half2*>(&rot_c[nt][m]);
+        const __half2 s2 = *reinterpret_cast<const __half2*>(&rot_s[nt][m]);
         const __half2 lo = *reinterpret_cast<const __half2*>(&kb[m]);
         const __half2 hi = *reinterpret_cast<const __half2*>(&kb[m + 8]);
         const __half2 nlo = __hfma2(lo, c2, __hneg2(__hmul2(hi, s2)));
@@ -565,17 +584,26 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   // Stage k % kRowStages <- the K and V rows of tile k (zeros past the item's end).
   auto issue = [&](int k) {
     if (k < n) {
+      // Thread t copies half of position t / 2's K and V rows (chunks t % 2, + 2, ...), so
+      // each lane pair reads whole 32-byte sectors.
       unsigned char* dst = dsmem + (k % kRowStages) * kStageBytes;
-      for (int c = threadIdx.x; c < kTile * 2 * kChunks; c += kRowWarps * 32) {
-        const int pos = c / (2 * kChunks), which = c / kChunks % 2, part = c % kChunks;
-        const int p = it.begin + k * kTile + pos;
-        unsigned char* to = dst + (which * kTile + pos) * kRowBytes + 16 * part;
-        if (p < it.end) {
-          const void *kr, *vr;
-          loc.rows(p, kr, vr);
-          cp_async16(to, static_cast<const unsigned char*>(which ? vr : kr) + 16 * part);
-        } else {
-          *reinterpret_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);
+      const int pos = threadIdx.x / 2, sub = threadIdx.x % 2;
+      const int p = it.begin + k * kTile + pos;
+      unsigned char* kd = dst + pos * kRowBytes;
+      unsigned char* vd = kd + kTile * kRowBytes;
+      if (p < it.end) {
+        const void *kr, *vr;
+        loc.rows(p, kr, vr);
+#pragma unroll
+        for (int j = sub; j < kChunks; j += 2) {
+          cp_async16(kd + 16 * j, static_cast<const unsigned char*>(kr) + 16 * j);
+          cp_async16(vd + 16 * j, static_cast<const unsigned char*>(vr) + 16 * j);
+        }
+      } else {
+#pragma unroll
+        for (int j = sub; j < kChunks; j += 2) {
+          *reinterpret_cast<uint4*>(kd + 16 * j) = make_uint4(0, 0, 0, 0);
+          *reinterpret_cast<uint4*>(vd + 16 * j) = make_uint4(0, 0, 0, 0);
         }
       }
     }
