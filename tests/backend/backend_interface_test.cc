@@ -211,8 +211,8 @@ TEST_P(Padding, DummySeatAndBlockChangeNothingForRealRows) {
                                  out};
       cpu::context_attention_ref(
           a,
-          [&](int64_t s, int64_t g, int64_t n, float* kp, float* vp) {
-            return (*cache)->gather(0, batch, s, g, n, kp, vp);
+          [&](int64_t s, int64_t g, int64_t b, int64_t e, float* kp, float* vp) {
+            return (*cache)->gather_range(0, batch, s, g, b, e, kp, vp);
           },
           nullptr);
       (*cache)->commit(0, batch, nullptr);

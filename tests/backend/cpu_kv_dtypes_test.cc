@@ -139,8 +139,8 @@ std::vector<float> step(CpuKvCache& cache, int64_t block_size, const std::vector
   cache.write(0, batch, built.k, built.v, kSlotElems);
   const auto out = attend(
       batch,
-      [&](int64_t s, int64_t g, int64_t n, float* k, float* v) {
-        return cache.gather(0, batch, s, g, n, k, v);
+      [&](int64_t s, int64_t g, int64_t b, int64_t e, float* k, float* v) {
+        return cache.gather_range(0, batch, s, g, b, e, k, v);
       },
       pool, seed);
   cache.commit(0, batch, pool);
@@ -290,9 +290,9 @@ TEST(Int4KiviCache, AttentionEqualsDequantizeThenAttend) {
   const Built built = build(bs, true, seqs, ranges);
   const auto expected = attend(
       built.builder.batch(),
-      [&](int64_t s, int64_t g, int64_t n, float* k, float* v) {
-        std::copy_n(ek[s * kKvHeads + g].begin(), n * kD, k);
-        std::copy_n(ev[s * kKvHeads + g].begin(), n * kD, v);
+      [&](int64_t s, int64_t g, int64_t b, int64_t e, float* k, float* v) {
+        if (k != nullptr) std::copy_n(ek[s * kKvHeads + g].begin() + b * kD, (e - b) * kD, k);
+        if (v != nullptr) std::copy_n(ev[s * kKvHeads + g].begin() + b * kD, (e - b) * kD, v);
         return RotatedValues{};
       },
       nullptr, 9);
@@ -361,11 +361,11 @@ TEST(Fp8Cache, AttentionReadsFp8OfThe16BitValues) {
   const auto fp8 = [](float x) { return kv::fp8_e4m3_to_float(kv::float_to_fp8_e4m3(bf16(x))); };
   const auto expected = attend(
       built.builder.batch(),
-      [&](int64_t, int64_t g, int64_t n, float* k, float* v) {
-        for (int64_t p = 0; p < n; ++p) {
+      [&](int64_t, int64_t g, int64_t b, int64_t e, float* k, float* v) {
+        for (int64_t p = b; p < e; ++p) {
           for (int64_t i = 0; i < kD; ++i) {
-            k[p * kD + i] = fp8(s.k[p * kSlotElems + g * kD + i]);
-            v[p * kD + i] = fp8(s.v[p * kSlotElems + g * kD + i]);
+            if (k != nullptr) k[(p - b) * kD + i] = fp8(s.k[p * kSlotElems + g * kD + i]);
+            if (v != nullptr) v[(p - b) * kD + i] = fp8(s.v[p * kSlotElems + g * kD + i]);
           }
         }
         return RotatedValues{};
@@ -478,12 +478,14 @@ TEST(Int4KiviVariants, HadamardValuesQuantizedRotatedAndRotatedBackOnce) {
   const Read a = read_at(*plain, bs, s, len), hs = read_at(*both, bs, with_sink(s, config), len);
   std::vector<float> out_once, out_rows;
   const Read h = read_at(*had, bs, s, len, [&](const ForwardBatch& batch) {
-    const KvGatherFn once = [&](int64_t q, int64_t g, int64_t n, float* k, float* v) {
-      return had->gather(0, batch, q, g, n, k, v);
+    const KvGatherFn once = [&](int64_t q, int64_t g, int64_t b, int64_t e, float* k, float* v) {
+      return had->gather_range(0, batch, q, g, b, e, k, v);
     };
-    const KvGatherFn rows = [&](int64_t q, int64_t g, int64_t n, float* k, float* v) {
-      const RotatedValues r = had->gather(0, batch, q, g, n, k, v);
-      for (int64_t p = r.begin; p < r.end; ++p) kv::hadamard_ref(std::span<float>(v + p * kD, kD));
+    const KvGatherFn rows = [&](int64_t q, int64_t g, int64_t b, int64_t e, float* k, float* v) {
+      const RotatedValues r = had->gather_range(0, batch, q, g, b, e, k, v);
+      for (int64_t p = r.begin; p < r.end && v != nullptr; ++p) {
+        kv::hadamard_ref(std::span<float>(v + (p - b) * kD, kD));
+      }
       return RotatedValues{};
     };
     out_once = attend(batch, once, nullptr, 5);

@@ -21,6 +21,7 @@
 #include "backend/cpu/rope.h"
 #include "backend/cpu/thread_pool.h"
 #include "common/half.h"
+#include "kv/hadamard.h"
 
 namespace s4kv::backend::cpu {
 namespace {
@@ -316,11 +317,14 @@ TEST(ContextAttentionRef, EveryInstructionSetGivesTheSameBits) {
     const auto q = random_vector(static_cast<size_t>(num_tokens * heads * d), 3);
     const auto keys = random_vector(static_cast<size_t>(3 * kv_heads * 61 * d), 4, 2.0f);
     const auto values = random_vector(keys.size(), 5);
-    const KvGatherFn gather = [&](int64_t seq, int64_t g, int64_t n, float* k, float* v) {
-      const size_t base = static_cast<size_t>((seq * kv_heads + g) * 61 * d);
-      std::copy_n(keys.begin() + base, n * d, k);
-      std::copy_n(values.begin() + base, n * d, v);
-      return seq == 2 && d != 136 ? RotatedValues{5, 40} : RotatedValues{};  // Hadamard: 2^n
+    const KvGatherFn gather = [&](int64_t seq, int64_t g, int64_t b, int64_t e, float* k,
+                                  float* v) {
+      const size_t base = static_cast<size_t>(((seq * kv_heads + g) * 61 + b) * d);
+      if (k != nullptr) std::copy_n(keys.begin() + base, (e - b) * d, k);
+      if (v != nullptr) std::copy_n(values.begin() + base, (e - b) * d, v);
+      if (seq != 2 || d == 136) return RotatedValues{};  // Hadamard: 2^n
+      const int64_t r0 = std::max<int64_t>(b, 5), r1 = std::min<int64_t>(e, 40);
+      return r0 < r1 ? RotatedValues{r0, r1} : RotatedValues{};
     };
     std::vector<float> ref;
     for (const CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
@@ -335,6 +339,86 @@ TEST(ContextAttentionRef, EveryInstructionSetGivesTheSameBits) {
         ASSERT_EQ(out, ref) << cpu_isa_name(isa) << " head_dim " << d;
       }
     }
+  }
+}
+
+// Contexts longer than one chunk (kAttentionChunk): the chunked reads give the bits of one
+// whole-context pass written out here in the reference's order (eight partial sums per dot,
+// a sequential softmax, the Hadamard-domain values summed first and rotated back, then the
+// plain ones before and after them), on every instruction set; two query chunks, a rotated range
+// that crosses chunk boundaries, contexts ending inside a chunk.
+TEST(ContextAttentionRef, ChunkedReadsGiveTheBitsOfOneWholePass) {
+  const int64_t d = 128, heads = 6, kv_heads = 2, group = heads / kv_heads;
+  const std::vector<int32_t> q_lens{1, 40, 3}, seq_lens{700, 333, 260};
+  std::vector<int32_t> qsl{0};
+  for (int32_t l : q_lens) qsl.push_back(qsl.back() + l);
+  const int64_t num_tokens = qsl.back(), max_len = 700;
+  const auto q = random_vector(static_cast<size_t>(num_tokens * heads * d), 13);
+  const auto keys = random_vector(static_cast<size_t>(3 * kv_heads * max_len * d), 14, 2.0f);
+  const auto values = random_vector(keys.size(), 15);
+  const int64_t rb = 64, re = 600;  // sequences 0 and 1: values [rb, re) in the Hadamard domain
+  auto row = [&](const std::vector<float>& x, int64_t s, int64_t g, int64_t p) {
+    return x.data() + ((s * kv_heads + g) * max_len + p) * d;
+  };
+  const KvGatherFn gather = [&](int64_t s, int64_t g, int64_t b, int64_t e, float* k, float* v) {
+    if (k != nullptr) std::copy_n(row(keys, s, g, b), (e - b) * d, k);
+    if (v != nullptr) std::copy_n(row(values, s, g, b), (e - b) * d, v);
+    const int64_t r0 = std::max(b, rb), r1 = std::min(e, re);
+    return s < 2 && r0 < r1 ? RotatedValues{r0, r1} : RotatedValues{};
+  };
+  std::vector<float> expected(static_cast<size_t>(num_tokens * heads * d));
+  for (int64_t s = 0; s < 3; ++s) {
+    for (int64_t j = 0; j < q_lens[s]; ++j) {
+      const int64_t t = qsl[s] + j, ctx = seq_lens[s] - q_lens[s] + j + 1;
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t g = h / group;
+        const float* qh = q.data() + (t * heads + h) * d;
+        std::vector<float> sc(static_cast<size_t>(ctx));
+        for (int64_t p = 0; p < ctx; ++p) {
+          float acc[8] = {};
+          for (int64_t i = 0; i < d; i += 8) {
+            for (int u = 0; u < 8; ++u) acc[u] += qh[i + u] * row(keys, s, g, p)[i + u];
+          }
+          sc[p] =
+              (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) *
+              0.125f;
+        }
+        float mx = -INFINITY, sum = 0.0f;
+        for (float x : sc) mx = std::max(mx, x);
+        for (float& x : sc) {
+          x = std::exp(x - mx);
+          sum += x;
+        }
+        float* o = expected.data() + (t * heads + h) * d;
+        const int64_t rot_end = s < 2 ? std::min(re, ctx) : 0, rot_begin = s < 2 ? rb : 0;
+        std::vector<float> o_rot(static_cast<size_t>(d), 0.0f);
+        if (rot_begin < rot_end) {
+          for (int64_t p = rot_begin; p < rot_end; ++p) {
+            for (int64_t i = 0; i < d; ++i) o_rot[i] += sc[p] * row(values, s, g, p)[i];
+          }
+          kv::hadamard_ref(o_rot);
+        }
+        std::copy(o_rot.begin(), o_rot.end(), o);
+        const int64_t plain_end = rot_begin < rot_end ? rot_begin : ctx;
+        for (int64_t p = 0; p < plain_end; ++p) {
+          for (int64_t i = 0; i < d; ++i) o[i] += sc[p] * row(values, s, g, p)[i];
+        }
+        for (int64_t p = std::max(plain_end, rot_end); p < ctx; ++p) {
+          for (int64_t i = 0; i < d; ++i) o[i] += sc[p] * row(values, s, g, p)[i];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t i = 0; i < d; ++i) o[i] *= inv;
+      }
+    }
+  }
+  for (const CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!cpu_supports(isa)) continue;
+    std::vector<float> out(expected.size());
+    AttentionArgs a{q, heads * d, heads, kv_heads, d, 0.125f, qsl, seq_lens, out};
+    a.isa = isa;
+    ThreadPool pool(2);
+    context_attention_ref(a, gather, &pool);
+    ASSERT_EQ(out, expected) << cpu_isa_name(isa);
   }
 }
 

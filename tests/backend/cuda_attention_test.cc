@@ -270,8 +270,8 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
                                 ref};
     cpu::context_attention_ref(
         ca,
-        [&](int64_t s, int64_t g, int64_t m, float* kk, float* vv) {
-          return cache.gather(0, batch, s, g, m, kk, vv);
+        [&](int64_t s, int64_t g, int64_t b, int64_t e, float* kk, float* vv) {
+          return cache.gather_range(0, batch, s, g, b, e, kk, vv);
         },
         nullptr);
     PagedAttentionArgs at;

@@ -3,7 +3,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/gemm16.h"
@@ -173,61 +175,128 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& 
   const int64_t q_len = a.query_start_loc[w.seq + 1] - q_begin;
   const int64_t seq_len = a.seq_lens[w.seq];
   const int64_t ctx_end = seq_len - q_len + w.j_end;  // positions the last query sees
-
-  // This kv head's keys and values for positions [0, ctx_end) as fp32 rows.
-  thread_local std::vector<float> keys, values;
-  keys.resize(static_cast<size_t>(ctx_end * d));
-  values.resize(static_cast<size_t>(ctx_end * d));
-  const RotatedValues rot = gather(w.seq, w.kv_head, ctx_end, keys.data(), values.data());
-  S4KV_CHECK(rot.begin >= 0 && rot.begin <= rot.end && rot.end <= ctx_end,
-             "attention: rotated values [", rot.begin, ", ", rot.end, ") outside ", ctx_end);
-  thread_local std::vector<float> o_rot;
-  o_rot.resize(static_cast<size_t>(d));
-
-  const Kernels k = kernels(a.isa.value_or(cpu_isa()));
   const int64_t group = a.num_heads / a.num_kv_heads;
-  thread_local std::vector<float> scores4;
-  scores4.resize(static_cast<size_t>(4 * ctx_end));
-  for (int64_t h = w.kv_head * group; h < (w.kv_head + 1) * group; ++h) {
-    for (int64_t j0 = w.j_begin; j0 < w.j_end; j0 += 4) {
-      // Up to 4 queries' scores at once, each over the keys the last of them sees (a query's
-      // scores past its own context are computed and ignored).
-      const int nq = static_cast<int>(std::min<int64_t>(4, w.j_end - j0));
-      const float* qs[4];
-      for (int r = 0; r < nq; ++r) {
-        qs[r] = a.q.data() + (q_begin + j0 + r) * a.q_stride + h * d;
+  const int64_t nj = w.j_end - w.j_begin;
+  const Kernels k = kernels(a.isa.value_or(cpu_isa()));
+  constexpr int64_t C = kAttentionChunk;
+
+  // One chunk of keys or values at a time.
+  thread_local std::vector<float> buf;
+  buf.resize(static_cast<size_t>(C * d));
+  // Scores of every (head of the group, query) over the item's context: row (h, j) at
+  // ((h - first head) * nj + j - j_begin) * ctx_end.
+  thread_local std::vector<float> scores;
+  scores.resize(static_cast<size_t>(group * nj * ctx_end));
+  auto sc_row = [&](int64_t hh, int64_t j) {
+    return scores.data() + (hh * nj + (j - w.j_begin)) * ctx_end;
+  };
+
+  // Keys: the scores, chunk by chunk; the gather says where the rotated values are.
+  RotatedValues rot{};
+  for (int64_t c0 = 0; c0 < ctx_end; c0 += C) {
+    const int64_t c1 = std::min(ctx_end, c0 + C);
+    const RotatedValues r = gather(w.seq, w.kv_head, c0, c1, buf.data(), nullptr);
+    S4KV_CHECK(r.begin <= r.end && (r.begin == r.end || (r.begin >= c0 && r.end <= c1)),
+               "attention: rotated values [", r.begin, ", ", r.end, ") outside [", c0, ", ", c1,
+               ")");
+    if (r.begin < r.end) {
+      S4KV_CHECK(rot.begin == rot.end || rot.end == r.begin,
+                 "attention: rotated values in two runs");
+      if (rot.begin == rot.end) rot.begin = r.begin;
+      rot.end = r.end;
+    }
+    for (int64_t hh = 0; hh < group; ++hh) {
+      const int64_t h = w.kv_head * group + hh;
+      for (int64_t j0 = w.j_begin; j0 < w.j_end; j0 += 4) {
+        // Up to 4 queries' scores at once, each over the keys the last of them sees (a query's
+        // scores past its own context are computed and ignored).
+        const int nq = static_cast<int>(std::min<int64_t>(4, w.j_end - j0));
+        const int64_t ctx_max = std::min(c1, seq_len - q_len + j0 + nq);
+        if (ctx_max <= c0) continue;
+        const float* qs[4];
+        for (int r4 = 0; r4 < nq; ++r4) {
+          qs[r4] = a.q.data() + (q_begin + j0 + r4) * a.q_stride + h * d;
+        }
+        k.dots4(qs, nq, buf.data(), ctx_max - c0, d, a.scale, sc_row(hh, j0) + c0, ctx_end);
       }
-      const int64_t ctx_max = seq_len - q_len + j0 + nq;
-      k.dots4(qs, nq, keys.data(), ctx_max, d, a.scale, scores4.data(), ctx_end);
-      for (int r = 0; r < nq; ++r) {
-        const int64_t j = j0 + r;
-        const int64_t t = q_begin + j;
+    }
+  }
+
+  // Softmax per (head, query) over its own context.
+  thread_local std::vector<float> inv_sums;
+  inv_sums.resize(static_cast<size_t>(group * nj));
+  for (int64_t hh = 0; hh < group; ++hh) {
+    for (int64_t j = w.j_begin; j < w.j_end; ++j) {
+      const int64_t ctx = seq_len - q_len + j + 1;
+      float* sc = sc_row(hh, j);
+      float max_score = -INFINITY;
+      for (int64_t p = 0; p < ctx; ++p) max_score = std::max(max_score, sc[p]);
+      float sum = 0.0f;
+      for (int64_t p = 0; p < ctx; ++p) {
+        sc[p] = std::exp(sc[p] - max_score);
+        sum += sc[p];
+      }
+      inv_sums[static_cast<size_t>(hh * nj + j - w.j_begin)] = 1.0f / sum;
+    }
+  }
+
+  // Values. Hadamard-domain values first: their weighted sum, rotated back once, starts each
+  // output; then the plain values before and after them (all of them when there are none), each
+  // sum in position order.
+  auto out_row = [&](int64_t hh, int64_t j) {
+    return a.out.data() + (q_begin + j) * a.num_heads * d + (w.kv_head * group + hh) * d;
+  };
+  for (int64_t hh = 0; hh < group; ++hh) {
+    for (int64_t j = w.j_begin; j < w.j_end; ++j) std::fill_n(out_row(hh, j), d, 0.0f);
+  }
+  auto accumulate = [&](int64_t c0, int64_t c1, auto range_of) {
+    // range_of(ctx) -> the part of [0, ctx) this pass sums, {p0, p1}.
+    bool gathered = false;
+    for (int64_t hh = 0; hh < group; ++hh) {
+      for (int64_t j = w.j_begin; j < w.j_end; ++j) {
         const int64_t ctx = seq_len - q_len + j + 1;
-        float* sc = scores4.data() + r * ctx_end;
-        float max_score = -INFINITY;
-        for (int64_t p = 0; p < ctx; ++p) max_score = std::max(max_score, sc[p]);
-        float sum = 0.0f;
-        for (int64_t p = 0; p < ctx; ++p) {
-          sc[p] = std::exp(sc[p] - max_score);
-          sum += sc[p];
+        for (const auto& [r0, r1] : range_of(ctx)) {
+          const int64_t p0 = std::max(r0, c0), p1 = std::min(r1, c1);
+          if (p0 >= p1) continue;
+          if (!gathered) {
+            gather(w.seq, w.kv_head, c0, c1, nullptr, buf.data());
+            gathered = true;
+          }
+          k.weighted_sum(sc_row(hh, j) + c0, buf.data(), p0 - c0, p1 - c0, d, out_row(hh, j));
         }
-        float* o = a.out.data() + t * a.num_heads * d + h * d;
-        std::fill_n(o, d, 0.0f);
-        const int64_t rot_end = std::min(rot.end, ctx);
-        if (rot.begin < rot_end) {
-          // Hadamard-domain values: their weighted sum, rotated back once, joins the rest.
-          std::fill(o_rot.begin(), o_rot.end(), 0.0f);
-          k.weighted_sum(sc, values.data(), rot.begin, rot_end, d, o_rot.data());
-          kv::hadamard_ref(o_rot);
-          for (int64_t i = 0; i < d; ++i) o[i] = o_rot[static_cast<size_t>(i)];
-        }
-        // The plain values: before and after the rotated range (all of them when it is empty).
-        const int64_t plain_end = rot.begin < rot_end ? rot.begin : ctx;
-        k.weighted_sum(sc, values.data(), 0, plain_end, d, o);
-        k.weighted_sum(sc, values.data(), std::max(plain_end, rot_end), ctx, d, o);
-        const float inv_sum = 1.0f / sum;
-        for (int64_t i = 0; i < d; ++i) o[i] *= inv_sum;
       }
+    }
+  };
+  using Runs = std::array<std::pair<int64_t, int64_t>, 2>;
+  if (rot.begin < rot.end) {
+    for (int64_t c0 = rot.begin / C * C; c0 < rot.end; c0 += C) {
+      accumulate(c0, std::min(ctx_end, c0 + C), [&](int64_t ctx) {
+        return Runs{{{rot.begin, std::min(rot.end, ctx)}, {0, 0}}};
+      });
+    }
+    thread_local std::vector<float> o_rot;
+    o_rot.resize(static_cast<size_t>(d));
+    for (int64_t hh = 0; hh < group; ++hh) {
+      for (int64_t j = w.j_begin; j < w.j_end; ++j) {
+        float* o = out_row(hh, j);
+        std::copy_n(o, d, o_rot.begin());
+        kv::hadamard_ref(o_rot);
+        std::copy_n(o_rot.begin(), d, o);
+      }
+    }
+  }
+  for (int64_t c0 = 0; c0 < ctx_end; c0 += C) {
+    accumulate(c0, std::min(ctx_end, c0 + C), [&](int64_t ctx) {
+      const int64_t rot_end = std::min(rot.end, ctx);
+      const int64_t plain_end = rot.begin < rot_end ? rot.begin : ctx;
+      return Runs{{{0, plain_end}, {std::max(plain_end, rot_end), ctx}}};
+    });
+  }
+  for (int64_t hh = 0; hh < group; ++hh) {
+    for (int64_t j = w.j_begin; j < w.j_end; ++j) {
+      float* o = out_row(hh, j);
+      const float inv_sum = inv_sums[static_cast<size_t>(hh * nj + j - w.j_begin)];
+      for (int64_t i = 0; i < d; ++i) o[i] *= inv_sum;
     }
   }
 }
@@ -281,11 +350,12 @@ void paged_attention_ref(const PagedAttentionArgs& a, ThreadPool* pool) {
   }
   const AttentionArgs args{a.q,     a.q_stride,        a.num_heads, a.num_kv_heads, a.head_dim,
                            a.scale, a.query_start_loc, a.seq_lens,  a.out};
-  const KvGatherFn gather = [&a](int64_t seq, int64_t kv_head, int64_t n, float* k, float* v) {
+  const KvGatherFn gather = [&a](int64_t seq, int64_t kv_head, int64_t begin, int64_t end, float* k,
+                                 float* v) {
     const int32_t* table = a.block_tables.data() + seq * a.max_num_blocks_per_seq;
     gather_paged_16bit(a.k_cache, a.v_cache, a.cache_dtype, a.block_size,
-                       a.num_kv_heads * a.head_dim, table, kv_head * a.head_dim, a.head_dim, n, k,
-                       v);
+                       a.num_kv_heads * a.head_dim, table, kv_head * a.head_dim, a.head_dim, begin,
+                       end, k, v);
     return RotatedValues{};
   };
   context_attention_ref(args, gather, pool);

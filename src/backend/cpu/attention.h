@@ -2,9 +2,9 @@
 // and every query head h (GQA: kv head h / (num_heads / num_kv_heads)), the new token j of a
 // sequence with q_len new tokens and seq_len context attends to cache positions
 // 0..seq_len - q_len + j (causal within the new tokens). One kernel for every cache dtype: a
-// gather function fills a sequence's context K/V of one kv head as fp32 rows (16-bit: the bits
-// kv_write stored; fp8 / int4_kivi: dequantized, int4 keys re-rotated), then the same fp32 math
-// runs. Softmax in fp32 with max subtraction; scores scaled by `scale` (1/sqrt(head_dim)).
+// gather function fills a run of a sequence's context K/V of one kv head as fp32 rows (16-bit: the
+// bits kv_write stored; fp8 / int4_kivi: dequantized, int4 keys re-rotated), then the same fp32
+// math runs. Softmax in fp32 with max subtraction; scores scaled by `scale` (1/sqrt(head_dim)).
 // Values the gather marks as rotated (RotatedValues) are accumulated apart and rotated back.
 // paged_attention_ref is the 16-bit paged cache's wrapper around it.
 #pragma once
@@ -30,12 +30,14 @@ struct RotatedValues {
   int64_t end = 0;
 };
 
-// Fills keys and values, [num_positions, head_dim] fp32 each, with positions 0..num_positions-1
-// of sequence `seq`'s context for kv head `kv_head`, as attention must see them, and says which
-// values are rotated. Called from pool threads concurrently (distinct outputs): it must not
-// mutate shared state.
-using KvGatherFn = std::function<RotatedValues(int64_t seq, int64_t kv_head, int64_t num_positions,
-                                               float* keys, float* values)>;
+// Fills row p - begin of keys and values ([end - begin, head_dim] fp32 each; either may be
+// null: not wanted) with position p of sequence `seq`'s context for kv head `kv_head`, as
+// attention must see it, for p in [begin, end), and says which of those values are rotated.
+// Called from pool threads concurrently (distinct outputs): it must not mutate shared state.
+using KvGatherFn = std::function<RotatedValues(int64_t seq, int64_t kv_head, int64_t begin,
+                                               int64_t end, float* keys, float* values)>;
+
+inline constexpr int64_t kAttentionChunk = 256;
 
 struct AttentionArgs {
   std::span<const float> q;  // [num_tokens, q_stride] fp32, heads first: num_heads * head_dim
@@ -52,8 +54,12 @@ struct AttentionArgs {
   std::optional<CpuIsa> isa;
 };
 
-// Work is split over (sequence, kv head, chunk of queries) items on pool (nullptr: inline);
-// each item gathers its context once. The result does not depend on the pool.
+// Work is split over (sequence, kv head, chunk of queries) items on pool (nullptr: inline).
+// An item reads its context in chunks of kAttentionChunk positions (a multiple of every block
+// size), keys for the scores, then values for the weighted sums, so no step holds a whole
+// context as fp32: each position is gathered once per item (twice at the boundary of the
+// rotated values). The result does not depend on the pool or the chunking: every sum runs in
+// position order.
 void context_attention_ref(const AttentionArgs& args, const KvGatherFn& gather, ThreadPool* pool);
 
 struct PagedAttentionArgs {

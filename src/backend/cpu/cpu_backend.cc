@@ -108,9 +108,9 @@ void CpuBackend::attention_block(const ForwardBatch& batch, int64_t layer) {
   args.query_start_loc = batch.query_start_loc;
   args.seq_lens = batch.seq_lens;
   args.out = attn;
-  const KvGatherFn gather = [&](int64_t seq, int64_t kv_head, int64_t num_positions, float* k,
+  const KvGatherFn gather = [&](int64_t seq, int64_t kv_head, int64_t begin, int64_t end, float* k,
                                 float* v) {
-    return cache_->gather(layer, batch, seq, kv_head, num_positions, k, v);
+    return cache_->gather_range(layer, batch, seq, kv_head, begin, end, k, v);
   };
   context_attention_ref(args, gather, &pool_);
   cache_->commit(layer, batch, &pool_);

@@ -32,11 +32,13 @@ class Paged16BitKvCache final : public CpuKvCache {
                  cache_.v(layer), cache_.shape().dtype);
   }
 
-  RotatedValues gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
-                       int64_t n, float* keys, float* values) const override {
+  RotatedValues gather_range(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
+                             int64_t begin, int64_t end, float* keys,
+                             float* values) const override {
     const KvCacheShape& s = cache_.shape();
     gather_paged_16bit(cache_.k(layer), cache_.v(layer), s.dtype, s.block_size, s.slot_elems(),
-                       table_of(batch, seq), kv_head * s.head_dim, s.head_dim, n, keys, values);
+                       table_of(batch, seq), kv_head * s.head_dim, s.head_dim, begin, end, keys,
+                       values);
     return {};
   }
 
@@ -78,14 +80,16 @@ class PagedFp8KvCache final : public CpuKvCache {
     }
   }
 
-  RotatedValues gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
-                       int64_t n, float* keys, float* values) const override {
+  RotatedValues gather_range(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
+                             int64_t begin, int64_t end, float* keys,
+                             float* values) const override {
     const auto k = std::span<const uint8_t>(data_).subspan(
         static_cast<size_t>(layer * 2 * layer_elems_), static_cast<size_t>(layer_elems_));
     const auto v = std::span<const uint8_t>(data_).subspan(
         static_cast<size_t>((layer * 2 + 1) * layer_elems_), static_cast<size_t>(layer_elems_));
     gather_paged(k, v, block_size_, slot_elems_, table_of(batch, seq), kv_head * head_dim_,
-                 head_dim_, n, keys, values, [this](const uint8_t* src, float* dst, int64_t count) {
+                 head_dim_, begin, end, keys, values,
+                 [this](const uint8_t* src, float* dst, int64_t count) {
                    for (int64_t i = 0; i < count; ++i) dst[i] = decode_[src[i]];
                  });
     return {};

@@ -52,13 +52,19 @@ class CpuKvCache {
   virtual void write(int64_t layer, const ForwardBatch& batch, std::span<const float> k,
                      std::span<const float> v, int64_t row_stride) = 0;
 
-  // attention's view of positions [0, num_positions) of sequence seq, kv head kv_head, in this
-  // step: keys, values [num_positions, head_dim] fp32 (keys after RoPE); returns the positions
-  // whose values are left in the Hadamard domain (none but for int4_kivi's value_hadamard
-  // variant). Thread-safe.
-  virtual RotatedValues gather(int64_t layer, const ForwardBatch& batch, int64_t seq,
-                               int64_t kv_head, int64_t num_positions, float* keys,
-                               float* values) const = 0;
+  // attention's view of positions [begin, end) of sequence seq, kv head kv_head, in this step:
+  // row p - begin of keys, values ([end - begin, head_dim] fp32; keys after RoPE; either may be
+  // null: not wanted) holds position p. Returns the positions of [begin, end) whose values are
+  // left in the Hadamard domain (none but for int4_kivi's value_hadamard variant; one run).
+  // Thread-safe.
+  virtual RotatedValues gather_range(int64_t layer, const ForwardBatch& batch, int64_t seq,
+                                     int64_t kv_head, int64_t begin, int64_t end, float* keys,
+                                     float* values) const = 0;
+  // Positions [0, num_positions).
+  RotatedValues gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
+                       int64_t num_positions, float* keys, float* values) const {
+    return gather_range(layer, batch, seq, kv_head, 0, num_positions, keys, values);
+  }
 
   // kv_commit, after the layer's attention. Nothing for 16-bit and fp8.
   virtual void commit(int64_t layer, const ForwardBatch& batch, ThreadPool* pool) {

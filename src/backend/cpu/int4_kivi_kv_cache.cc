@@ -70,51 +70,68 @@ void Int4KiviKvCache::write(int64_t layer, const ForwardBatch& batch, std::span<
   }
 }
 
-RotatedValues Int4KiviKvCache::gather(int64_t layer, const ForwardBatch& batch, int64_t seq,
-                                      int64_t kv_head, int64_t n, float* keys,
-                                      float* values) const {
+RotatedValues Int4KiviKvCache::gather_range(int64_t layer, const ForwardBatch& batch, int64_t seq,
+                                            int64_t kv_head, int64_t begin, int64_t end,
+                                            float* keys, float* values) const {
   const int64_t q_len = batch.query_start_loc[seq + 1] - batch.query_start_loc[seq];
   const int64_t start = batch.seq_lens[seq] - q_len;
   const int64_t num_full = start / block_size_;  // blocks quantized before this step
-  S4KV_CHECK(n > start && n <= batch.seq_lens[seq], "int4_kivi gather: ", n, " positions");
+  S4KV_CHECK(0 <= begin && begin <= end && end <= batch.seq_lens[seq], "int4_kivi gather: [", begin,
+             ", ", end, ")");
   const int32_t* table = batch.block_tables.data() + seq * batch.max_num_blocks_per_seq;
-  const int64_t d = head_dim_;
-  const auto block_elems = static_cast<size_t>(block_size_ * d);
+  const int64_t d = head_dim_, B = block_size_;
+  const auto block_elems = static_cast<size_t>(B * d);
   // The window: the last full block (not a sink block) is read 16-bit from the slot, like the
   // tail after it, when the slot holds it. Blocks before `from_pool_end` are pool or sink blocks.
   const bool window = ring_ > 1 && num_full > 0 && !is_sink(table[num_full - 1]) &&
-                      (num_full - 1) * block_size_ >= batch.seat_starts[seq];
+                      (num_full - 1) * B >= batch.seat_starts[seq];
   const int64_t from_pool_end = window ? num_full - 1 : num_full;
   int64_t num_sink = 0;  // full sink blocks: 16-bit, as the 16-bit cache holds them
-  for (int64_t i = 0; i < from_pool_end; ++i) {
+  for (int64_t i = 0; i < from_pool_end; ++i) num_sink += is_sink(table[i]) ? 1 : 0;
+  auto row = [&](float* base, int64_t p) {
+    return base == nullptr ? nullptr : base + (p - begin) * d;
+  };
+  thread_local std::vector<float> part;  // a pool block only partly inside [begin, end)
+  for (int64_t i = begin / B; i < std::min(from_pool_end, (end + B - 1) / B); ++i) {
+    const int64_t p0 = std::max(begin, i * B), p1 = std::min(end, (i + 1) * B);
     if (is_sink(table[i])) {
-      for (int64_t t = 0; t < block_size_; ++t) {
-        const int64_t p = i * block_size_ + t;
-        decode_row(sink_row(layer, table[i], 0, t) + kv_head * d,
-                   sink_row(layer, table[i], 1, t) + kv_head * d, keys + p * d, values + p * d);
+      for (int64_t p = p0; p < p1; ++p) {
+        decode_row(sink_row(layer, table[i], 0, p - i * B) + kv_head * d,
+                   sink_row(layer, table[i], 1, p - i * B) + kv_head * d, row(keys, p),
+                   row(values, p));
       }
-      ++num_sink;
       continue;
     }
     const auto blk = block(layer, table[i], kv_head);
-    float* k = keys + i * block_size_ * d;
-    dequantize_keys_block(cpu_isa(), layout_, blk, std::span<float>(k, block_elems));
-    if (!keys_post_rope_) {
-      for (int64_t t = 0; t < block_size_; ++t) {
-        const int64_t pos = i * block_size_ + t;
-        rope_rotate(k + t * d, k + t * d, rope_.cos(pos), rope_.sin(pos), d);
+    const bool whole = p0 == i * B && p1 == (i + 1) * B;
+    for (int kv = 0; kv < 2; ++kv) {
+      float* out = kv == 0 ? keys : values;
+      if (out == nullptr) continue;
+      if (!whole) part.resize(block_elems);
+      float* dst = whole ? row(out, p0) : part.data();
+      if (kv == 0) {
+        dequantize_keys_block(cpu_isa(), layout_, blk, std::span<float>(dst, block_elems));
+        for (int64_t t = 0; t < B && !keys_post_rope_; ++t) {
+          const int64_t pos = i * B + t;
+          rope_rotate(dst + t * d, dst + t * d, rope_.cos(pos), rope_.sin(pos), d);
+        }
+      } else {
+        dequantize_values_block(cpu_isa(), layout_, blk, std::span<float>(dst, block_elems));
+      }
+      if (!whole) {
+        std::copy_n(part.data() + (p0 - i * B) * d, (p1 - p0) * d, row(out, p0));
       }
     }
-    dequantize_values_block(cpu_isa(), layout_, blk,
-                            std::span<float>(values + i * block_size_ * d, block_elems));
   }
-  for (int64_t p = from_pool_end * block_size_; p < n; ++p) {
+  for (int64_t p = std::max(begin, from_pool_end * B); p < end; ++p) {
     decode_row(k_row(layer, batch, seq, p) + kv_head * d, v_row(layer, batch, seq, p) + kv_head * d,
-               keys + p * d, values + p * d);
+               row(keys, p), row(values, p));
   }
   if (!value_hadamard_) return {};
   // The sink block, when there is one, is table index 0: the rotated (pool) rows follow it.
-  return {num_sink * block_size_, std::max(num_sink, from_pool_end) * block_size_};
+  const int64_t rb = std::max(begin, num_sink * B);
+  const int64_t re = std::min(end, std::max(num_sink, from_pool_end) * B);
+  return rb < re ? RotatedValues{rb, re} : RotatedValues{};
 }
 
 const uint16_t* Int4KiviKvCache::k_row(int64_t layer, const ForwardBatch& batch, int64_t seq,
@@ -156,8 +173,8 @@ std::span<const uint16_t> Int4KiviKvCache::residual_v(int64_t layer, int64_t slo
 
 void Int4KiviKvCache::decode_row(const uint16_t* k, const uint16_t* v, float* keys,
                                  float* values) const {
-  for (int64_t c = 0; c < head_dim_; ++c) {
-    keys[c] = kv_decode(k[c], dtype_);
+  for (int64_t c = 0; c < head_dim_ && keys != nullptr; ++c) keys[c] = kv_decode(k[c], dtype_);
+  for (int64_t c = 0; c < head_dim_ && values != nullptr; ++c) {
     values[c] = kv_decode(v[c], dtype_);
   }
 }

@@ -53,8 +53,8 @@ class Int4KiviKvCache final : public CpuKvCache {
   void begin_step(const ForwardBatch& batch) override;
   void write(int64_t layer, const ForwardBatch& batch, std::span<const float> k,
              std::span<const float> v, int64_t row_stride) override;
-  RotatedValues gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
-                       int64_t num_positions, float* keys, float* values) const override;
+  RotatedValues gather_range(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
+                             int64_t begin, int64_t end, float* keys, float* values) const override;
   void commit(int64_t layer, const ForwardBatch& batch, ThreadPool* pool) override;
   int64_t num_bytes() const override;
   KvStorageView storage(int64_t layer) const override;

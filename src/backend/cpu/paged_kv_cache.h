@@ -54,18 +54,23 @@ inline float kv_decode(uint16_t bits, DType dtype) {
   return dtype == DType::kBF16 ? bf16_to_float(bits) : fp16_to_float(bits);
 }
 
-// Gathers positions [0, n) of one kv head of a sequence from a paged cache of any element type
-// into fp32 rows: keys/values [n, head_dim]. k_cache, v_cache: [num_slots, slot_elems] of one
-// layer; table: the sequence's block ids; head_offset: kv_head * head_dim;
-// decode_row(src, dst, count): count elements T -> float.
+// Gathers positions [begin, end) of one kv head of a sequence from a paged cache of any element
+// type into fp32 rows: row p - begin of keys / values [end - begin, head_dim] (either may be null:
+// skipped). k_cache, v_cache: [num_slots, slot_elems] of one layer; table: the sequence's block
+// ids; head_offset: kv_head * head_dim; decode_row(src, dst, count): count elements T -> float.
 template <typename T, typename DecodeRow>
 void gather_paged(std::span<const T> k_cache, std::span<const T> v_cache, int64_t block_size,
                   int64_t slot_elems, const int32_t* table, int64_t head_offset, int64_t head_dim,
-                  int64_t n, float* keys, float* values, DecodeRow decode_row) {
-  for (int64_t p = 0; p < n; ++p) {
+                  int64_t begin, int64_t end, float* keys, float* values, DecodeRow decode_row) {
+  for (int64_t p = begin; p < end; ++p) {
     const int64_t slot = table[p / block_size] * block_size + p % block_size;
-    decode_row(k_cache.data() + slot * slot_elems + head_offset, keys + p * head_dim, head_dim);
-    decode_row(v_cache.data() + slot * slot_elems + head_offset, values + p * head_dim, head_dim);
+    const int64_t row = (p - begin) * head_dim;
+    if (keys != nullptr) {
+      decode_row(k_cache.data() + slot * slot_elems + head_offset, keys + row, head_dim);
+    }
+    if (values != nullptr) {
+      decode_row(v_cache.data() + slot * slot_elems + head_offset, values + row, head_dim);
+    }
   }
 }
 
@@ -74,12 +79,13 @@ void gather_paged(std::span<const T> k_cache, std::span<const T> v_cache, int64_
 inline void gather_paged_16bit(std::span<const uint16_t> k_cache, std::span<const uint16_t> v_cache,
                                DType dtype, int64_t block_size, int64_t slot_elems,
                                const int32_t* table, int64_t head_offset, int64_t head_dim,
-                               int64_t n, float* keys, float* values) {
+                               int64_t begin, int64_t end, float* keys, float* values) {
   const CpuIsa isa = cpu_isa();
   const bool bf16 = dtype == DType::kBF16;
-  gather_paged(
-      k_cache, v_cache, block_size, slot_elems, table, head_offset, head_dim, n, keys, values,
-      [&](const uint16_t* src, float* dst, int64_t count) { widen16(isa, src, bf16, count, dst); });
+  gather_paged(k_cache, v_cache, block_size, slot_elems, table, head_offset, head_dim, begin, end,
+               keys, values, [&](const uint16_t* src, float* dst, int64_t count) {
+                 widen16(isa, src, bf16, count, dst);
+               });
 }
 
 }  // namespace s4kv::backend::cpu
