@@ -21,6 +21,8 @@
 #   dummy     --load-format dummy on the full Qwen2.5-7B and Llama-3.1-8B configs: start,
 #             one request, the capacity line
 #   e2e       the tests/server suite against `s4kv serve --device cuda` (S4KV_SERVE_ARGS)
+#   capacity  KV tokens and maximum concurrency of every format on the full 7B / 8B configs
+#             (bench/gpu_capacity.py, dummy weights)
 #   attention decode attention of every format beside torch SDPA (bench/attention_bench.py;
 #             ATTENTION_ARGS, e.g. --quick)
 # Everything lands in $OUT/summary.txt and $OUT/results.tar.gz.

@@ -194,6 +194,11 @@ case $step in
       tail -n 30 $res/e2e.txt; exit 1; }
     tail -n 3 $res/e2e.txt
     ;;
+  capacity)
+    # KV capacity of every format on the full Qwen2.5-7B and Llama-3.1-8B configs (dummy weights).
+    S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/s4kv/BUILD_INFO) \
+      python3 bench/gpu_capacity.py --bin /tmp/s4kv/bin/s4kv --out $res/capacity_h200.json
+    ;;
   attention)
     # Decode attention, every format, beside torch SDPA fp16 (bench/attention_bench.py).
     S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/s4kv/BUILD_INFO) \

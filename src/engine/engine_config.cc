@@ -105,6 +105,12 @@ std::string describe_capacity(const ResolvedEngineConfig& r) {
   std::ostringstream os;
   os << kv::format_kv_capacity(r.capacity) << "; max_model_len " << r.scheduler.max_model_len
      << ", max_num_seqs " << r.scheduler.max_num_seqs;
+  // vLLM's figure: the cache's tokens over max_model_len.
+  os.setf(std::ios::fixed);
+  os.precision(2);
+  os << "; maximum concurrency for " << r.scheduler.max_model_len << " tokens per request: "
+     << static_cast<double>(r.capacity.num_tokens) / static_cast<double>(r.scheduler.max_model_len)
+     << "x";
   if (r.residual_bytes > 0) {
     os << "; plus " << r.residual_bytes + r.sink_bytes
        << " bytes of 16-bit residual and sink blocks for " << r.kv.num_seats

@@ -37,6 +37,12 @@ def test_prompt_prints_english():
     assert r.returncode == 0, r.stderr
     assert looks_english(r.stdout), r.stdout
     assert "KV cache:" in r.stderr and "16bit" in r.stderr
+    # vLLM's concurrency figure: the cache's tokens over max_model_len.
+    m = re.search(r"= (\d+) tokens \(16-bit.*max_model_len (\d+).*maximum concurrency for (\d+) "
+                  r"tokens per request: ([0-9.]+)x", r.stderr)
+    assert m, r.stderr
+    tokens, max_len, per_request, x = int(m[1]), int(m[2]), int(m[3]), float(m[4])
+    assert per_request == max_len and abs(x - tokens / max_len) < 0.01
 
 
 def test_greedy_is_the_golden_continuation():
