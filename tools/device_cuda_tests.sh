@@ -46,9 +46,13 @@ case "${1:-}" in
     rm -rf .devcarry && mkdir -p .devcarry/stage/bin
     # What the binaries were built from (the device's copy of the tree has no history).
     echo "built from $(git describe --always --dirty) on $(date -u +%FT%TZ)" > .devcarry/stage/BUILD_INFO
+    # PACK_ONLY_S4KV=1: the server binary alone (steps that need nothing else: serve, dummy,
+    # capacity), a third of the parts.
     strip -o .devcarry/stage/bin/s4kv build-device/src/cli/s4kv
-    strip -o .devcarry/stage/bin/backend_cuda_test build-device/tests/backend/backend_cuda_test
-    strip -o .devcarry/stage/bin/cuda_attention_bench build-device/bench/cuda_attention_bench
+    if [ "${PACK_ONLY_S4KV:-0}" != 1 ]; then
+      strip -o .devcarry/stage/bin/backend_cuda_test build-device/tests/backend/backend_cuda_test
+      strip -o .devcarry/stage/bin/cuda_attention_bench build-device/bench/cuda_attention_bench
+    fi
     if [ "${E2E:-0}" = 1 ]; then
       mkdir -p .devcarry/stage/whl .devcarry/stage/site
       # openai and what the machine's image lacks of its dependencies (KINDS.md lists the rest).
