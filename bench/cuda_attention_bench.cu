@@ -29,6 +29,7 @@
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/device.h"
 #include "backend/cuda/paged_attention.cuh"
+#include "backend/forward_batch_builder.h"
 #include "backend/rope_table.h"
 #include "kv/int4_kivi_layout.h"
 
@@ -229,29 +230,20 @@ int run(int argc, char** argv) {
           if (int64_t{batch} * ctx > max_tokens) continue;
           // The batch: one decode token per sequence at position ctx - 1.
           const int64_t blocks_per_seq = (ctx + B - 1) / B;
-          std::vector<int32_t> qsl(batch + 1), lens(batch, ctx), positions(batch, ctx - 1),
-              tokens(batch, 0), seats(batch), seat_starts(batch, 0);
-          std::vector<int32_t> tables(static_cast<size_t>(batch * blocks_per_seq));
+          ForwardBatchBuilder builder(B, blocks_per_seq);
           std::uniform_int_distribution<int64_t> pick(0, num_blocks - 1);
+          std::vector<int32_t> table(static_cast<size_t>(blocks_per_seq));
+          const std::vector<int32_t> token{0};
           for (int s = 0; s < batch; ++s) {
-            qsl[s + 1] = s + 1;
-            seats[s] = s;
             int64_t blk = pick(rng);
-            for (int64_t j = 0; j < blocks_per_seq; ++j) {
-              tables[s * blocks_per_seq + j] = static_cast<int32_t>(blk);
+            for (int32_t& id : table) {
+              id = static_cast<int32_t>(blk);
               blk = (blk + 1 + pick(rng) % 64) % num_blocks;  // a walk, not a run
             }
-            if (int4) tables[s * blocks_per_seq] = static_cast<int32_t>(num_blocks + s);  // sink
+            if (int4) table[0] = static_cast<int32_t>(num_blocks + s);  // the sink block
+            builder.add(token, ctx - 1, table, int4 ? s : -1, 0);
           }
-          ForwardBatch fb;
-          fb.token_ids = tokens;
-          fb.positions = positions;
-          fb.query_start_loc = qsl;
-          fb.seq_lens = lens;
-          fb.block_tables = tables;
-          fb.max_num_blocks_per_seq = blocks_per_seq;
-          fb.seats = seats;
-          fb.seat_starts = seat_starts;
+          const ForwardBatch fb = builder.batch();
           DecodeShape ds;
           ds.cache = int4  ? kv::KvCacheDtype::kInt4Kivi
                      : fp8 ? kv::KvCacheDtype::kFp8E4M3
@@ -269,8 +261,9 @@ int run(int argc, char** argv) {
             if (!v.empty()) b.copy_from_host(v.data(), v.size() * sizeof(v[0]));
             return b;
           };
-          DeviceBuffer d_qsl = put(qsl), d_lens = put(lens), d_pos = put(positions),
-                       d_tables = put(tables), d_seats = put(seats), d_starts = put(seat_starts),
+          DeviceBuffer d_qsl = put(fb.query_start_loc), d_lens = put(fb.seq_lens),
+                       d_pos = put(fb.positions), d_tables = put(fb.block_tables),
+                       d_seats = put(fb.seats), d_starts = put(fb.seat_starts),
                        d_items = put(plan.items), d_seqs = put(plan.seqs),
                        d_pool_ends = put(plan.pool_ends);
           std::vector<int32_t> token_seq(batch);

@@ -13,7 +13,7 @@ case "${1:-}" in
     nvcc -std=c++20 -O3 -arch=sm_90 -Isrc -o build-attn/cuda_attention_bench \
       bench/cuda_attention_bench.cu src/backend/cuda/decode_attention.cu \
       src/backend/cuda/paged_attention.cu src/backend/cuda/device.cu src/backend/rope_table.cc \
-      src/backend/cpu/rope.cc src/common/check.cc src/common/dtype.cc \
+      src/backend/cpu/rope.cc src/backend/forward_batch_builder.cc src/common/check.cc src/common/dtype.cc \
       src/kv/int4_kivi_layout.cc src/kv/kv_format.cc
     strip build-attn/cuda_attention_bench
     echo "built from $(git describe --always --dirty) on $(date -u +%FT%TZ)" > build-attn/BUILD_INFO

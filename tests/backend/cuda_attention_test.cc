@@ -106,6 +106,18 @@ int64_t differing(std::span<const std::byte> a, const std::vector<std::byte>& b)
   return n;
 }
 
+// Relative L2 distance of row r (kD values) of got from ref (NaN where got was never written).
+double row_rel_l2(const std::vector<float>& got, const std::vector<float>& ref, int64_t r) {
+  double num = 0, den = 0;
+  for (int64_t c = 0; c < kD; ++c) {
+    const double a = got[static_cast<size_t>(r * kD + c)];
+    const double b = ref[static_cast<size_t>(r * kD + c)];
+    num += (a - b) * (a - b);
+    den += b * b;
+  }
+  return std::sqrt(num / den);
+}
+
 struct Seq {
   std::vector<float> k, v;  // [len, kKvDim] fp32, keys after RoPE
   std::vector<int32_t> table;
@@ -320,14 +332,7 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
     launch_paged_attention(at, nullptr);
     ASSERT_EQ(cudaMemcpy(got.data(), at.out, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     for (int64_t r = 0; r < n * kHeads; ++r) {
-      double num = 0, den = 0;
-      for (int64_t c = 0; c < kD; ++c) {
-        const double a = got[static_cast<size_t>(r * kD + c)];
-        const double b = ref[static_cast<size_t>(r * kD + c)];
-        num += (a - b) * (a - b);
-        den += b * b;
-      }
-      const double rel = std::sqrt(num / den);
+      const double rel = row_rel_l2(got, ref, r);
       max_rel = std::max(max_rel, rel);
       ASSERT_LE(rel, 1e-5) << "token " << r / kHeads << " head " << r % kHeads;
     }
@@ -356,14 +361,7 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
       std::vector<bool> is_decode(static_cast<size_t>(n), false);
       for (const DecodeSeq& ds : plan.seqs) is_decode[static_cast<size_t>(ds.token)] = true;
       for (int64_t r = 0; r < n * kHeads; ++r) {
-        double num = 0, den = 0;
-        for (int64_t c = 0; c < kD; ++c) {
-          const double a = fast[static_cast<size_t>(r * kD + c)];
-          const double b = ref[static_cast<size_t>(r * kD + c)];
-          num += (a - b) * (a - b);
-          den += b * b;
-        }
-        const double rel = std::sqrt(num / den);  // NaN (never written) fails
+        const double rel = row_rel_l2(fast, ref, r);  // NaN (never written) fails
         const bool dec = is_decode[static_cast<size_t>(r / kHeads)];
         ASSERT_LE(rel, dec ? bound : 1e-5)
             << "token " << r / kHeads << " head " << r % kHeads
