@@ -117,6 +117,14 @@ Status check_kv_cache_shape(const KvCacheConfig& kv, int64_t head_dim);
 void check_distinct_seats(std::span<const int32_t> seats, int64_t dummy_seat,
                           std::vector<uint8_t>& seen);
 
+// int4_kivi: how many of sequence `seq`'s first blocks are read as pool blocks (or its sink
+// block, a table id >= num_pool_blocks); the rest of its context is read 16-bit from its
+// residual ring and this step's staging. The last full block before the step is the window,
+// read from the ring, when the ring keeps one (ring > 1), it is not a sink block and the seat
+// wrote it (it starts at or after the seat's start). One rule for every backend.
+int64_t int4_pool_end(const ForwardBatch& batch, int64_t seq, int64_t block_size, int ring,
+                      int64_t num_pool_blocks);
+
 // S4KV_CHECKs every invariant above against a cache of `kv` shape and a vocabulary size.
 // Backends call it at the top of forward(); costs O(num_tokens + num_seqs).
 void check_forward_batch(const ForwardBatch& batch, const KvCacheConfig& kv, int64_t vocab_size);

@@ -73,19 +73,14 @@ void Int4KiviKvCache::write(int64_t layer, const ForwardBatch& batch, std::span<
 RotatedValues Int4KiviKvCache::gather_range(int64_t layer, const ForwardBatch& batch, int64_t seq,
                                             int64_t kv_head, int64_t begin, int64_t end,
                                             float* keys, float* values) const {
-  const int64_t q_len = batch.query_start_loc[seq + 1] - batch.query_start_loc[seq];
-  const int64_t start = batch.seq_lens[seq] - q_len;
-  const int64_t num_full = start / block_size_;  // blocks quantized before this step
   S4KV_CHECK(0 <= begin && begin <= end && end <= batch.seq_lens[seq], "int4_kivi gather: [", begin,
              ", ", end, ")");
   const int32_t* table = batch.block_tables.data() + seq * batch.max_num_blocks_per_seq;
   const int64_t d = head_dim_, B = block_size_;
   const auto block_elems = static_cast<size_t>(B * d);
-  // The window: the last full block (not a sink block) is read 16-bit from the slot, like the
-  // tail after it, when the slot holds it. Blocks before `from_pool_end` are pool or sink blocks.
-  const bool window = ring_ > 1 && num_full > 0 && !is_sink(table[num_full - 1]) &&
-                      (num_full - 1) * B >= batch.seat_starts[seq];
-  const int64_t from_pool_end = window ? num_full - 1 : num_full;
+  // Blocks before `from_pool_end` are pool or sink blocks; the window and the tail after them
+  // are read 16-bit from the slot.
+  const int64_t from_pool_end = int4_pool_end(batch, seq, B, static_cast<int>(ring_), num_blocks_);
   int64_t num_sink = 0;  // full sink blocks: 16-bit, as the 16-bit cache holds them
   for (int64_t i = 0; i < from_pool_end; ++i) num_sink += is_sink(table[i]) ? 1 : 0;
   auto row = [&](float* base, int64_t p) {

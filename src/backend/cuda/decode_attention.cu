@@ -834,15 +834,8 @@ void plan_attention(const ForwardBatch& b, const DecodeShape& shape, bool decode
   if (int4) {
     plan.pool_ends.resize(static_cast<size_t>(num_seqs));
     for (int64_t s = 0; s < num_seqs; ++s) {
-      const int32_t* table = b.block_tables.data() + s * b.max_num_blocks_per_seq;
-      const int64_t q_len = b.query_start_loc[s + 1] - b.query_start_loc[s];
-      const int64_t start = b.seq_lens[s] - q_len;
-      const int64_t num_full = start / B;
-      const bool window = shape.ring > 1 && num_full > 0 &&
-                          table[num_full - 1] < shape.num_pool_blocks &&
-                          (num_full - 1) * B >= b.seat_starts[s];
       plan.pool_ends[static_cast<size_t>(s)] =
-          static_cast<int32_t>(window ? num_full - 1 : num_full);
+          static_cast<int32_t>(int4_pool_end(b, s, B, shape.ring, shape.num_pool_blocks));
     }
   }
   std::vector<int64_t> main_blocks;  // per decode sequence: blocks of its main range
