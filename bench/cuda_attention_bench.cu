@@ -6,7 +6,10 @@
 //
 //   cuda_attention_bench [--heads 28/4,32/8] [--batches 1,4,16,64,256]
 //       [--contexts 1024,8192,32768,131072] [--max-tokens 2097152] [--reps 20]
-//       [--formats 16bit,fp8,int4] [--reference]   > results.json
+//       [--formats 16bit,fp8,int4] [--reference] [--block-size 64] [--value-group-size 128]
+//       [--int4-v1] [--check-only]   > results.json
+// --int4-v1: int4_kivi without sink block, window and Hadamard (v2 otherwise); --check-only:
+// the correctness check of every (format, shape), no timing (tools/device_attention.sh check).
 //
 // Caches hold random values (no NaN) in a pool of blocks shared by all sequences: each
 // sequence's block table is a random walk over the pool, which is far larger than L2, so the
@@ -123,7 +126,9 @@ int run(int argc, char** argv) {
   std::vector<std::string> formats = {"16bit", "fp8", "int4"};
   int64_t max_tokens = int64_t{1} << 21;
   int reps = 20;
-  bool reference = false;
+  bool reference = false, int4_v1 = false, check_only = false;
+  int B = 64;    // --block-size
+  int Gv = 128;  // int4_kivi value group
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -151,6 +156,14 @@ int run(int argc, char** argv) {
       while (std::getline(ss, item, ',')) formats.push_back(item);
     } else if (a == "--reference") {
       reference = true;
+    } else if (a == "--block-size") {
+      B = std::atoi(next().c_str());
+    } else if (a == "--value-group-size") {
+      Gv = std::atoi(next().c_str());
+    } else if (a == "--int4-v1") {
+      int4_v1 = true;
+    } else if (a == "--check-only") {
+      check_only = true;
     } else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -161,9 +174,16 @@ int run(int argc, char** argv) {
     return 2;
   }
   const int num_sms = device_sm_count();
-  constexpr int B = 64;    // --block-size default
-  constexpr int Gv = 128;  // int4_kivi value group default
-  const auto layout = *kv::Int4KiviLayout::create(B, kD, Gv);
+  kv::Int4KiviLayout layout;
+  if (std::find(formats.begin(), formats.end(), "int4") != formats.end()) {
+    const auto made = kv::Int4KiviLayout::create(B, kD, Gv);
+    if (!made.is_ok()) {
+      std::fprintf(stderr, "%s\n", made.status().message().c_str());
+      return 2;
+    }
+    layout = *made;
+  }
+  const int ring = int4_v1 ? 1 : 2;
 
   // Copy bandwidth: 2 GiB device to device, bytes read plus written.
   double copy_gbps = 0;
@@ -218,7 +238,7 @@ int run(int argc, char** argv) {
       DeviceBuffer sink, residual, staging_k, staging_v;
       if (int4) {
         sink = DeviceBuffer(static_cast<size_t>((max_batch + 1) * 2 * B * kv_dim * 2));
-        residual = DeviceBuffer(static_cast<size_t>((max_batch + 1) * 2 * 2 * B * kv_dim * 2));
+        residual = DeviceBuffer(static_cast<size_t>((max_batch + 1) * 2 * ring * B * kv_dim * 2));
         staging_k = DeviceBuffer(static_cast<size_t>(max_batch * kv_dim * 2));
         staging_v = DeviceBuffer(static_cast<size_t>(max_batch * kv_dim * 2));
         for (DeviceBuffer* b : {&sink, &residual, &staging_k, &staging_v}) {
@@ -240,7 +260,7 @@ int run(int argc, char** argv) {
               id = static_cast<int32_t>(blk);
               blk = (blk + 1 + pick(rng) % 64) % num_blocks;  // a walk, not a run
             }
-            if (int4) table[0] = static_cast<int32_t>(num_blocks + s);  // the sink block
+            if (int4 && !int4_v1) table[0] = static_cast<int32_t>(num_blocks + s);  // sink block
             builder.add(token, ctx - 1, table, int4 ? s : -1, 0);
           }
           const ForwardBatch fb = builder.batch();
@@ -250,7 +270,7 @@ int run(int argc, char** argv) {
                            : kv::KvCacheDtype::k16Bit;
           ds.block_size = B;
           ds.num_pool_blocks = num_blocks;
-          ds.ring = int4 ? 2 : 1;
+          ds.ring = int4 ? ring : 1;
           ds.num_kv_heads = sh.kv_heads;
           ds.num_sms = num_sms;
           DecodePlan plan;
@@ -298,7 +318,7 @@ int run(int argc, char** argv) {
             at.layout = layout;
             at.num_pool_blocks = num_blocks;
             at.residual = static_cast<const uint16_t*>(residual.data());
-            at.ring = 2;
+            at.ring = ring;
             at.sink = static_cast<const uint16_t*>(sink.data());
             at.staging_k = static_cast<const uint16_t*>(staging_k.data());
             at.staging_v = static_cast<const uint16_t*>(staging_v.data());
@@ -307,7 +327,7 @@ int run(int argc, char** argv) {
             at.pool_ends = static_cast<const int32_t*>(d_pool_ends.data());
             at.rope_cos = static_cast<const float*>(cos.data());
             at.rope_sin = static_cast<const float*>(sin.data());
-            at.value_hadamard = true;
+            at.value_hadamard = !int4_v1;
           } else {
             at.k_cache = base;
             at.v_cache = base + pool_bytes / 2;
@@ -322,7 +342,7 @@ int run(int argc, char** argv) {
           // The first shape of each format: the decode kernels against the reference kernel
           // (fp32 throughout), relative L2 per row.
           double check = -1;
-          if (batch == batches.front() && ctx == contexts.front()) {
+          if (check_only || (batch == batches.front() && ctx == contexts.front())) {
             const size_t elems = static_cast<size_t>(batch) * sh.heads * kD;
             DeviceBuffer fast(elems * 4), exact(elems * 4);
             PagedAttentionArgs c = at;
@@ -346,7 +366,9 @@ int run(int argc, char** argv) {
               check = std::isnan(rel) ? 1e9 : std::max(check, rel);
             }
           }
-          const Result r = time_it([&] { launch_decode_attention(at, dl, nullptr); }, reps);
+          const Result r = check_only
+                               ? Result{0, 0, 0}
+                               : time_it([&] { launch_decode_attention(at, dl, nullptr); }, reps);
           Result ref{0, 0, 0};
           if (reference) {
             ref = time_it([&] { launch_paged_attention(at, nullptr); }, std::max(3, reps / 4));
@@ -357,7 +379,7 @@ int run(int argc, char** argv) {
           for (int s = 0; s < batch; ++s) {
             if (int4) {
               const int64_t pool_end = plan.pool_ends[s];
-              const int64_t int4_blocks = std::max<int64_t>(0, pool_end - 1);
+              const int64_t int4_blocks = std::max<int64_t>(0, pool_end - (int4_v1 ? 0 : 1));
               kv_bytes += static_cast<double>(int4_blocks * layout.block_bytes +
                                               (ctx - int4_blocks * B) * kD * 2 * 2);
             } else {
@@ -366,7 +388,7 @@ int run(int argc, char** argv) {
           }
           kv_bytes *= sh.kv_heads;
           const double bytes = kv_bytes + double(batch) * sh.heads * kD * (4 + 2);
-          const double gbps = bytes / (r.us_median * 1e3);
+          const double gbps = r.us_median > 0 ? bytes / (r.us_median * 1e3) : 0.0;
           std::printf(
               "%s    {\"format\": \"%s\", \"heads\": %d, \"kv_heads\": %d, \"batch\": %d, "
               "\"context\": %d, \"items\": %zu, \"us\": %.2f, \"us_min\": %.2f, \"us_max\": %.2f, "

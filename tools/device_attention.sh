@@ -5,6 +5,9 @@
 # .devcarry/attention_bench.xz, small enough for one call to carry beside the tree. There:
 #   bash tools/device_attention.sh run [attention_bench.py args]   # results under $OUT
 #   bash tools/device_attention.sh ncu [cuda_attention_bench args] # one launch of each kernel
+#   bash tools/device_attention.sh check   # the decode kernels against the exact kernel: every
+#       int4_kivi layout (B 32/64/128 x Gv 32/64/128, v1 and v2), 16-bit and fp8 at B 16/128;
+#       fails past 2e-2 relative L2 (bf16 operands), 4e-3 for fp8
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
@@ -20,12 +23,34 @@ case "${1:-}" in
     tar -C build-attn -cf - cuda_attention_bench BUILD_INFO | xz -9e -T2 > .devcarry/attention_bench.xz
     ls -la .devcarry/attention_bench.xz
     ;;
-  run | ncu)
+  run | ncu | check)
     : "${OUT:?run on the GPU machine, where the device tool sets OUT}"
     mode=$1 && shift
     mkdir -p /tmp/attn && xz -dc .devcarry/attention_bench.xz | tar -C /tmp/attn -xf -
     cat /tmp/attn/BUILD_INFO
-    if [ "$mode" = run ]; then
+    if [ "$mode" = check ]; then
+      bin=/tmp/attn/cuda_attention_bench
+      args=(--check-only --batches 3,17 --contexts 700,2113 --heads 28/4,32/8 --reps 1)
+      {
+        for b in 32 64 128; do
+          for gv in 32 64 128; do
+            for v in "" --int4-v1; do
+              $bin "${args[@]}" --formats int4 --block-size $b --value-group-size $gv $v \
+                2>&1 > /dev/null | grep '^check' | sed "s/^/B $b Gv $gv ${v:-v2} /"
+            done
+          done
+        done
+        for b in 16 128; do
+          $bin "${args[@]}" --formats 16bit,fp8 --block-size $b 2>&1 > /dev/null |
+            grep '^check' | sed "s/^/B $b /"
+        done
+      } | tee "$OUT/check.txt"
+      # 18 int4 layouts x 8 shapes, 2 block sizes x 2 formats x 8 shapes; each within its bound.
+      awk '{e = $NF; lim = ($0 ~ / fp8 /) ? 4e-3 : 2e-2; if (e > lim || e != e + 0) bad = 1; n++}
+           END {if (n != 176) {print "FAILED: " n " checks of 176"; exit 1}
+                if (bad) {print "FAILED: an error past its bound"; exit 1}
+                print "all " n " checks within bounds"}' "$OUT/check.txt"
+    elif [ "$mode" = run ]; then
       S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/attn/BUILD_INFO) \
         python3 bench/attention_bench.py --bin /tmp/attn/cuda_attention_bench \
         --out "$OUT/attention_h200.json" "$@" 2> "$OUT/attention_err.txt" | tee "$OUT/attention.txt"
