@@ -20,16 +20,6 @@ void check_distinct_seats(std::span<const int32_t> seats, int64_t dummy_seat,
   }
 }
 
-int64_t int4_pool_end(const ForwardBatch& b, int64_t seq, int64_t block_size, int ring,
-                      int64_t num_pool_blocks) {
-  const int32_t* table = b.block_tables.data() + seq * b.max_num_blocks_per_seq;
-  const int64_t q_len = b.query_start_loc[seq + 1] - b.query_start_loc[seq];
-  const int64_t num_full = (b.seq_lens[seq] - q_len) / block_size;  // quantized before the step
-  const bool window = ring > 1 && num_full > 0 && table[num_full - 1] < num_pool_blocks &&
-                      (num_full - 1) * block_size >= b.seat_starts[seq];
-  return window ? num_full - 1 : num_full;
-}
-
 void check_forward_batch(const ForwardBatch& b, const KvCacheConfig& kv, int64_t vocab_size) {
   const int64_t num_tokens = b.num_tokens();
   const int64_t num_seqs = b.num_seqs();

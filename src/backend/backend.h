@@ -122,8 +122,15 @@ void check_distinct_seats(std::span<const int32_t> seats, int64_t dummy_seat,
 // residual ring and this step's staging. The last full block before the step is the window,
 // read from the ring, when the ring keeps one (ring > 1), it is not a sink block and the seat
 // wrote it (it starts at or after the seat's start). One rule for every backend.
-int64_t int4_pool_end(const ForwardBatch& batch, int64_t seq, int64_t block_size, int ring,
-                      int64_t num_pool_blocks);
+inline int64_t int4_pool_end(const ForwardBatch& b, int64_t seq, int64_t block_size, int ring,
+                             int64_t num_pool_blocks) {
+  const int32_t* table = b.block_tables.data() + seq * b.max_num_blocks_per_seq;
+  const int64_t q_len = b.query_start_loc[seq + 1] - b.query_start_loc[seq];
+  const int64_t num_full = (b.seq_lens[seq] - q_len) / block_size;  // quantized before the step
+  const bool window = ring > 1 && num_full > 0 && table[num_full - 1] < num_pool_blocks &&
+                      (num_full - 1) * block_size >= b.seat_starts[seq];
+  return window ? num_full - 1 : num_full;
+}
 
 // S4KV_CHECKs every invariant above against a cache of `kv` shape and a vocabulary size.
 // Backends call it at the top of forward(); costs O(num_tokens + num_seqs).
