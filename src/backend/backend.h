@@ -190,6 +190,14 @@ class Backend {
     submit(batch);
     return wait();
   }
+
+  // For `s4kv bench latency`'s weights-only floor of a decode step (every weight read once):
+  // the bytes of the weights as this backend holds them (its own dtype and layout; 0 = unknown),
+  // and the bytes per second of a copy in its memory (read plus written bytes; 0 = unknown).
+  // measure_copy_bandwidth allocates and frees its own buffers and takes about a second; call
+  // it between steps, never during one.
+  virtual int64_t weight_bytes() const { return 0; }
+  virtual double measure_copy_bandwidth() { return 0.0; }
 };
 
 // A backend that computes a step inside submit() (the CPU backend, test fakes, the CUDA backend

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/bench_command.h"
 #include "cli/check_model.h"
 #include "cli/command.h"
 #include "cli/eval_command.h"
@@ -36,6 +37,9 @@ int main(int argc, char** argv) {
   CLI::App app{"S4 KV: an OpenAI-compatible LLM server with an int4 (KIVI) KV cache", "s4kv"};
   app.require_subcommand(1);
   app.set_version_flag("--version", kVersion);
+  std::string command_line;  // recorded by the benchmarks
+  for (int i = 0; i < argc; ++i) command_line += (i > 0 ? " " : "") + std::string(argv[i]);
+  s4kv::cli::add_bench_command(app, command_line);
   s4kv::cli::add_check_model_command(app);
   s4kv::cli::add_eval_command(app);
   s4kv::cli::add_generate_command(app);

@@ -80,6 +80,9 @@ class EngineCore {
   const ResolvedEngineConfig& config() const { return config_; }
   const Scheduler& scheduler() const { return scheduler_; }
   const ModelRunner& model_runner() const { return runner_; }
+  // The backend, for what only tools ask it (s4kv bench: weight_bytes, measure_copy_bandwidth);
+  // never to run a step outside step().
+  backend::Backend& backend() { return *backend_; }
 
  private:
   struct RequestState {

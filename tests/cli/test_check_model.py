@@ -306,5 +306,5 @@ def test_unknown_command_is_named():
                        timeout=60)
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
-    assert lines == ["error: unknown command 'bogus' (commands: check-model, eval, generate, "
-                     "render-chat, serve, tokenize)"]
+    assert lines == ["error: unknown command 'bogus' (commands: bench, check-model, eval, "
+                     "generate, render-chat, serve, tokenize)"]
