@@ -57,9 +57,10 @@ Result<DType> resolve_dtype(const std::string& dtype, const std::string& device,
 #ifdef S4KV_HAVE_CUDA
 namespace {
 cuda::CudaBackendOptions cuda_options(DType compute_dtype, const BackendLimits& limits,
-                                      double gpu_memory_utilization) {
+                                      const DeviceOptions& device) {
   cuda::CudaBackendOptions options;
-  options.gpu_memory_utilization = gpu_memory_utilization;
+  options.gpu_memory_utilization = device.gpu_memory_utilization;
+  options.enforce_eager = device.enforce_eager;
   options.compute_dtype = compute_dtype;
   options.max_num_tokens = limits.max_num_tokens;
   options.max_num_seqs = limits.max_num_seqs;
@@ -79,8 +80,7 @@ Result<std::unique_ptr<Backend>> make_backend(const std::string& device, DType c
   }
   if (device != "cuda") return invalid_argument("--device=" + device + " (supported: cpu, cuda)");
 #ifdef S4KV_HAVE_CUDA
-  return cuda::make_cuda_backend(
-      config, weights, kv, cuda_options(compute_dtype, limits, options.gpu_memory_utilization));
+  return cuda::make_cuda_backend(config, weights, kv, cuda_options(compute_dtype, limits, options));
 #else
   (void)compute_dtype, (void)kv, (void)limits;
   return unsupported("--device cuda: this s4kv was built without the CUDA toolkit");

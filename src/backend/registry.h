@@ -33,6 +33,7 @@ Result<DType> resolve_dtype(const std::string& dtype, const std::string& device,
 struct DeviceOptions {
   double gpu_memory_utilization = 0.9;  // cuda: the share of the GPU profile() gives out
   int cpu_threads = 0;                  // cpu: threads of the forward pass; 0: the cores available
+  bool enforce_eager = false;           // cuda: no CUDA graphs (--enforce-eager)
 };
 
 // Creates the backend of a resolved device ("cpu" | "cuda") and compute dtype, before its

@@ -54,6 +54,7 @@ Result<engine::EngineArgs> engine_args(const EngineFlags& f) {
                             " (0: the cores available, or 1..1024)");
   }
   c.cpu_threads = f.cpu_threads;
+  c.enforce_eager = f.enforce_eager;
   c.max_model_len = f.max_model_len;
   c.max_num_seqs = f.max_num_seqs;
   c.max_num_batched_tokens = f.max_num_batched_tokens;
@@ -101,7 +102,7 @@ void add_engine_flags(CLI::App& sub, EngineFlags& f, bool model_required) {
       ->check(CLI::IsMember({"auto", "bfloat16", "float16", "half", "float32", "float"}))
       ->capture_default_str();
   sub.add_flag("--enforce-eager", f.enforce_eager,
-               "run every step eagerly (no CUDA graphs; every step is eager today)");
+               "run every step eagerly: no CUDA graphs (cuda; decode steps replay them otherwise)");
 }
 
 }  // namespace s4kv::cli

@@ -34,7 +34,7 @@ struct EngineFlags {
   std::string load_format = "auto";
   std::string device = "auto";
   std::string dtype = "auto";
-  bool enforce_eager = false;  // accepted as vLLM's; every step runs eagerly today
+  bool enforce_eager = false;  // cuda: no CUDA graphs (decode steps replay them otherwise)
 };
 
 // Registers the flags on `sub`; `model_required` adds --model as a required option (serve

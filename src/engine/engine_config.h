@@ -36,6 +36,7 @@ struct EngineConfig {
   int64_t kv_cache_memory_bytes = kv::kDefaultKvCacheMemoryBytes;
   double gpu_memory_utilization = 0.9;  // cuda only
   int cpu_threads = 0;                  // cpu only: forward-pass threads; 0: the cores available
+  bool enforce_eager = false;           // cuda only: no CUDA graphs for decode steps
   bool enable_prefix_caching = true;
   uint64_t seed = 0;  // the engine RNG that keys unseeded requests
 };

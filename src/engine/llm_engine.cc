@@ -56,9 +56,10 @@ Result<LlmEngine> load_llm_engine(const EngineArgs& args) {
                                         resolved.scheduler.max_num_seqs,
                                         resolved.scheduler.max_model_len};
     S4KV_ASSIGN_OR_RETURN(
-        backend, backend::make_backend(
-                     e.device, compute_dtype, mc, weights, resolved.kv, limits,
-                     backend::DeviceOptions{config.gpu_memory_utilization, config.cpu_threads}));
+        backend,
+        backend::make_backend(e.device, compute_dtype, mc, weights, resolved.kv, limits,
+                              backend::DeviceOptions{config.gpu_memory_utilization,
+                                                     config.cpu_threads, config.enforce_eager}));
     if (const auto reasons = backend->unsupported(resolved.kv); !reasons.empty()) {
       return unsupported(reasons.front());
     }

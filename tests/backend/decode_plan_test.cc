@@ -2,8 +2,9 @@
 // device: on random batches of every KV format, every decode row's context is covered exactly
 // once by its items (int4_kivi: pool blocks by int4 items, never a sink block; the sink block,
 // window and tail by row items), items are never empty, splits respect the minimum length, the
-// int4 items come first, other rows go to the reference kernel, and the item count stays within
-// max_decode_items (the partial sums are sized by it).
+// int4 items come first, other rows go to the reference kernel, and the item counts stay within
+// decode_capacity per kind (the grids of a CUDA graph replay) and max_decode_items (the partial
+// sums are sized by it).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -67,6 +68,9 @@ TEST(DecodePlan, CoversEveryDecodeRowsContextOnce) {
         SCOPED_TRACE(testing::Message()
                      << "block " << B << " sms " << num_sms << " trial " << trial);
         ASSERT_LE(static_cast<int64_t>(plan.items.size()), max_decode_items(num_seqs, shape));
+        const DecodeCapacity cap = decode_capacity(num_seqs, shape);
+        ASSERT_LE(plan.num_int4_items, cap.int4_items);
+        ASSERT_LE(static_cast<int64_t>(plan.items.size()) - plan.num_int4_items, cap.row_items);
         for (int32_t k = 0; k < static_cast<int32_t>(plan.items.size()); ++k) {
           ASSERT_LT(plan.items[k].begin, plan.items[k].end) << "item " << k;
         }

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +26,7 @@
 #include "backend/forward_batch_builder.h"
 #include "backend/rope_table.h"
 #include "common/half.h"
+#include "common/log.h"
 #include "kv/int4_kivi_layout.h"
 
 namespace s4kv::backend::cuda {
@@ -51,7 +53,7 @@ size_t arena_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_table, int6
   // ForwardBatch's arrays, the int4 fills, the attention plan (items, sequences, prefill rows,
   // pool ends).
   const int64_t i32 = 4 * max_tokens + 4 * max_seqs + 1 + max_table + max_fills * nkv +
-                      3 * max_items + 5 * max_seqs + max_tokens + max_seqs;
+                      3 * max_items + 5 * max_seqs + max_tokens + max_seqs + 4;
   const int64_t i64 = max_tokens + max_fills * nkv;
   return static_cast<size_t>(i32 * 4 + i64 * 8 + max_fills * 12 + 20 * 16 + 4096);
 }
@@ -170,6 +172,9 @@ class CudaBackend final : public SynchronousBackend {
     S4KV_CHECK(initialized_, "cuda backend: kv_cache_config() before init_kv_cache()");
     return kv_;
   }
+  int64_t graph_replays() const { return graph_replays_; }
+  int64_t weight_bytes() const override { return cuda::weight_bytes(config_, act_); }
+  double measure_copy_bandwidth() override;
 
   void load_weights(const model::ModelWeights& weights);
 
@@ -185,8 +190,17 @@ class CudaBackend final : public SynchronousBackend {
   // The cache's buffers for `kv` (and its dummy block and seat), kept in `into`.
   void allocate_cache(const KvCacheConfig& kv, std::vector<DeviceBuffer>& into);
   void profiling_step();
+  // A step in three parts: host plans and the arena's upload (stage), the kernels (launch_forward;
+  // what a CUDA graph captures), then sampling and the copies out (in run).
+  void stage(const ForwardBatch& b, int64_t graph_size);
+  void launch_forward(int64_t n, int64_t num_logits);
   void attention_block(int64_t layer, int64_t n);
   void mlp_block(int64_t layer, int64_t n);
+  // CUDA graphs of decode-only steps: the capture size a batch runs at (0: eagerly), the batch
+  // padded to it, and the capture at start-up.
+  int64_t graph_size(const ForwardBatch& b) const;
+  const ForwardBatch& padded(const ForwardBatch& b, int64_t size);
+  void capture_graphs();
 
   model::ModelConfig config_;
   KvCacheConfig kv_;  // the shape given at construction; num_blocks from init_kv_cache()
@@ -244,23 +258,34 @@ class CudaBackend final : public SynchronousBackend {
   float* logits_ = nullptr;   // [max_tokens, vocab]
   PinnedBuffer logits_host_;
 
-  // This step's device arrays.
+  // This step's device arrays (pointers only: a captured step's are compared bytewise) and
+  // counts. live: [int4 decode items, all decode items, fills, quantizer inputs], what the
+  // kernels of a graph replay read instead of their grids.
   StepArena arena_;
-  struct {
+  struct StepArrays {
     const int32_t *token_ids, *positions, *token_seq, *qsl, *seq_lens, *tables, *logits_rows,
-        *res_slots, *res_starts, *first_pos, *other_tokens, *pool_ends;
+        *res_slots, *res_starts, *first_pos, *other_tokens, *pool_ends, *live;
     const int64_t *slots, *out_index;
     const Int4FillBlock* fills;
     const DecodeItem* items;
     const DecodeSeq* decode_seqs;
-    int64_t max_blocks, num_fills, num_quantized;
   } step_{};
+  int64_t step_max_blocks_ = 0, step_num_fills_ = 0, step_num_quantized_ = 0;
+  int64_t graph_size_ = 0;  // the capture size of the step being staged or launched; 0: eager
   std::vector<int32_t> token_seq_host_;
   Int4FillPlan fills_;
   std::vector<uint8_t> slot_used_;  // check_distinct_seats scratch
 
   CudaSampler sampler_;
   std::vector<SampleOutput> samples_;
+
+  // CUDA graphs (ascending capture sizes), each with the arena addresses it was captured with.
+  std::vector<int64_t> capture_sizes_;
+  std::vector<cudaGraphExec_t> graphs_;
+  std::vector<StepArrays> graph_arrays_;
+  ForwardBatchBuilder pad_builder_;
+  ForwardBatch padded_;
+  int64_t graph_replays_ = 0;
 };
 
 CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& kv,
@@ -283,8 +308,11 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
       layout_(layout),
       ring_(1 + static_cast<int>(kv.num_window_blocks)),
       arena_(static_cast<size_t>(sizes_.arena)),
-      sampler_(config.vocab_size, sizes_.sample_rows, options.max_model_len) {
+      sampler_(config.vocab_size, sizes_.sample_rows, options.max_model_len),
+      pad_builder_(kv.block_size, sizes_.max_blocks_per_seq) {
   S4KV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  pad_builder_.reserve(static_cast<size_t>(options.max_num_seqs),
+                       static_cast<size_t>(options.max_num_seqs));
   gemm_ = std::make_unique<Gemm>(act_, stream_);
   const Sizes& z = sizes_;
 
@@ -329,6 +357,7 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
 }
 
 CudaBackend::~CudaBackend() {
+  for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
     gemm_.reset();
@@ -360,6 +389,7 @@ Status CudaBackend::init_kv_cache(const KvCacheConfig& kv) {
   allocate_cache(kv, owned_);
   kv_ = kv;
   initialized_ = true;
+  capture_graphs();
   return Status::ok();
 }
 
@@ -444,10 +474,38 @@ Result<MemoryProfile> CudaBackend::profile() {
   char util[32];
   std::snprintf(util, sizeof(util), "%.2f", opt_.gpu_memory_utilization);
   p.line = device_description() + ": " + mib(total) + " x " + util + " - in use " + mib(in_use) +
-           " (weights " + mib(weight_bytes(config_, act_)) + ", activations " +
+           " (weights " + mib(cuda::weight_bytes(config_, act_)) + ", activations " +
            mib(sizes_.total()) + ", runtime) - reserve " + mib(kRuntimeReserveBytes) +
            " = KV cache " + mib(kv_bytes);
   return p;
+}
+
+// A device-to-device copy of 1 GiB (or a quarter of the free memory when less), best of 5
+// after a warm-up, timed with events on the backend's stream: read plus written bytes per s.
+double CudaBackend::measure_copy_bandwidth() {
+  size_t free_bytes = 0, total_bytes = 0;
+  S4KV_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const size_t bytes = std::min<size_t>(size_t{1} << 30, free_bytes / 4 / 256 * 256);
+  if (bytes < (size_t{1} << 20)) return 0.0;
+  DeviceBuffer src(bytes), dst(bytes);
+  S4KV_CUDA_CHECK(cudaMemsetAsync(src.data(), 1, bytes, stream_));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  S4KV_CUDA_CHECK(cudaEventCreate(&start));
+  S4KV_CUDA_CHECK(cudaEventCreate(&stop));
+  float best_ms = 0.0f;
+  for (int i = 0; i < 6; ++i) {
+    S4KV_CUDA_CHECK(cudaEventRecord(start, stream_));
+    S4KV_CUDA_CHECK(
+        cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream_));
+    S4KV_CUDA_CHECK(cudaEventRecord(stop, stream_));
+    S4KV_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    S4KV_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (i > 0 && (best_ms == 0.0f || ms < best_ms)) best_ms = ms;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return best_ms > 0.0f ? 2.0 * static_cast<double>(bytes) / (best_ms * 1e-3) : 0.0;
 }
 
 void* CudaBackend::alloc(size_t bytes, std::vector<DeviceBuffer>& into) {
@@ -579,7 +637,7 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
   at.query_start_loc = step_.qsl;
   at.seq_lens = step_.seq_lens;
   at.block_tables = step_.tables;
-  at.max_blocks_per_seq = step_.max_blocks;
+  at.max_blocks_per_seq = step_max_blocks_;
   at.cache = kv_.dtype;
   at.bf16 = kv16_ == DType::kBF16;
   if (int4) {
@@ -616,16 +674,22 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     dl.seqs = step_.decode_seqs;
     dl.num_seqs = static_cast<int32_t>(plan.seqs.size());
     dl.partials = partials_;
+    if (graph_size_ > 0) {  // grids of the capture size's capacity; the counts on the device
+      const DecodeCapacity cap = decode_capacity(graph_size_, decode_shape(config_, kv_, num_sms_));
+      dl.num_int4_items = static_cast<int32_t>(cap.int4_items);
+      dl.num_items = static_cast<int32_t>(cap.int4_items + cap.row_items);
+      dl.live = step_.live;
+    }
     launch_decode_attention(at, dl, stream_);
   }
 
   if (int4) {  // kv_commit
     Int4CommitStep st;
     st.fills = step_.fills;
-    st.num_fills = step_.num_fills;
+    st.num_fills = step_num_fills_;
     st.first_position = step_.first_pos;
     st.out_index = step_.out_index;
-    st.num_quantized = step_.num_quantized;
+    st.num_quantized = step_num_quantized_;
     st.scratch_k = scratch_k_;
     st.scratch_v = scratch_v_;
     st.pool = const_cast<std::byte*>(at.pool);
@@ -636,6 +700,10 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     st.bf16 = at.bf16;
     st.keys_post_rope = kv_.int4_keys_post_rope;
     st.value_hadamard = kv_.int4_value_hadamard;
+    if (graph_size_ > 0) {  // a decode row fills at most one block
+      st.num_fills = st.num_quantized = graph_size_;
+      st.live = step_.live + 2;
+    }
     launch_int4_kivi_commit_step(st, int4_cache_batch(at), int4_cache_layer(at), stream_);
   }
   gemm_->run(attn_, w.o, x_, n, q_dim_, c.hidden_size, true);
@@ -652,19 +720,64 @@ void CudaBackend::mlp_block(int64_t layer, int64_t n) {
   gemm_->run(act_buf_, w.down, x_, n, c.intermediate_size, c.hidden_size, true);
 }
 
-StepOutput CudaBackend::run(const ForwardBatch& b) {
+StepOutput CudaBackend::run(const ForwardBatch& in) {
   S4KV_CHECK(initialized_, "cuda backend: a step before init_kv_cache()");
-  check_forward_batch(b, kv_, config_.vocab_size);
-  const int64_t n = b.num_tokens(), num_seqs = b.num_seqs(), num_logits = b.num_logits();
-  S4KV_CHECK(n <= opt_.max_num_tokens && num_seqs <= opt_.max_num_seqs &&
+  check_forward_batch(in, kv_, config_.vocab_size);
+  const int64_t num_seqs = in.num_seqs(), num_logits = in.num_logits();
+  S4KV_CHECK(in.num_tokens() <= opt_.max_num_tokens && num_seqs <= opt_.max_num_seqs &&
                  num_logits <= opt_.max_num_tokens &&
-                 num_seqs * b.max_num_blocks_per_seq <= opt_.max_num_seqs * max_blocks_per_seq_,
-             "cuda forward: batch of ", n, " tokens, ", num_seqs, " sequences beyond the limits");
-  for (int32_t len : b.seq_lens) {
+                 num_seqs * in.max_num_blocks_per_seq <= opt_.max_num_seqs * max_blocks_per_seq_,
+             "cuda forward: batch of ", in.num_tokens(), " tokens, ", num_seqs,
+             " sequences beyond the limits");
+  for (int32_t len : in.seq_lens) {
     S4KV_CHECK(len <= opt_.max_model_len, "cuda forward: sequence of ", len, " > max_model_len");
   }
+  const int64_t size = graph_size(in);
+  const ForwardBatch& b = size > 0 ? padded(in, size) : in;
+  stage(b, size);
+  if (size > 0) {
+    const auto i =
+        static_cast<size_t>(std::lower_bound(capture_sizes_.begin(), capture_sizes_.end(), size) -
+                            capture_sizes_.begin());
+    S4KV_CHECK(std::memcmp(&step_, &graph_arrays_[i], sizeof(StepArrays)) == 0,
+               "cuda forward: the arena moved under the graph of size ", size);
+    S4KV_CUDA_CHECK(cudaGraphLaunch(graphs_[i], stream_));
+    ++graph_replays_;
+  } else {
+    launch_forward(b.num_tokens(), b.num_logits());
+  }
+  // The logits leave the device only when asked for (eval, tests); sampling reads them there
+  // and returns the token ids (and logprobs asked for), its one wait per step. A padded step's
+  // rows past the batch's are the padding's, never read.
+  const bool sampling = !in.sampling.empty();
+  const bool logits_out = !sampling || in.return_logits;
+  const auto bytes = static_cast<size_t>(num_logits * config_.vocab_size) * 4;
+  if (logits_out && bytes > 0) {
+    S4KV_CUDA_CHECK(
+        cudaMemcpyAsync(logits_host_.data(), logits_, bytes, cudaMemcpyDeviceToHost, stream_));
+  }
+  if (sampling) {
+    sampler_.sample(logits_, in.sampling, stream_, samples_);
+  } else {
+    S4KV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  StepOutput out;
+  if (logits_out) {
+    out.logits = {reinterpret_cast<const float*>(logits_host_.data()),
+                  static_cast<size_t>(num_logits * config_.vocab_size)};
+  }
+  if (sampling) out.samples = samples_;
+  return out;
+}
+
+// The host's part of a step: plans, then the step's arrays in the arena and their upload. With
+// a graph size every array gets the room that size can need, so that its addresses are the
+// ones the graph captured whatever this step's counts.
+void CudaBackend::stage(const ForwardBatch& b, int64_t size) {
+  const int64_t n = b.num_tokens(), num_seqs = b.num_seqs();
   const bool int4 = kv_.dtype == kv::KvCacheDtype::kInt4Kivi;
   const int64_t B = kv_.block_size, nkv = config_.num_key_value_heads;
+  graph_size_ = size;
 
   token_seq_host_.resize(static_cast<size_t>(n));
   for (int64_t s = 0; s < num_seqs; ++s) {
@@ -680,10 +793,28 @@ StepOutput CudaBackend::run(const ForwardBatch& b) {
                max_fills_, ")");
   }
 
-  plan_attention(b, decode_shape(config_, kv_, num_sms_), decode_kernels_, attention_plan_);
-  S4KV_CHECK(static_cast<int64_t>(attention_plan_.items.size()) <= sizes_.decode_items,
-             "cuda forward: ", attention_plan_.items.size(), " attention items (limit ",
-             sizes_.decode_items, ")");
+  const DecodeShape shape = decode_shape(config_, kv_, num_sms_);
+  plan_attention(b, shape, decode_kernels_, attention_plan_);
+  const DecodePlan& plan = attention_plan_;
+  S4KV_CHECK(static_cast<int64_t>(plan.items.size()) <= sizes_.decode_items,
+             "cuda forward: ", plan.items.size(), " attention items (limit ", sizes_.decode_items,
+             ")");
+  // Rooms: a captured size's capacities, or this step's counts.
+  size_t fill_room = fills_.fills.size(), quant_room = fills_.first_position.size();
+  size_t item_room = plan.items.size();
+  if (size > 0) {
+    const DecodeCapacity cap = decode_capacity(size, shape);
+    S4KV_CHECK(static_cast<int64_t>(fills_.fills.size()) <= size &&
+                   plan.num_int4_items <= cap.int4_items &&
+                   static_cast<int64_t>(plan.items.size()) - plan.num_int4_items <= cap.row_items,
+               "cuda forward: a decode step beyond its graph's capacity");
+    fill_room = static_cast<size_t>(size);
+    quant_room = static_cast<size_t>(size * nkv);
+    item_room = static_cast<size_t>(cap.int4_items + cap.row_items);
+  }
+  const int32_t live[4] = {plan.num_int4_items, static_cast<int32_t>(plan.items.size()),
+                           static_cast<int32_t>(fills_.fills.size()),
+                           static_cast<int32_t>(fills_.first_position.size())};
 
   arena_.clear();
   step_.token_ids = arena_.put(b.token_ids.data(), b.token_ids.size());
@@ -692,23 +823,28 @@ StepOutput CudaBackend::run(const ForwardBatch& b) {
   step_.qsl = arena_.put(b.query_start_loc.data(), b.query_start_loc.size());
   step_.seq_lens = arena_.put(b.seq_lens.data(), b.seq_lens.size());
   step_.tables = arena_.put(b.block_tables.data(), b.block_tables.size());
-  step_.max_blocks = b.max_num_blocks_per_seq;
+  step_max_blocks_ = b.max_num_blocks_per_seq;
   step_.logits_rows = arena_.put(b.logits_indices.data(), b.logits_indices.size());
   step_.slots = arena_.put(b.slot_mapping.data(), b.slot_mapping.size());
   step_.res_slots = arena_.put(b.seats.data(), b.seats.size());
   step_.res_starts = arena_.put(b.seat_starts.data(), b.seat_starts.size());
-  step_.fills = arena_.put(fills_.fills.data(), fills_.fills.size());
-  step_.num_fills = int4 ? static_cast<int64_t>(fills_.fills.size()) : 0;
-  step_.first_pos = arena_.put(fills_.first_position.data(), fills_.first_position.size());
-  step_.out_index = arena_.put(fills_.out_index.data(), fills_.out_index.size());
-  step_.num_quantized = int4 ? fills_.num_quantized : 0;
-  const DecodePlan& plan = attention_plan_;
+  step_.fills = arena_.put(fills_.fills.data(), fills_.fills.size(), fill_room);
+  step_num_fills_ = static_cast<int64_t>(fills_.fills.size());
+  step_.first_pos =
+      arena_.put(fills_.first_position.data(), fills_.first_position.size(), quant_room);
+  step_.out_index = arena_.put(fills_.out_index.data(), fills_.out_index.size(), quant_room);
+  step_num_quantized_ = fills_.num_quantized;
   step_.other_tokens = arena_.put(plan.other_tokens.data(), plan.other_tokens.size());
   step_.pool_ends = arena_.put(plan.pool_ends.data(), plan.pool_ends.size());
-  step_.items = arena_.put(plan.items.data(), plan.items.size());
+  step_.items = arena_.put(plan.items.data(), plan.items.size(), item_room);
   step_.decode_seqs = arena_.put(plan.seqs.data(), plan.seqs.size());
+  step_.live = arena_.put(live, 4);
   arena_.upload(stream_);
+}
 
+// The step's kernels, in stream order; nothing here reads host state that a graph replay
+// would not see again (the counts that vary between replays are in step_.live).
+void CudaBackend::launch_forward(int64_t n, int64_t num_logits) {
   launch_embed(embed_, act_, step_.token_ids, x_, n, config_.hidden_size, stream_);
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
     attention_block(layer, n);
@@ -718,30 +854,105 @@ StepOutput CudaBackend::run(const ForwardBatch& b) {
                       config_.hidden_size, static_cast<float>(config_.rms_norm_eps)},
                      stream_);
   gemm_->run(rows_, lm_head_, logits_, num_logits, config_.hidden_size, config_.vocab_size, false);
-  // The logits leave the device only when asked for (eval, tests); sampling reads them there
-  // and returns the token ids (and logprobs asked for), its one wait per step.
-  const bool sampling = !b.sampling.empty();
-  const bool logits_out = !sampling || b.return_logits;
-  const auto bytes = static_cast<size_t>(num_logits * config_.vocab_size) * 4;
-  if (logits_out && bytes > 0) {
-    S4KV_CUDA_CHECK(
-        cudaMemcpyAsync(logits_host_.data(), logits_, bytes, cudaMemcpyDeviceToHost, stream_));
+}
+
+// vLLM's capture sizes (1, 2, 4, then multiples of 8 up to 256 and of 16 beyond), up to the
+// largest decode-only step (max_num_seqs rows, within max_num_tokens), which is a size too.
+std::vector<int64_t> cuda_graph_sizes(int64_t largest) {
+  std::vector<int64_t> sizes;
+  for (int64_t s : {1, 2, 4}) {
+    if (s <= largest) sizes.push_back(s);
   }
-  if (sampling) {
-    sampler_.sample(logits_, b.sampling, stream_, samples_);
-  } else {
+  for (int64_t s = 8; s <= largest && s <= 512; s += s < 256 ? 8 : 16) sizes.push_back(s);
+  if (sizes.empty() || (sizes.back() < largest && largest <= 512)) sizes.push_back(largest);
+  return sizes;
+}
+
+// A decode-only step (one token per sequence, every row's logits in row order) of at most the
+// largest capture size replays the graph of the smallest size that holds it.
+int64_t CudaBackend::graph_size(const ForwardBatch& b) const {
+  if (capture_sizes_.empty()) return 0;
+  const int64_t n = b.num_tokens();
+  if (n != b.num_seqs() || n > capture_sizes_.back() || b.num_logits() != n) return 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (b.logits_indices[static_cast<size_t>(i)] != i) return 0;
+  }
+  return *std::lower_bound(capture_sizes_.begin(), capture_sizes_.end(), n);
+}
+
+// The batch, block tables at the full stride (max_blocks_per_seq_), then padding sequences
+// (one token at position 0 on the dummy block and seat, backend.h) up to `size`.
+// Every sequence gets a seat (the dummy seat where the batch gives none: only int4_kivi reads
+// seats), so that the arena's layout is the capture's.
+const ForwardBatch& CudaBackend::padded(const ForwardBatch& b, int64_t size) {
+  pad_builder_.clear();
+  const bool seats = !b.seats.empty();
+  const auto dummy_seat = static_cast<int32_t>(kv_.dummy_seat());
+  for (int64_t s = 0; s < b.num_seqs(); ++s) {
+    const int64_t len = b.seq_lens[s];
+    pad_builder_.add({b.token_ids.data() + s, 1}, len - 1,
+                     {b.block_tables.data() + s * b.max_num_blocks_per_seq,
+                      static_cast<size_t>(ceil_div(len, kv_.block_size))},
+                     seats ? b.seats[s] : dummy_seat, seats ? b.seat_starts[s] : 0);
+  }
+  const int32_t token = 0, dummy = static_cast<int32_t>(kv_.dummy_block());
+  for (int64_t s = b.num_seqs(); s < size; ++s)
+    pad_builder_.add({&token, 1}, 0, {&dummy, 1}, dummy_seat, 0);
+  pad_builder_.want_all_logits();
+  padded_ = pad_builder_.batch();
+  return padded_;
+}
+
+// At start-up (after the cache exists; --enforce-eager skips it): per capture size, one eager
+// step of padding sequences in the graph's arena layout (kernel attributes, GEMM plans), the
+// same kernels captured into a graph, and one replay. Padding writes only the dummy block and
+// seat.
+void CudaBackend::capture_graphs() {
+  if (opt_.enforce_eager) return;
+  const auto start = std::chrono::steady_clock::now();
+  size_t free_before = 0, free_after = 0, total = 0;
+  S4KV_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+  const std::vector<int64_t> sizes =
+      cuda_graph_sizes(std::min(opt_.max_num_seqs, opt_.max_num_tokens));
+  graphs_.assign(sizes.size(), nullptr);
+  graph_arrays_.assign(sizes.size(), StepArrays{});
+  const ForwardBatch none;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    const int64_t size = sizes[i];
+    const ForwardBatch& b = padded(none, size);
+    stage(b, size);
+    launch_forward(size, size);
+    S4KV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    cudaGraph_t graph = nullptr;
+    S4KV_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    launch_forward(size, size);
+    S4KV_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    S4KV_CUDA_CHECK(cudaGraphInstantiate(&graphs_[i], graph, 0));
+    S4KV_CUDA_CHECK(cudaGraphDestroy(graph));
+    graph_arrays_[i] = step_;
+    S4KV_CUDA_CHECK(cudaGraphLaunch(graphs_[i], stream_));
     S4KV_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
-  StepOutput out;
-  if (logits_out) {
-    out.logits = {reinterpret_cast<const float*>(logits_host_.data()),
-                  static_cast<size_t>(num_logits * config_.vocab_size)};
-  }
-  if (sampling) out.samples = samples_;
-  return out;
+  graph_size_ = 0;
+  capture_sizes_ = sizes;
+  S4KV_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  char line[160];
+  std::snprintf(line, sizeof(line),
+                "CUDA graphs: %zu decode batch sizes (1 .. %lld) captured in %.1f s, %lld MiB",
+                sizes.size(), static_cast<long long>(sizes.back()), seconds,
+                static_cast<long long>(
+                    (static_cast<int64_t>(free_before) - static_cast<int64_t>(free_after)) >> 20));
+  log_info("cuda", line);
 }
 
 }  // namespace
+
+int64_t cuda_graph_replays(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda != nullptr ? cuda->graph_replays() : -1;
+}
 
 int64_t weight_bytes(const model::ModelConfig& c, DType compute_dtype) {
   const int64_t as = act_size(compute_dtype);

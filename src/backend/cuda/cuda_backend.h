@@ -30,7 +30,13 @@ struct CudaBackendOptions {
   int64_t max_model_len = 0;   // the longest sequence
   // profile(): the KV cache gets this share of the device's memory minus what is in use then.
   double gpu_memory_utilization = 0.9;
+  // --enforce-eager: no CUDA graphs. Otherwise init_kv_cache captures one per decode batch size
+  // (vLLM's sizes up to max_num_seqs) and decode-only steps replay them, padded.
+  bool enforce_eager = false;
 };
+
+// How many steps of `backend` replayed a CUDA graph (-1: not a CUDA backend). For tests.
+int64_t cuda_graph_replays(const Backend& backend);
 
 // Device bytes the weights take in a compute dtype.
 int64_t weight_bytes(const model::ModelConfig& config, DType compute_dtype);

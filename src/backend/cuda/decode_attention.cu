@@ -296,6 +296,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                 "the epilogue reuses the stages");
   extern __shared__ __align__(16) unsigned char dsmem[];
   unsigned char* stages = dsmem;
+  if (d.live != nullptr && static_cast<int>(blockIdx.x) >= d.live[0]) return;  // graph replay
   const DecodeItem it = d.items[blockIdx.x];
   const int g = blockIdx.y;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
@@ -566,7 +567,9 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   constexpr int kChunks = (kRowBytes - 16) / 16;
   constexpr int kStageBytes = 2 * kTile * kRowBytes;
   extern __shared__ __align__(16) unsigned char dsmem[];
-  const int item = d.num_int4_items + blockIdx.x;
+  // Graph replay: the grid is the plan's capacity; the step's counts are in d.live.
+  const int item = (d.live != nullptr ? d.live[0] : d.num_int4_items) + blockIdx.x;
+  if (d.live != nullptr && item >= d.live[1]) return;
   const DecodeItem it = d.items[item];
   const int g = blockIdx.y;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
@@ -813,11 +816,17 @@ bool decode_kernels_support(int num_heads, int num_kv_heads, const PagedAttentio
   return true;
 }
 
-int64_t max_decode_items(int64_t max_num_seqs, const DecodeShape& shape) {
-  // plan_attention: at most target + one per sequence of split items, plus two row items per
-  // int4_kivi sequence.
+DecodeCapacity decode_capacity(int64_t num_seqs, const DecodeShape& shape) {
+  // plan_attention: at most target + one per sequence of split items (int4 items, or the row
+  // items of the other formats), plus two row items per int4_kivi sequence.
   const int64_t target = (4 * int64_t{shape.num_sms} + shape.num_kv_heads - 1) / shape.num_kv_heads;
-  return target + 3 * max_num_seqs;
+  if (shape.cache == kv::KvCacheDtype::kInt4Kivi) return {target + num_seqs, 2 * num_seqs};
+  return {0, target + num_seqs};
+}
+
+int64_t max_decode_items(int64_t max_num_seqs, const DecodeShape& shape) {
+  const DecodeCapacity c = decode_capacity(max_num_seqs, shape);
+  return c.int4_items + c.row_items;
 }
 
 void plan_attention(const ForwardBatch& b, const DecodeShape& shape, bool decode,

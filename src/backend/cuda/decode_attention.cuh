@@ -62,7 +62,12 @@ struct DecodePlan {
                                       // sink blocks; the rest is read from the residual ring
 };
 
-// The most items a step can make (sizes the partial sums at start-up).
+// The most items a step of num_seqs decode sequences can make, per kind (the grids of a
+// captured step), and in all (sizes the partial sums at start-up).
+struct DecodeCapacity {
+  int64_t int4_items = 0, row_items = 0;
+};
+DecodeCapacity decode_capacity(int64_t num_seqs, const DecodeShape& shape);
 int64_t max_decode_items(int64_t max_num_seqs, const DecodeShape& shape);
 
 // Plans a step: every q_len 1 row goes to the decode kernels when `decode` is true, other rows
@@ -80,6 +85,10 @@ struct DecodeLaunch {
   const DecodeSeq* seqs = nullptr;
   int32_t num_seqs = 0;
   float* partials = nullptr;  // [max items, num_heads, 130]
+  // CUDA graph replay (the grids fixed at capture): num_int4_items and num_items - num_int4_items
+  // are capacities (decode_capacity) and the step's counts are in device memory, live[0] int4
+  // items and live[1] all items; blocks past them return at once. Null: the counts above.
+  const int32_t* live = nullptr;
 };
 
 // The decode rows: item kernels, then the merge into a.out (a.token_list is not used).

@@ -14,8 +14,9 @@ __device__ inline int64_t ring_row(int64_t p, int b, int ring) {
 
 // Block (fill f, token t): the 16-bit K and V rows (every kv head) of position index * B + t.
 __global__ void gather_fills_kernel(const Int4FillBlock* fills, Int4CacheBatch batch,
-                                    Int4CacheLayer layer, uint16_t* scratch_k,
-                                    uint16_t* scratch_v) {
+                                    Int4CacheLayer layer, uint16_t* scratch_k, uint16_t* scratch_v,
+                                    const int32_t* live_fills) {
+  if (live_fills != nullptr && static_cast<int>(blockIdx.x) >= *live_fills) return;
   const Int4FillBlock f = fills[blockIdx.x];
   const int t = blockIdx.y;
   const int b = layer.block_size;
@@ -98,13 +99,15 @@ void plan_int4_fills(const ForwardBatch& b, int64_t num_pool_blocks, int64_t blo
 
 void launch_int4_kivi_gather_fills(const Int4FillBlock* fills, int64_t num_fills,
                                    const Int4CacheBatch& batch, const Int4CacheLayer& layer,
-                                   uint16_t* scratch_k, uint16_t* scratch_v, cudaStream_t stream) {
+                                   uint16_t* scratch_k, uint16_t* scratch_v, cudaStream_t stream,
+                                   const int32_t* live_fills) {
   S4KV_CHECK(num_fills >= 0 && num_fills <= 0x7fffffff && layer.block_size > 0 &&
                  layer.block_size <= 65535 && layer.num_kv_heads > 0 && layer.ring >= 1,
              "int4_kivi gather_fills: shape");
   if (num_fills == 0) return;
   const dim3 grid(static_cast<unsigned>(num_fills), static_cast<unsigned>(layer.block_size));
-  gather_fills_kernel<<<grid, 256, 0, stream>>>(fills, batch, layer, scratch_k, scratch_v);
+  gather_fills_kernel<<<grid, 256, 0, stream>>>(fills, batch, layer, scratch_k, scratch_v,
+                                                live_fills);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -145,7 +148,7 @@ Int4CacheLayer int4_cache_layer(const PagedAttentionArgs& at) {
 void launch_int4_kivi_commit_step(const Int4CommitStep& st, const Int4CacheBatch& batch,
                                   const Int4CacheLayer& layer, cudaStream_t stream) {
   launch_int4_kivi_gather_fills(st.fills, st.num_fills, batch, layer, st.scratch_k, st.scratch_v,
-                                stream);
+                                stream, st.live);
   Int4KiviCommitArgs cm;
   cm.keys = st.scratch_k;
   cm.values = st.scratch_v;
@@ -158,6 +161,7 @@ void launch_int4_kivi_commit_step(const Int4CommitStep& st, const Int4CacheBatch
   cm.blocks = st.pool;
   cm.out_index = st.out_index;
   cm.num_blocks = st.num_quantized * layer.num_kv_heads;
+  cm.live_blocks = st.live == nullptr ? nullptr : st.live + 1;
   cm.layout = st.layout;
   cm.value_hadamard = st.value_hadamard;
   launch_int4_kivi_commit(cm, stream);

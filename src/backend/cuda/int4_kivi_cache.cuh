@@ -64,10 +64,12 @@ struct Int4FillPlan {
 void plan_int4_fills(const ForwardBatch& batch, int64_t num_pool_blocks, int64_t block_size,
                      int64_t num_kv_heads, Int4FillPlan& plan);
 
-// scratch_k / scratch_v: [num_quantized, num_kv_heads, B, 128] 16-bit bits.
+// scratch_k / scratch_v: [num_quantized, num_kv_heads, B, 128] 16-bit bits. live_fills (device,
+// or null): CUDA graph replay, num_fills is the grid's capacity and *live_fills the step's count.
 void launch_int4_kivi_gather_fills(const Int4FillBlock* fills, int64_t num_fills,
                                    const Int4CacheBatch& batch, const Int4CacheLayer& layer,
-                                   uint16_t* scratch_k, uint16_t* scratch_v, cudaStream_t stream);
+                                   uint16_t* scratch_k, uint16_t* scratch_v, cudaStream_t stream,
+                                   const int32_t* live_fills = nullptr);
 
 void launch_int4_kivi_residual_write(const Int4CacheBatch& batch, const Int4CacheLayer& layer,
                                      cudaStream_t stream);
@@ -99,6 +101,10 @@ struct Int4CommitStep {
   bool bf16 = true;
   bool keys_post_rope = false;
   bool value_hadamard = false;
+  // CUDA graph replay (grids fixed at capture): num_fills and num_quantized are capacities and
+  // the step's counts are in device memory, live[0] fills and live[1] quantizer inputs (blocks
+  // times kv heads). Null: the counts above.
+  const int32_t* live = nullptr;
 };
 void launch_int4_kivi_commit_step(const Int4CommitStep& step, const Int4CacheBatch& batch,
                                   const Int4CacheLayer& layer, cudaStream_t stream);

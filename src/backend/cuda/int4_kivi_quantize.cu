@@ -80,12 +80,13 @@ struct SixteenBitInput {
 
 template <typename Input>
 __global__ void quantize_kernel(Input in, std::byte* blocks, const int64_t* out_index,
-                                kv::Int4KiviLayout l, bool hadamard) {
+                                kv::Int4KiviLayout l, bool hadamard, const int32_t* live_blocks) {
   __shared__ float row[kD];
   __shared__ uint8_t codes[kD];
   const int c = threadIdx.x;
   const int b = l.block_size;
   const size_t blk = blockIdx.x;
+  if (live_blocks != nullptr && static_cast<int64_t>(blk) >= *live_blocks) return;
   std::byte* out =
       blocks + (out_index != nullptr ? static_cast<size_t>(out_index[blk]) : blk) * l.block_bytes;
   auto* k_codes = reinterpret_cast<uint32_t*>(out + l.k_codes_offset);
@@ -156,7 +157,7 @@ void launch_int4_kivi_quantize(const Int4KiviQuantizeArgs& a, cudaStream_t strea
              "int4_kivi quantize: null buffer");
   const Fp32Input in{a.keys, a.values, a.layout.block_size};
   quantize_kernel<<<static_cast<unsigned>(a.num_blocks), kD, 0, stream>>>(
-      in, a.blocks, nullptr, a.layout, a.value_hadamard);
+      in, a.blocks, nullptr, a.layout, a.value_hadamard, nullptr);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -170,7 +171,7 @@ void launch_int4_kivi_commit(const Int4KiviCommitArgs& a, cudaStream_t stream) {
   const SixteenBitInput in{a.keys, a.values, a.bf16,           a.first_position,
                            a.cos,  a.sin,    a.keys_post_rope, a.layout.block_size};
   quantize_kernel<<<static_cast<unsigned>(a.num_blocks), kD, 0, stream>>>(
-      in, a.blocks, a.out_index, a.layout, a.value_hadamard);
+      in, a.blocks, a.out_index, a.layout, a.value_hadamard, a.live_blocks);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 

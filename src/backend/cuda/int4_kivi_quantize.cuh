@@ -49,6 +49,8 @@ struct Int4KiviCommitArgs {
   int64_t num_blocks = 0;
   kv::Int4KiviLayout layout;
   bool value_hadamard = false;
+  // CUDA graph replay: num_blocks is the grid's capacity and *live_blocks (device) the count.
+  const int32_t* live_blocks = nullptr;
 };
 
 void launch_int4_kivi_commit(const Int4KiviCommitArgs& args, cudaStream_t stream);

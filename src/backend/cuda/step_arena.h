@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <span>
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
@@ -47,12 +48,22 @@ class StepArena {
  public:
   explicit StepArena(size_t bytes) : host_(bytes), device_(bytes) {}
   void clear() { used_ = 0; }
-  // Copies n elements to the arena; returns their device address.
+  // Copies n elements to the arena, in room for `room` (>= n; a captured step's arrays keep
+  // the same addresses whatever this step's counts); returns their device address.
   template <typename T>
-  const T* put(const T* src, size_t n) {
-    T* dst = alloc<T>(n);
+  const T* put(const T* src, size_t n, size_t room) {
+    S4KV_CHECK(n <= room, "cuda step arena: ", n, " elements in room for ", room);
+    T* dst = alloc<T>(room);
     if (n > 0) std::memcpy(dst, src, n * sizeof(T));
     return device_of(dst);
+  }
+  template <typename T>
+  const T* put(const T* src, size_t n) {
+    return put(src, n, n);
+  }
+  template <typename T>
+  const T* put(std::span<const T> src, size_t room) {
+    return put(src.data(), src.size(), room);
   }
   template <typename T>
   T* alloc(size_t n) {
