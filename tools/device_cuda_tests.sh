@@ -23,6 +23,8 @@
 #   e2e       the tests/server suite against `s4kv serve --device cuda` (S4KV_SERVE_ARGS)
 #   capacity  KV tokens and maximum concurrency of every format on the full 7B / 8B configs
 #             (bench/gpu_capacity.py, dummy weights)
+#   perf      s4kv bench latency / throughput of every format on the full Qwen2.5-7B config
+#             (bench/gpu_perf.py; PERF_SUITES, PERF_LONG_PROMPTS)
 #   attention decode attention of every format beside torch SDPA (bench/attention_bench.py;
 #             ATTENTION_ARGS, e.g. --quick)
 # Everything lands in $OUT/summary.txt and $OUT/results.tar.gz.

@@ -199,6 +199,14 @@ case $step in
     S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/s4kv/BUILD_INFO) \
       python3 bench/gpu_capacity.py --bin /tmp/s4kv/bin/s4kv --out $res/capacity_h200.json
     ;;
+  perf)
+    # s4kv bench latency / throughput of every format on the full Qwen2.5-7B config (dummy
+    # weights): PERF_SUITES (bench/gpu_perf.py's --suites), PERF_LONG_PROMPTS.
+    S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/s4kv/BUILD_INFO) \
+      python3 bench/gpu_perf.py --bin /tmp/s4kv/bin/s4kv --out $res/perf_h200.json \
+      --suites "${PERF_SUITES:-latency,short}" --long-prompts "${PERF_LONG_PROMPTS:-512}" \
+      --timeout "${PERF_TIMEOUT:-600}"
+    ;;
   attention)
     # Decode attention, every format, beside torch SDPA fp16 (bench/attention_bench.py).
     S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/s4kv/BUILD_INFO) \
