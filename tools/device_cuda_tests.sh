@@ -37,7 +37,9 @@ cd "$(dirname "$0")/.."
 root=$PWD
 case "${1:-}" in
   pack)
-    grep -qx '/.devcarry/' .git/info/exclude || echo '/.devcarry/' >> .git/info/exclude
+    exclude=$(git rev-parse --git-path info/exclude)  # a worktree's .git is a file
+    mkdir -p "$(dirname "$exclude")"
+    grep -qx '/.devcarry/' "$exclude" 2>/dev/null || echo '/.devcarry/' >> "$exclude"
     if [ ! -f build-device/CMakeCache.txt ]; then
       cmake -S . -B build-device -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DS4KV_BUILD_BENCH=ON \
