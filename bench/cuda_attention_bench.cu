@@ -11,6 +11,9 @@
 // --int4-v1: int4_kivi without sink block, window and Hadamard (v2 otherwise); --check-only:
 // the correctness check of every (format, shape), no timing (tools/device_attention.sh check).
 //
+//   cuda_attention_bench --prefill [...]: prefill attention instead (cuda_prefill_bench.cu has
+//   its options): the tensor-core prefill kernels against the reference kernel.
+//
 // Caches hold random values (no NaN) in a pool of blocks shared by all sequences: each
 // sequence's block table is a random walk over the pool, which is far larger than L2, so the
 // bytes come from device memory as they would from distinct sequences.
@@ -34,90 +37,11 @@
 #include "backend/cuda/paged_attention.cuh"
 #include "backend/forward_batch_builder.h"
 #include "backend/rope_table.h"
+#include "cuda_bench_util.cuh"
 #include "kv/int4_kivi_layout.h"
 
 namespace s4kv::backend::cuda {
 namespace {
-
-constexpr int kD = 128;
-
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::atoi(item.c_str()));
-  return out;
-}
-
-__global__ void fill_random_u32(uint32_t* p, int64_t n, uint32_t seed, uint32_t mask,
-                                uint32_t add) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    x ^= x >> 15;
-    x *= 2246822519u;
-    x ^= x >> 13;
-    p[i] = (x & mask) + add;
-  }
-}
-
-// Random 32-bit words: every 16-bit half a bf16 / fp16 in about +-2 (exponent 0x3f/0x40 for
-// bf16, 0x3c..0x3f for fp16 by masking), every byte an fp8_e4m3 that is not NaN.
-void fill(void* p, int64_t bytes, uint32_t seed, uint32_t mask, uint32_t add) {
-  fill_random_u32<<<1024, 256>>>(static_cast<uint32_t*>(p), bytes / 4, seed, mask, add);
-  S4KV_CUDA_CHECK(cudaGetLastError());
-}
-
-// int4_kivi blocks: random codes, fp16 scales in [2^-6, 2^-5), zeros in [-1, -0.5).
-__global__ void fill_int4_params(std::byte* pool, int64_t num_blocks, kv::Int4KiviLayout l) {
-  for (int64_t b = blockIdx.x; b < num_blocks; b += gridDim.x) {
-    std::byte* base = pool + b * static_cast<int64_t>(l.block_bytes);
-    auto* ks = reinterpret_cast<uint16_t*>(base + l.k_scale_offset);
-    auto* kz = reinterpret_cast<uint16_t*>(base + l.k_zero_offset);
-    auto* vs = reinterpret_cast<uint16_t*>(base + l.v_scale_offset);
-    auto* vz = reinterpret_cast<uint16_t*>(base + l.v_zero_offset);
-    for (int i = threadIdx.x; i < kD; i += blockDim.x) {
-      ks[i] = static_cast<uint16_t>(0x2400 | ((i * 37 + b) & 0x3ff));
-      kz[i] = static_cast<uint16_t>(0xb800 | ((i * 11 + b) & 0x3ff));
-    }
-    const int nv = l.block_size * (l.head_dim / l.value_group_size);
-    for (int i = threadIdx.x; i < nv; i += blockDim.x) {
-      vs[i] = static_cast<uint16_t>(0x2400 | ((i * 37 + b) & 0x3ff));
-      vz[i] = static_cast<uint16_t>(0xb800 | ((i * 11 + b) & 0x3ff));
-    }
-  }
-}
-
-struct Shape {
-  int heads, kv_heads;
-};
-
-struct Result {
-  double us_median, us_min, us_max;
-};
-
-template <typename F>
-Result time_it(F&& launch, int reps) {
-  cudaEvent_t a, b;
-  S4KV_CUDA_CHECK(cudaEventCreate(&a));
-  S4KV_CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) launch();
-  S4KV_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    S4KV_CUDA_CHECK(cudaEventRecord(a));
-    launch();
-    S4KV_CUDA_CHECK(cudaEventRecord(b));
-    S4KV_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    S4KV_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000.0);
-  }
-  std::sort(t.begin(), t.end());
-  S4KV_CUDA_CHECK(cudaEventDestroy(a));
-  S4KV_CUDA_CHECK(cudaEventDestroy(b));
-  return {t[t.size() / 2], t.front(), t.back()};
-}
 
 int run(int argc, char** argv) {
   std::vector<Shape> shapes = {{28, 4}, {32, 8}};
@@ -133,14 +57,7 @@ int run(int argc, char** argv) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
     if (a == "--heads") {
-      shapes.clear();
-      std::stringstream ss(next());
-      std::string item;
-      while (std::getline(ss, item, ',')) {
-        const auto slash = item.find('/');
-        shapes.push_back(
-            {std::atoi(item.substr(0, slash).c_str()), std::atoi(item.substr(slash + 1).c_str())});
-      }
+      shapes = parse_shapes(next());
     } else if (a == "--batches") {
       batches = parse_list(next());
     } else if (a == "--contexts") {
@@ -420,4 +337,9 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace s4kv::backend::cuda
 
-int main(int argc, char** argv) { return s4kv::backend::cuda::run(argc, argv); }
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--prefill") return s4kv::backend::cuda::run_prefill(argc, argv);
+  }
+  return s4kv::backend::cuda::run(argc, argv);
+}

@@ -8,14 +8,17 @@
 #   bash tools/device_attention.sh check   # the decode kernels against the exact kernel: every
 #       int4_kivi layout (B 32/64/128 x Gv 32/64/128, v1 and v2), 16-bit and fp8 at B 16/128;
 #       fails past 2e-2 relative L2 (bf16 operands), 4e-3 for fp8
+#   bash tools/device_attention.sh prefill [cuda_attention_bench --prefill args]  # the prefill
+#       kernels against the reference kernel, every format: $OUT/prefill_h200.json, the table
+#       in $OUT/prefill.txt; fails when a case's check is past 2e-2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
   build)
     mkdir -p build-attn .devcarry
     nvcc -std=c++20 -O3 -arch=sm_90 -Isrc -o build-attn/cuda_attention_bench \
-      bench/cuda_attention_bench.cu src/backend/cuda/decode_attention.cu \
-      src/backend/cuda/paged_attention.cu src/backend/cuda/device.cu src/backend/rope_table.cc \
+      bench/cuda_attention_bench.cu bench/cuda_prefill_bench.cu src/backend/cuda/decode_attention.cu \
+      src/backend/cuda/prefill_attention.cu src/backend/cuda/paged_attention.cu src/backend/cuda/device.cu src/backend/rope_table.cc \
       src/backend/cpu/rope.cc src/backend/forward_batch_builder.cc src/common/check.cc src/common/dtype.cc \
       src/kv/int4_kivi_layout.cc src/kv/kv_format.cc
     strip build-attn/cuda_attention_bench
@@ -23,12 +26,19 @@ case "${1:-}" in
     tar -C build-attn -cf - cuda_attention_bench BUILD_INFO | xz -9e -T2 > .devcarry/attention_bench.xz
     ls -la .devcarry/attention_bench.xz
     ;;
-  run | ncu | check)
+  run | ncu | check | prefill)
     : "${OUT:?run on the GPU machine, where the device tool sets OUT}"
     mode=$1 && shift
     mkdir -p /tmp/attn && xz -dc .devcarry/attention_bench.xz | tar -C /tmp/attn -xf -
     cat /tmp/attn/BUILD_INFO
-    if [ "$mode" = check ]; then
+    if [ "$mode" = prefill ]; then
+      status=0
+      /tmp/attn/cuda_attention_bench --prefill "$@" > "$OUT/prefill_h200.json" \
+        2> "$OUT/prefill.txt" || status=$?
+      cat "$OUT/prefill.txt"
+      [ "$status" = 0 ] || { echo "FAILED: exit status $status"; exit 1; }
+      if grep -q FAILED "$OUT/prefill.txt"; then echo "FAILED: a check past 2e-2"; exit 1; fi
+    elif [ "$mode" = check ]; then
       bin=/tmp/attn/cuda_attention_bench
       args=(--check-only --batches 3,17 --contexts 700,2113 --heads 28/4,32/8 --reps 1)
       {
@@ -62,5 +72,5 @@ case "${1:-}" in
         "$OUT/ncu.txt" | head -120
     fi
     ;;
-  *) echo "usage: $0 build|run|ncu ..." >&2; exit 2 ;;
+  *) echo "usage: $0 build|run|ncu|check|prefill ..." >&2; exit 2 ;;
 esac

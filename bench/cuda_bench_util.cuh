@@ -1,0 +1,121 @@
+// Helpers shared by the attention bench's modes (cuda_attention_bench.cu: decode,
+// cuda_prefill_bench.cu: --prefill): random device fills that never make a NaN, int4_kivi block
+// parameters, CUDA-event timing (median of reps after warm-up), list parsing. Bench code: each
+// including file gets its own copy (internal linkage).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "kv/int4_kivi_layout.h"
+
+namespace s4kv::backend::cuda {
+namespace {  // NOLINT(google-build-namespaces): one copy per bench source
+
+constexpr int kD = 128;
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::atoi(item.c_str()));
+  return out;
+}
+
+__global__ void fill_random_u32(uint32_t* p, int64_t n, uint32_t seed, uint32_t mask,
+                                uint32_t add) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 15;
+    x *= 2246822519u;
+    x ^= x >> 13;
+    p[i] = (x & mask) + add;
+  }
+}
+
+// Random 32-bit words: every 16-bit half a bf16 / fp16 in about +-2 (exponent 0x3f/0x40 for
+// bf16, 0x3c..0x3f for fp16 by masking), every byte an fp8_e4m3 that is not NaN.
+void fill(void* p, int64_t bytes, uint32_t seed, uint32_t mask, uint32_t add) {
+  fill_random_u32<<<1024, 256>>>(static_cast<uint32_t*>(p), bytes / 4, seed, mask, add);
+  S4KV_CUDA_CHECK(cudaGetLastError());
+}
+
+// int4_kivi blocks: random codes, fp16 scales in [2^-6, 2^-5), zeros in [-1, -0.5).
+__global__ void fill_int4_params(std::byte* pool, int64_t num_blocks, kv::Int4KiviLayout l) {
+  for (int64_t b = blockIdx.x; b < num_blocks; b += gridDim.x) {
+    std::byte* base = pool + b * static_cast<int64_t>(l.block_bytes);
+    auto* ks = reinterpret_cast<uint16_t*>(base + l.k_scale_offset);
+    auto* kz = reinterpret_cast<uint16_t*>(base + l.k_zero_offset);
+    auto* vs = reinterpret_cast<uint16_t*>(base + l.v_scale_offset);
+    auto* vz = reinterpret_cast<uint16_t*>(base + l.v_zero_offset);
+    for (int i = threadIdx.x; i < kD; i += blockDim.x) {
+      ks[i] = static_cast<uint16_t>(0x2400 | ((i * 37 + b) & 0x3ff));
+      kz[i] = static_cast<uint16_t>(0xb800 | ((i * 11 + b) & 0x3ff));
+    }
+    const int nv = l.block_size * (l.head_dim / l.value_group_size);
+    for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+      vs[i] = static_cast<uint16_t>(0x2400 | ((i * 37 + b) & 0x3ff));
+      vz[i] = static_cast<uint16_t>(0xb800 | ((i * 11 + b) & 0x3ff));
+    }
+  }
+}
+
+struct Shape {
+  int heads, kv_heads;
+};
+
+struct Result {
+  double us_median, us_min, us_max;
+};
+
+template <typename F>
+Result time_it(F&& launch, int reps) {
+  cudaEvent_t a, b;
+  S4KV_CUDA_CHECK(cudaEventCreate(&a));
+  S4KV_CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) launch();
+  S4KV_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    S4KV_CUDA_CHECK(cudaEventRecord(a));
+    launch();
+    S4KV_CUDA_CHECK(cudaEventRecord(b));
+    S4KV_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    S4KV_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000.0);
+  }
+  std::sort(t.begin(), t.end());
+  S4KV_CUDA_CHECK(cudaEventDestroy(a));
+  S4KV_CUDA_CHECK(cudaEventDestroy(b));
+  return {t[t.size() / 2], t.front(), t.back()};
+}
+
+// "28/4,32/8" -> head shapes.
+inline std::vector<Shape> parse_shapes(const std::string& s) {
+  std::vector<Shape> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto slash = item.find('/');
+    out.push_back(
+        {std::atoi(item.substr(0, slash).c_str()), std::atoi(item.substr(slash + 1).c_str())});
+  }
+  return out;
+}
+
+}  // namespace
+
+// cuda_attention_bench --prefill (cuda_prefill_bench.cu).
+int run_prefill(int argc, char** argv);
+
+}  // namespace s4kv::backend::cuda

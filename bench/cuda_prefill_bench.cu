@@ -1,0 +1,333 @@
+// Prefill attention on the GPU (cuda_attention_bench --prefill): the tensor-core prefill kernels
+// (prefill_attention.cuh) against the reference kernel (launch_paged_attention) on one step of
+// prompt rows, every KV format. Each case is checked first (relative L2 per row against the
+// reference in fp32; bf16 operands and output, bound 2e-2), then timed with CUDA events (median
+// of --reps launches after warm-up). Achieved TFLOP/s counts the QK^T and PV products only:
+// 4 * 128 * num_heads * sum over rows of (position + 1), i.e. 4 L (L + 1) / 2 * 128 * num_heads
+// for a prompt of L tokens.
+//
+//   cuda_attention_bench --prefill [--heads 28/4,32/8] [--formats 16bit,fp8,int4]
+//       [--cases 1x1024,1x4096,1x8192,4x2048,2048@8192] [--reps 10] [--no-reference]
+//       [--block-size 64] [--value-group-size 128] [--int4-v1]   > results.json
+// A case NxL is N sequences each prefilling an L-token prompt from position 0 (int4_kivi reads
+// all of it from staging); L@C is one chunk of L tokens at context C (positions C - L .. C - 1),
+// whose earlier context is in the cache (int4_kivi: sink block, pool blocks, window and tail in
+// the residual ring). Caches hold random values (no NaN); block tables are random walks over a
+// pool of four times the blocks a case needs.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/rope.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/paged_attention.cuh"
+#include "backend/cuda/prefill_attention.cuh"
+#include "backend/forward_batch_builder.h"
+#include "backend/rope_table.h"
+#include "cuda_bench_util.cuh"
+#include "kv/int4_kivi_layout.h"
+
+namespace s4kv::backend::cuda {
+namespace {
+
+struct PrefillCase {
+  std::string name;
+  int seqs = 1, q_len = 0, context = 0;
+};
+
+std::vector<PrefillCase> parse_cases(const std::string& s) {
+  std::vector<PrefillCase> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    PrefillCase c;
+    c.name = item;
+    if (const auto x = item.find('x'); x != std::string::npos) {
+      c.seqs = std::atoi(item.substr(0, x).c_str());
+      c.q_len = c.context = std::atoi(item.substr(x + 1).c_str());
+    } else if (const auto at = item.find('@'); at != std::string::npos) {
+      c.q_len = std::atoi(item.substr(0, at).c_str());
+      c.context = std::atoi(item.substr(at + 1).c_str());
+    }
+    if (c.seqs < 1 || c.q_len < 1 || c.context < c.q_len) {
+      std::fprintf(stderr, "bad case %s (NxL or L@C)\n", item.c_str());
+      return {};
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+template <typename T>
+DeviceBuffer put(const std::vector<T>& v) {
+  DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 16));
+  if (!v.empty()) b.copy_from_host(v.data(), v.size() * sizeof(T));
+  return b;
+}
+template <typename T>
+DeviceBuffer put(std::span<const T> v) {
+  return put(std::vector<T>(v.begin(), v.end()));
+}
+
+// The largest relative L2 distance between rows of 128 (NaN counts as 1e9).
+double max_rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {
+  double worst = 0;
+  for (size_t row = 0; row < ref.size() / kD; ++row) {
+    double num = 0, den = 0;
+    for (int c = 0; c < kD; ++c) {
+      const double x = got[row * kD + c], y = ref[row * kD + c];
+      num += (x - y) * (x - y);
+      den += y * y;
+    }
+    const double rel = std::sqrt(num / den);
+    worst = std::isnan(rel) ? 1e9 : std::max(worst, rel);
+  }
+  return worst;
+}
+
+std::vector<float> widen_bf16(const DeviceBuffer& b, size_t n) {
+  std::vector<uint16_t> bits(n);
+  b.copy_to_host(bits.data(), n * 2);
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t u = uint32_t{bits[i]} << 16;
+    std::memcpy(&out[i], &u, 4);
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_prefill(int argc, char** argv) {
+  std::vector<Shape> shapes = {{28, 4}, {32, 8}};
+  std::vector<std::string> formats = {"16bit", "fp8", "int4"};
+  std::vector<PrefillCase> cases = parse_cases("1x1024,1x4096,1x8192,4x2048,2048@8192");
+  int reps = 10, B = 64, Gv = 128;
+  bool reference = true, int4_v1 = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--prefill") {
+      continue;
+    } else if (a == "--heads") {
+      shapes = parse_shapes(next());
+    } else if (a == "--formats") {
+      formats.clear();
+      std::stringstream ss(next());
+      std::string item;
+      while (std::getline(ss, item, ',')) formats.push_back(item);
+    } else if (a == "--cases") {
+      cases = parse_cases(next());
+      if (cases.empty()) return 2;
+    } else if (a == "--reps") {
+      reps = std::max(1, std::atoi(next().c_str()));
+    } else if (a == "--no-reference") {
+      reference = false;
+    } else if (a == "--block-size") {
+      B = std::atoi(next().c_str());
+    } else if (a == "--value-group-size") {
+      Gv = std::atoi(next().c_str());
+    } else if (a == "--int4-v1") {
+      int4_v1 = true;
+    } else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (device_count() == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 2;
+  }
+  kv::Int4KiviLayout layout;
+  if (std::find(formats.begin(), formats.end(), "int4") != formats.end()) {
+    const auto made = kv::Int4KiviLayout::create(B, kD, Gv);
+    if (!made.is_ok()) {
+      std::fprintf(stderr, "%s\n", made.status().message().c_str());
+      return 2;
+    }
+    layout = *made;
+  }
+  const int ring = int4_v1 ? 1 : 2;
+  int max_ctx = 0;
+  for (const PrefillCase& c : cases) max_ctx = std::max(max_ctx, c.context);
+  RopeTable rope(cpu::rope_inv_freq(kD, 1000000.0, model::RopeScaling{}));
+  rope.ensure(max_ctx + B);
+  const DeviceBuffer cos = put(rope.cos_table()), sin = put(rope.sin_table());
+
+  std::printf(
+      "{\n  \"gpu\": \"%s\",\n  \"mode\": \"prefill\",\n  \"block_size\": %d,\n"
+      "  \"int4_value_group_size\": %d,\n  \"int4_v1\": %s,\n  \"rows\": [\n",
+      device_description().c_str(), B, Gv, int4_v1 ? "true" : "false");
+  bool first_row = true;
+  std::mt19937 rng(7);
+  for (const Shape& sh : shapes) {
+    const int64_t kv_dim = int64_t{sh.kv_heads} * kD;
+    const int64_t q_stride = int64_t{sh.heads + 2 * sh.kv_heads} * kD;  // as the qkv rows
+    for (const std::string& fmt : formats) {
+      const bool int4 = fmt == "int4", fp8 = fmt == "fp8";
+      for (const PrefillCase& pc : cases) {
+        // The batch: pc.seqs sequences of pc.q_len new tokens at context pc.context.
+        const int64_t blocks_per_seq = (pc.context + B - 1) / B;
+        const int64_t num_blocks = std::max<int64_t>(1024, 4 * pc.seqs * blocks_per_seq);
+        ForwardBatchBuilder builder(B, blocks_per_seq);
+        std::uniform_int_distribution<int64_t> pick(0, num_blocks - 1);
+        std::vector<int32_t> table(static_cast<size_t>(blocks_per_seq));
+        const std::vector<int32_t> tokens(static_cast<size_t>(pc.q_len), 0);
+        for (int s = 0; s < pc.seqs; ++s) {
+          int64_t blk = pick(rng);
+          for (int32_t& id : table) {
+            id = static_cast<int32_t>(blk);
+            blk = (blk + 1 + pick(rng) % 64) % num_blocks;
+          }
+          if (int4 && !int4_v1) table[0] = static_cast<int32_t>(num_blocks + s);  // sink block
+          builder.add(tokens, pc.context - pc.q_len, table, int4 ? s : -1, 0);
+        }
+        const ForwardBatch fb = builder.batch();
+        const int64_t n = fb.num_tokens();
+        std::vector<int32_t> token_seq(static_cast<size_t>(n)), pool_ends;
+        double work = 0;  // sum over rows of (position + 1)
+        for (int64_t s = 0; s < fb.num_seqs(); ++s) {
+          for (int32_t t = fb.query_start_loc[s]; t < fb.query_start_loc[s + 1]; ++t) {
+            token_seq[static_cast<size_t>(t)] = static_cast<int32_t>(s);
+            work += fb.positions[t] + 1.0;
+          }
+          if (int4)
+            pool_ends.push_back(static_cast<int32_t>(int4_pool_end(fb, s, B, ring, num_blocks)));
+        }
+        std::vector<PrefillTile> tiles;
+        plan_prefill(fb, 2, tiles);
+
+        // The cache, random (no NaN).
+        DeviceBuffer kc, vc, pool, sink, residual, staging_k, staging_v;
+        if (int4) {
+          const int64_t pool_bytes =
+              num_blocks * sh.kv_heads * static_cast<int64_t>(layout.block_bytes);
+          pool = DeviceBuffer(static_cast<size_t>(pool_bytes));
+          fill(pool.data(), pool_bytes, 3, 0xffffffffu, 0);
+          fill_int4_params<<<4096, 128>>>(static_cast<std::byte*>(pool.data()),
+                                          num_blocks * sh.kv_heads, layout);
+          S4KV_CUDA_CHECK(cudaGetLastError());
+          sink = DeviceBuffer(static_cast<size_t>((pc.seqs + 1) * 2 * B * kv_dim * 2));
+          residual = DeviceBuffer(static_cast<size_t>((pc.seqs + 1) * 2 * ring * B * kv_dim * 2));
+          staging_k = DeviceBuffer(static_cast<size_t>(n * kv_dim * 2));
+          staging_v = DeviceBuffer(static_cast<size_t>(n * kv_dim * 2));
+          for (DeviceBuffer* b : {&sink, &residual, &staging_k, &staging_v}) {
+            fill(b->data(), static_cast<int64_t>(b->bytes()), 5, 0x807f807fu, 0x3f803f80u);
+          }
+        } else {
+          const int64_t bytes = num_blocks * B * kv_dim * (fp8 ? 1 : 2);
+          kc = DeviceBuffer(static_cast<size_t>(bytes));
+          vc = DeviceBuffer(static_cast<size_t>(bytes));
+          for (DeviceBuffer* b : {&kc, &vc}) {
+            if (fp8) {
+              fill(b->data(), bytes, b == &kc ? 3 : 4, 0x37373737u, 0);  // never 0x7f / 0xff
+            } else {
+              fill(b->data(), bytes, b == &kc ? 3 : 4, 0x807f807fu, 0x3f803f80u);  // bf16 +-[1, 2)
+            }
+          }
+        }
+        DeviceBuffer q(static_cast<size_t>(n * q_stride * 4));
+        fill(q.data(), static_cast<int64_t>(q.bytes()), 9, 0x807fffffu, 0x3f000000u);
+        const size_t out_elems = static_cast<size_t>(n * sh.heads * kD);
+        DeviceBuffer out(out_elems * 2), exact(out_elems * 4);
+        DeviceBuffer d_qsl = put(fb.query_start_loc), d_lens = put(fb.seq_lens),
+                     d_pos = put(fb.positions), d_tables = put(fb.block_tables),
+                     d_seats = put(fb.seats), d_starts = put(fb.seat_starts),
+                     d_pool_ends = put(pool_ends), d_token_seq = put(token_seq),
+                     d_tiles = put(tiles);
+
+        PagedAttentionArgs at;
+        at.q = static_cast<const float*>(q.data());
+        at.q_stride = q_stride;
+        at.out = out.data();
+        at.out_dtype = DType::kBF16;
+        at.num_tokens = n;
+        at.num_heads = sh.heads;
+        at.num_kv_heads = sh.kv_heads;
+        at.block_size = B;
+        at.scale = 1.0f / std::sqrt(float{kD});
+        at.token_seq = static_cast<const int32_t*>(d_token_seq.data());
+        at.positions = static_cast<const int32_t*>(d_pos.data());
+        at.query_start_loc = static_cast<const int32_t*>(d_qsl.data());
+        at.seq_lens = static_cast<const int32_t*>(d_lens.data());
+        at.block_tables = static_cast<const int32_t*>(d_tables.data());
+        at.max_blocks_per_seq = blocks_per_seq;
+        at.cache = int4  ? kv::KvCacheDtype::kInt4Kivi
+                   : fp8 ? kv::KvCacheDtype::kFp8E4M3
+                         : kv::KvCacheDtype::k16Bit;
+        at.bf16 = true;
+        if (int4) {
+          at.pool = static_cast<const std::byte*>(pool.data());
+          at.layout = layout;
+          at.num_pool_blocks = num_blocks;
+          at.residual = static_cast<const uint16_t*>(residual.data());
+          at.ring = ring;
+          at.sink = static_cast<const uint16_t*>(sink.data());
+          at.staging_k = static_cast<const uint16_t*>(staging_k.data());
+          at.staging_v = static_cast<const uint16_t*>(staging_v.data());
+          at.seats = static_cast<const int32_t*>(d_seats.data());
+          at.seat_starts = static_cast<const int32_t*>(d_starts.data());
+          at.pool_ends = static_cast<const int32_t*>(d_pool_ends.data());
+          at.rope_cos = static_cast<const float*>(cos.data());
+          at.rope_sin = static_cast<const float*>(sin.data());
+          at.value_hadamard = !int4_v1;
+        } else {
+          at.k_cache = kc.data();
+          at.v_cache = vc.data();
+        }
+        const auto* tiles_dev = static_cast<const PrefillTile*>(d_tiles.data());
+        const auto num_tiles = static_cast<int32_t>(tiles.size());
+        auto fast = [&] { launch_prefill_attention(at, tiles_dev, num_tiles, nullptr); };
+        auto slow = [&] { launch_paged_attention(at, nullptr); };
+
+        // Check: every row against the reference in fp32.
+        fast();
+        PagedAttentionArgs r = at;
+        r.out = exact.data();
+        r.out_dtype = DType::kF32;
+        launch_paged_attention(r, nullptr);
+        S4KV_CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<float> e(out_elems);
+        exact.copy_to_host(e.data(), out_elems * 4);
+        const double check = max_rel_l2(widen_bf16(out, out_elems), e);
+
+        const Result t = time_it(fast, reps);
+        Result ref{0, 0, 0};
+        if (reference) ref = time_it(slow, std::max(1, reps / 5));
+        const double flops = 4.0 * kD * sh.heads * work;
+        const double tflops = flops / (t.us_median * 1e6);
+        const double ref_tflops = ref.us_median > 0 ? flops / (ref.us_median * 1e6) : 0.0;
+        std::printf(
+            "%s    {\"format\": \"%s\", \"heads\": %d, \"kv_heads\": %d, \"case\": \"%s\", "
+            "\"seqs\": %d, \"q_len\": %d, \"context\": %d, \"tiles\": %d, \"us\": %.2f, "
+            "\"us_min\": %.2f, \"us_max\": %.2f, \"tflops\": %.2f, \"reference_us\": %.2f, "
+            "\"reference_tflops\": %.3f, \"speedup\": %.1f, \"check_rel_l2\": %.3g}",
+            first_row ? "" : ",\n", fmt.c_str(), sh.heads, sh.kv_heads, pc.name.c_str(), pc.seqs,
+            pc.q_len, pc.context, num_tiles, t.us_median, t.us_min, t.us_max, tflops, ref.us_median,
+            ref_tflops, ref.us_median > 0 ? ref.us_median / t.us_median : 0.0, check);
+        std::fflush(stdout);
+        std::fprintf(stderr,
+                     "prefill %-5s %2d/%d %-10s: %10.1f us %7.1f TFLOP/s | reference %11.1f us "
+                     "%6.2f TFLOP/s | check rel L2 %.3g%s\n",
+                     fmt.c_str(), sh.heads, sh.kv_heads, pc.name.c_str(), t.us_median, tflops,
+                     ref.us_median, ref_tflops, check, check <= 2e-2 ? "" : "  FAILED (> 2e-2)");
+        first_row = false;
+      }
+    }
+  }
+  std::printf("\n  ]\n}\n");
+  return 0;
+}
+
+}  // namespace s4kv::backend::cuda

@@ -1,0 +1,796 @@
+// Prefill attention on tensor cores (prefill_attention.cuh) and the host's plan of its tiles.
+//
+// Fragments of mma.sync.m16n8k16 (lane = 4 g + t): A rows g and g + 8, columns 2t, 2t + 1 and
+// 2t + 8, 2t + 9 (registers a0: row g, a1: row g + 8, a2: row g cols + 8, a3: row g + 8 cols
+// + 8); B (k x n) column n = g, rows k = 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1); C rows g
+// (c0, c1) and g + 8 (c2, c3), columns 2t, 2t + 1. The low 16 bits of a register hold the lower
+// column (or k) index.
+//   S = Q K^T: A = Q (16 rows of the warp, k = channels), B = K^T (k = channels, n = 8
+//     positions): b0 of positions n0..n0 + 7 is the K row's channel pair, what ldmatrix (no
+//     transpose) gives from K rows [position][channel].
+//   O += P V: A = P, whose fragment is the S C fragments of n-tiles 2kk and 2kk + 1 as they
+//     stand; B = V (k = positions, n = channels): ldmatrix.trans of V rows [position][channel].
+// Shared memory: K and V stages of [64 positions][136] 16-bit (a row is 272 bytes, so the 8
+// rows an ldmatrix reads fall in distinct banks), two stages each, then a raw area for the
+// formats that are converted (fp8 bytes, int4_kivi code words and parameters): 69,632 bytes
+// per block for 16-bit caches (168 registers, __launch_bounds__ for 3 blocks per SM on sm_90),
+// 88,064 for fp8 and 83,968 for int4_kivi (about 225 registers, 2 blocks per SM).
+// The loop over KV tiles, per tile k: wait for its copies and synchronize (every warp is then
+// done with tile k - 1), convert it in place if it came raw, issue tile k + 1 into the other
+// stage (or the raw area), then attend to tile k while tile k + 1 lands.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/prefill_attention.cuh"
+#include "common/check.h"
+#include "kv/hadamard.h"
+
+namespace s4kv::backend::cuda {
+namespace {
+
+constexpr int kD = 128;
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRows = 16 * kWarps;  // query rows per block
+static_assert(kRows == kPrefillTileRows);
+constexpr int kKv = 64;                    // positions per KV tile
+constexpr int kLd = kD + 8;                // 16-bit elements per staged row (16 bytes of padding)
+constexpr int kStage = kKv * kLd;          // elements of one K or V stage
+constexpr int kBufBytes = 4 * kStage * 2;  // K stages 0, 1, then V stages 0, 1
+constexpr float kLog2e = 1.4426950408889634f;
+
+// The raw area. int4_kivi: code words of the tile's positions (96-byte rows, 64 used: the rows
+// two threads read at once fall in distinct banks), each block's k_scale then k_zero (a tile
+// spans at most two blocks: B = 32), the positions' v_scale / v_zero [64][G] fp16.
+constexpr int kRawCodeLd = 96;
+constexpr int kRawKCodes = 0;
+constexpr int kRawVCodes = kRawKCodes + kKv * kRawCodeLd;
+constexpr int kRawKParams = kRawVCodes + kKv * kRawCodeLd;  // [2 blocks][256] fp16
+constexpr int kRawVScale = kRawKParams + 2 * 2 * kD * 2;    // [64][G <= 4] fp16
+constexpr int kRawVZero = kRawVScale + kKv * 4 * 2;
+constexpr int kRawInt4Bytes = kRawVZero + kKv * 4 * 2;
+// fp8_e4m3: K rows then V rows of 128 bytes, 144 apart.
+constexpr int kRawFp8Ld = 144;
+constexpr int kRawFp8Bytes = 2 * kKv * kRawFp8Ld;
+
+enum class Src { k16Bit, kFp8, kInt4 };
+
+template <Src S>
+constexpr int smem_bytes() {
+  return kBufBytes + (S == Src::kFp8 ? kRawFp8Bytes : S == Src::kInt4 ? kRawInt4Bytes : 0);
+}
+
+// ---- small device helpers -------------------------------------------------------------------
+
+template <bool kBf16>
+__device__ inline uint32_t pack2(float lo, float hi) {
+  uint32_t out;
+  if constexpr (kBf16) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    memcpy(&out, &h, 4);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    memcpy(&out, &h, 4);
+  }
+  return out;
+}
+
+template <bool kBf16>
+__device__ inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kBf16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Four 8x8 16-bit matrices from shared memory; lane l gives the address of row l % 8 of
+// matrix l / 8 (16 bytes), and receives element pair (row l / 4, columns 2 (l % 4), + 1) of each
+// matrix, or with .trans (rows 2 (l % 4), + 1; column l / 4).
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s)
+               : "memory");
+}
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t* row) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s)
+               : "memory");
+}
+
+// 16 bytes global -> shared, asynchronously; or 16 zero bytes where there is nothing to read.
+__device__ inline void cp_async16(void* smem, const void* gmem) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ inline void zero16(void* smem) { *static_cast<uint4*>(smem) = make_uint4(0, 0, 0, 0); }
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ inline void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+__device__ inline float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// ---- where the context lives ----------------------------------------------------------------
+
+// One block's sequence and the ranges of its context, in the order they are attended:
+// int4_kivi pool positions [pa, pb) first (v2: Hadamard-domain values), then the sink block
+// [0, pa), then [pb, kv_end) (the residual ring and this step's staging; every position for
+// the other formats, where pa = pb = 0).
+struct Ctx {
+  const int32_t* table;  // the sequence's block table
+  int g;                 // KV head
+  int start;             // seq_len - q_len: positions before it were cached before this step
+  int q0;                // the sequence's first token row
+  int pool_end;          // int4_kivi: blocks before it are pool or sink blocks
+  int slot;              // int4_kivi: residual seat
+  int pa, pb, kv_end;
+  int n_pool, n_sink, n_tiles;
+};
+
+struct KvTile {
+  int p0;     // first position
+  int count;  // positions p0 .. p0 + count - 1 (1..64); the rest of the stage is zero
+  bool pool;  // int4_kivi pool blocks
+};
+
+__device__ inline KvTile kv_tile(const Ctx& c, int k) {
+  if (k < c.n_pool) {
+    const int p0 = c.pa + kKv * k;
+    return {p0, min(kKv, c.pb - p0), true};
+  }
+  k -= c.n_pool;
+  if (k < c.n_sink) {
+    const int p0 = kKv * k;
+    return {p0, min(kKv, c.pa - p0), false};
+  }
+  k -= c.n_sink;
+  const int p0 = c.pb + kKv * k;
+  return {p0, min(kKv, c.kv_end - p0), false};
+}
+
+// The 16-bit K and V rows (kv head g's 128 elements) of position p, as load_kv reads them: the
+// 16-bit cache's paged rows; int4_kivi's sink block (a block before pool_end: only the sink
+// block reaches here), residual ring (before start) or this step's staging.
+__device__ inline void rows16(const PagedAttentionArgs& a, const Ctx& c, int p, const uint16_t*& k,
+                              const uint16_t*& v) {
+  const int b = a.block_size;
+  const int64_t kv_dim = static_cast<int64_t>(a.num_kv_heads) * kD;
+  const int blk = p / b;
+  if (a.cache != kv::KvCacheDtype::kInt4Kivi) {
+    const int64_t row = (static_cast<int64_t>(c.table[blk]) * b + p % b) * kv_dim + c.g * kD;
+    k = static_cast<const uint16_t*>(a.k_cache) + row;
+    v = static_cast<const uint16_t*>(a.v_cache) + row;
+    return;
+  }
+  if (blk < c.pool_end) {
+    k = a.sink +
+        ((static_cast<int64_t>(c.table[blk] - a.num_pool_blocks) * 2) * b + p % b) * kv_dim +
+        c.g * kD;
+    v = k + static_cast<int64_t>(b) * kv_dim;
+    return;
+  }
+  if (p < c.start) {
+    const int64_t ring_row = (p / b % a.ring) * b + p % b;
+    k = a.residual + (static_cast<int64_t>(c.slot) * 2 * a.ring * b + ring_row) * kv_dim + c.g * kD;
+    v = k + static_cast<int64_t>(a.ring) * b * kv_dim;
+    return;
+  }
+  const int64_t row = static_cast<int64_t>(c.q0 + p - c.start) * kv_dim + c.g * kD;
+  k = a.staging_k + row;
+  v = a.staging_v + row;
+}
+
+// ---- loading a KV tile ----------------------------------------------------------------------
+// Thread mapping of every loader: thread 2 t + h takes position t of the tile. The converting
+// ones write channel chunks [32 h, 32 h + 32) and [64 + 32 h, 96 + 32 h) (the RoPE partners of
+// the first), 8 channels (16 bytes) per store.
+
+// 16-bit rows straight into the stage: half h copies the row's 16-byte chunks h, h + 2, ...
+__device__ inline void issue_rows16(const PagedAttentionArgs& a, const Ctx& c, const KvTile& kt,
+                                    uint16_t* kb, uint16_t* vb) {
+  const int t = threadIdx.x / 2, h = threadIdx.x % 2;
+  uint16_t* kd = kb + t * kLd;
+  uint16_t* vd = vb + t * kLd;
+  if (t < kt.count) {
+    const uint16_t *ks, *vs;
+    rows16(a, c, kt.p0 + t, ks, vs);
+#pragma unroll
+    for (int j = h; j < kD / 8; j += 2) {
+      cp_async16(kd + 8 * j, ks + 8 * j);
+      cp_async16(vd + 8 * j, vs + 8 * j);
+    }
+  } else {
+#pragma unroll
+    for (int j = h; j < kD / 8; j += 2) {
+      zero16(kd + 8 * j);
+      zero16(vd + 8 * j);
+    }
+  }
+}
+
+// fp8_e4m3 rows into the raw area (widened by convert_fp8 once they have landed).
+__device__ inline void issue_fp8(const PagedAttentionArgs& a, const Ctx& c, const KvTile& kt,
+                                 unsigned char* raw) {
+  const int t = threadIdx.x / 2, h = threadIdx.x % 2;
+  if (t >= kt.count) return;
+  const int p = kt.p0 + t, b = a.block_size;
+  const int64_t row =
+      (static_cast<int64_t>(c.table[p / b]) * b + p % b) * a.num_kv_heads * kD + c.g * kD;
+  const auto* ks = static_cast<const unsigned char*>(a.k_cache) + row;
+  const auto* vs = static_cast<const unsigned char*>(a.v_cache) + row;
+#pragma unroll
+  for (int j = h; j < kD / 16; j += 2) {
+    cp_async16(raw + t * kRawFp8Ld + 16 * j, ks + 16 * j);
+    cp_async16(raw + (kKv + t) * kRawFp8Ld + 16 * j, vs + 16 * j);
+  }
+}
+
+__device__ inline uint32_t fp8x2_to_f16x2(uint32_t x) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), __NV_E4M3);
+  uint32_t out;
+  memcpy(&out, &h, 4);
+  return out;
+}
+
+__device__ inline void convert_fp8(const unsigned char* raw, const KvTile& kt, uint16_t* kb,
+                                   uint16_t* vb) {
+  const int t = threadIdx.x / 2, h = threadIdx.x % 2;
+#pragma unroll
+  for (int part = 0; part < 2; ++part) {
+    uint16_t* dst = (part == 0 ? kb : vb) + t * kLd;
+    const unsigned char* src = raw + (part * kKv + t) * kRawFp8Ld;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int cb = 64 * (j / 4) + 32 * h + 8 * (j % 4);
+      if (t < kt.count) {
+        const uint2 w = *reinterpret_cast<const uint2*>(src + cb);
+        *reinterpret_cast<uint4*>(dst + cb) =
+            make_uint4(fp8x2_to_f16x2(w.x), fp8x2_to_f16x2(w.x >> 16), fp8x2_to_f16x2(w.y),
+                       fp8x2_to_f16x2(w.y >> 16));
+      } else {
+        zero16(dst + cb);
+      }
+    }
+  }
+}
+
+// 16 bytes of an int4_kivi pool block into the raw area; zeros for a table id outside the pool
+// (only padding sequences, whose every entry is the dummy block, have one there; their rows
+// are never read).
+__device__ inline void copy_pool16(const PagedAttentionArgs& a, int id, int g, size_t offset,
+                                   unsigned char* dst) {
+  if (id < a.num_pool_blocks) {
+    cp_async16(dst, a.pool +
+                        (static_cast<int64_t>(id) * a.num_kv_heads + g) *
+                            static_cast<int64_t>(a.layout.block_bytes) +
+                        static_cast<int64_t>(offset));
+  } else {
+    zero16(dst);
+  }
+}
+
+// An int4_kivi pool tile's code words and parameters into the raw area. A pool tile starts at
+// a multiple of 32 (pa is 0 or B, tiles are 64 apart) and holds a multiple of min(B, 64)
+// positions (pb is a multiple of B), so it spans whole 32-token halves of a B = 32 block pair,
+// one B = 64 block, or one half of a B = 128 block: every part below is whole 16-byte chunks.
+__device__ inline void issue_int4(const PagedAttentionArgs& a, const Ctx& c, const KvTile& kt,
+                                  unsigned char* raw) {
+  const kv::Int4KiviLayout& L = a.layout;
+  const int b = a.block_size, groups = kD / L.value_group_size;
+  // Code words: per position 4 chunks of keys, 4 of values.
+  for (int i = threadIdx.x; i < kt.count * 8; i += kThreads) {
+    const int t = i / 8, part = (i / 4) % 2, ch = i % 4;
+    const int p = kt.p0 + t;
+    const size_t offset = (part == 0 ? L.k_codes_offset : L.v_codes_offset) +
+                          static_cast<size_t>(p % b) * (kD / 2) + 16 * ch;
+    copy_pool16(a, c.table[p / b], c.g, offset,
+                raw + (part == 0 ? kRawKCodes : kRawVCodes) + t * kRawCodeLd + 16 * ch);
+  }
+  // Per block: k_scale then k_zero (512 bytes), the tile's tokens' v_scale and v_zero.
+  const int b_first = kt.p0 / b, b_last = (kt.p0 + kt.count - 1) / b;
+  for (int blk = b_first; blk <= b_last; ++blk) {
+    const int sb = blk - b_first, id = c.table[blk];
+    const int t_first = max(0, blk * b - kt.p0);  // the block's first position in the tile
+    const int off = kt.p0 + t_first - blk * b;    // and its offset in the block
+    const int n = min(kt.count - t_first, b - off);
+    const int vchunks = n * groups * 2 / 16;
+    for (int i = threadIdx.x; i < 32 + 2 * vchunks; i += kThreads) {
+      if (i < 32) {
+        const size_t offset = i < 16 ? L.k_scale_offset + 16 * i : L.k_zero_offset + 16 * (i - 16);
+        copy_pool16(a, id, c.g, offset, raw + kRawKParams + sb * 512 + 16 * i);
+      } else {
+        const int part = (i - 32) / vchunks, ci = (i - 32) % vchunks;
+        copy_pool16(a, id, c.g,
+                    (part == 0 ? L.v_scale_offset : L.v_zero_offset) +
+                        static_cast<size_t>(off) * groups * 2 + 16 * ci,
+                    raw + (part == 0 ? kRawVScale : kRawVZero) + t_first * groups * 2 + 16 * ci);
+      }
+    }
+  }
+}
+
+// Code e (0..7) of a word as an exact fp32 (the format's nibble order): 2^23 + q, minus 2^23.
+__device__ inline float code_f32(uint32_t w, int e) {
+  const uint32_t q = (w >> (4 * ((e % 2) * 4 + e / 2))) & 0xfu;
+  return __fsub_rn(__uint_as_float(0x4b000000u | q), 8388608.0f);
+}
+__device__ inline float half_at(const uint4& v, int e) {
+  const uint32_t w = e < 2 ? v.x : e < 4 ? v.y : e < 6 ? v.z : v.w;
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(w >> (16 * (e % 2)))));
+}
+
+template <bool kBf16>
+__device__ inline uint4 pack8(const float (&x)[8]) {
+  return make_uint4(pack2<kBf16>(x[0], x[1]), pack2<kBf16>(x[2], x[3]), pack2<kBf16>(x[4], x[5]),
+                    pack2<kBf16>(x[6], x[7]));
+}
+
+// The staged pool tile dequantized into the stage: float(q) * scale + zero in fp32 (the
+// reference's multiply then add), keys rotated by their position's RoPE row (x1 c - x2 s,
+// x2 c + x1 s, each product rounded), then one rounding to the operand type.
+template <bool kBf16>
+__device__ inline void dequant_int4(const PagedAttentionArgs& a, const KvTile& kt,
+                                    const unsigned char* raw, uint16_t* kb, uint16_t* vb) {
+  const int t = threadIdx.x / 2, h = threadIdx.x % 2;
+  uint16_t* kd = kb + t * kLd;
+  uint16_t* vd = vb + t * kLd;
+  if (t >= kt.count) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int cb = 64 * (j / 4) + 32 * h + 8 * (j % 4);
+      zero16(kd + cb);
+      zero16(vd + cb);
+    }
+    return;
+  }
+  const int b = a.block_size, gv = a.layout.value_group_size, groups = kD / gv;
+  const int p = kt.p0 + t;
+  const unsigned char* kp = raw + kRawKParams + (p / b - kt.p0 / b) * 512;  // k_scale, k_zero
+  const float* cos_row = a.rope_cos + static_cast<int64_t>(p) * (kD / 2);
+  const float* sin_row = a.rope_sin + static_cast<int64_t>(p) * (kD / 2);
+  // Words 4h .. 4h + 3 (channels 32h ..) and 8 + 4h .. (channels 64 + 32h ..) of keys, values.
+  const unsigned char* kc = raw + kRawKCodes + t * kRawCodeLd;
+  const unsigned char* vc = raw + kRawVCodes + t * kRawCodeLd;
+  const uint4 kw[2] = {*reinterpret_cast<const uint4*>(kc + 16 * h),
+                       *reinterpret_cast<const uint4*>(kc + 32 + 16 * h)};
+  const uint4 vw[2] = {*reinterpret_cast<const uint4*>(vc + 16 * h),
+                       *reinterpret_cast<const uint4*>(vc + 32 + 16 * h)};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int cl = 32 * h + 8 * j;  // channels cl .. cl + 7 and their partners cl + 64 ..
+    const uint32_t wl = j == 0 ? kw[0].x : j == 1 ? kw[0].y : j == 2 ? kw[0].z : kw[0].w;
+    const uint32_t wh = j == 0 ? kw[1].x : j == 1 ? kw[1].y : j == 2 ? kw[1].z : kw[1].w;
+    const uint4 sl = *reinterpret_cast<const uint4*>(kp + 2 * cl);
+    const uint4 zl = *reinterpret_cast<const uint4*>(kp + 2 * kD + 2 * cl);
+    const uint4 sh = *reinterpret_cast<const uint4*>(kp + 2 * (cl + 64));
+    const uint4 zh = *reinterpret_cast<const uint4*>(kp + 2 * kD + 2 * (cl + 64));
+    float co[8], si[8];
+    *reinterpret_cast<float4*>(co) = __ldg(reinterpret_cast<const float4*>(cos_row + cl));
+    *reinterpret_cast<float4*>(co + 4) = __ldg(reinterpret_cast<const float4*>(cos_row + cl + 4));
+    *reinterpret_cast<float4*>(si) = __ldg(reinterpret_cast<const float4*>(sin_row + cl));
+    *reinterpret_cast<float4*>(si + 4) = __ldg(reinterpret_cast<const float4*>(sin_row + cl + 4));
+    float lo[8], hi[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float x1 = __fadd_rn(__fmul_rn(code_f32(wl, e), half_at(sl, e)), half_at(zl, e));
+      const float x2 = __fadd_rn(__fmul_rn(code_f32(wh, e), half_at(sh, e)), half_at(zh, e));
+      lo[e] = __fsub_rn(__fmul_rn(x1, co[e]), __fmul_rn(x2, si[e]));
+      hi[e] = __fadd_rn(__fmul_rn(x2, co[e]), __fmul_rn(x1, si[e]));
+    }
+    *reinterpret_cast<uint4*>(kd + cl) = pack8<kBf16>(lo);
+    *reinterpret_cast<uint4*>(kd + cl + 64) = pack8<kBf16>(hi);
+  }
+  const auto* vscale = reinterpret_cast<const __half*>(raw + kRawVScale) + t * groups;
+  const auto* vzero = reinterpret_cast<const __half*>(raw + kRawVZero) + t * groups;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int cb = 64 * (j / 4) + 32 * h + 8 * (j % 4);
+    const uint4& w4 = vw[j / 4];
+    const uint32_t w = j % 4 == 0 ? w4.x : j % 4 == 1 ? w4.y : j % 4 == 2 ? w4.z : w4.w;
+    const float s = __half2float(vscale[cb / gv]), z = __half2float(vzero[cb / gv]);
+    float x[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = __fadd_rn(__fmul_rn(code_f32(w, e), s), z);
+    *reinterpret_cast<uint4*>(vd + cb) = pack8<kBf16>(x);
+  }
+}
+
+// ---- the block's rows -----------------------------------------------------------------------
+
+// The normalized 128-point Walsh-Hadamard transform of each of the warp's 16 accumulator rows
+// (o[n-tile][c]: channel 8 n + 2 (lane % 4) + c % 2, row lane / 4 + 8 (c / 2)), the stages in
+// kv::hadamard_ref's order: h = 1 inside a register pair, h = 2, 4 across lanes 1 and 2 apart,
+// h = 8 .. 64 across n-tiles.
+__device__ inline void hadamard_rows(float (&o)[16][4]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int n = 0; n < 16; ++n) {
+#pragma unroll
+    for (int r = 0; r < 4; r += 2) {
+      const float x = o[n][r], y = o[n][r + 1];
+      o[n][r] = __fadd_rn(x, y);
+      o[n][r + 1] = __fsub_rn(x, y);
+    }
+  }
+#pragma unroll
+  for (int x = 1; x <= 2; x *= 2) {
+    const bool low = (lane & x) == 0;
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float other = __shfl_xor_sync(0xffffffffu, o[n][r], x);
+        o[n][r] = low ? __fadd_rn(o[n][r], other) : __fsub_rn(other, o[n][r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int x = 1; x < 16; x *= 2) {
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+      if ((n & x) != 0) continue;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float lo = o[n][r], hi = o[n + x][r];
+        o[n][r] = __fadd_rn(lo, hi);
+        o[n + x][r] = __fsub_rn(lo, hi);
+      }
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < 16; ++n) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) o[n][r] = __fmul_rn(o[n][r], kv::kHadamardScale128);
+  }
+}
+
+// One warp's online softmax state over its 16 rows: r = 0 row lane / 4, r = 1 row lane / 4 + 8.
+struct RowState {
+  float o[16][4];  // O n-tiles (8 channels each), C fragments
+  float m[2];      // running max (log2 units), equal in the four lanes of a row
+  float l[2];      // this lane's part of the row's sum
+};
+
+// The warp's rows against one staged KV tile. row_pos: the positions of rows lane / 4 and
+// lane / 4 + 8; mask: whether some position of the tile is past a row's or past kt.count.
+template <bool kBf16>
+__device__ inline void attend_tile(const uint32_t (&qa)[8][4], const uint16_t* kb,
+                                   const uint16_t* vb, const KvTile& kt, const int (&row_pos)[2],
+                                   bool mask, RowState& st) {
+  const int lane = threadIdx.x % 32, t = lane % 4;
+  float s[8][4];
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
+  }
+  // S: n-tile n = positions 8n .. 8n + 7; one ldmatrix.x4 gives b0, b1 of k-steps 2kk, 2kk + 1.
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t b[4];
+      ldmatrix_x4(b, kb + (8 * n + lane % 8) * kLd + 32 * kk + 8 * (lane / 8));
+      mma16816<kBf16>(s[n], qa[2 * kk], b[0], b[1]);
+      mma16816<kBf16>(s[n], qa[2 * kk + 1], b[2], b[3]);
+    }
+  }
+  if (mask) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = 8 * n + 2 * t + e % 2;
+        if (col >= kt.count || kt.p0 + col > row_pos[e / 2]) s[n][e] = -INFINITY;
+      }
+    }
+  }
+  // Online softmax, in log2 units (the query carries log2 e).
+  float mu[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(st.m[r], mx);
+    mu[r] = m_new == -INFINITY ? 0.0f : m_new;      // a row that has seen nothing yet stays at 0
+    const float corr = fast_exp2(st.m[r] - mu[r]);  // 0 while m is -inf
+    st.m[r] = m_new;
+    st.l[r] *= corr;
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+      st.o[n][2 * r] *= corr;
+      st.o[n][2 * r + 1] *= corr;
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[n][e] = fast_exp2(s[n][e] - mu[e / 2]);
+      st.l[e / 2] += s[n][e];
+    }
+  }
+  // O += P V: k-step kk = positions 16kk .. 16kk + 15; one ldmatrix.x4.trans gives b0, b1 of
+  // channel n-tiles 2np and 2np + 1.
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint32_t pa[4] = {pack2<kBf16>(s[2 * kk][0], s[2 * kk][1]),
+                            pack2<kBf16>(s[2 * kk][2], s[2 * kk][3]),
+                            pack2<kBf16>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                            pack2<kBf16>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+    for (int np = 0; np < 8; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(
+          b, vb + (16 * kk + 8 * ((lane / 8) % 2) + lane % 8) * kLd + 16 * np + 8 * (lane / 16));
+      mma16816<kBf16>(st.o[2 * np], pa, b[0], b[1]);
+      mma16816<kBf16>(st.o[2 * np + 1], pa, b[2], b[3]);
+    }
+  }
+}
+
+template <Src S, bool kBf16>
+__global__ void __launch_bounds__(kThreads, S == Src::k16Bit ? 3 : 2)
+    prefill_attention_kernel(PagedAttentionArgs a, const PrefillTile* tiles) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint16_t* kbuf = reinterpret_cast<uint16_t*>(smem);  // [2][64][kLd]
+  uint16_t* vbuf = kbuf + 2 * kStage;                  // [2][64][kLd]
+  unsigned char* raw = smem + kBufBytes;
+  const int tile_index = static_cast<int>(blockIdx.x) / a.num_heads;
+  const int head = static_cast<int>(blockIdx.x) % a.num_heads;
+  const PrefillTile tile = tiles[tile_index];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gq = lane / 4, tq = lane % 4;
+
+  Ctx c;
+  c.g = head / (a.num_heads / a.num_kv_heads);
+  c.table = a.block_tables + static_cast<int64_t>(tile.seq) * a.max_blocks_per_seq;
+  c.q0 = a.query_start_loc[tile.seq];
+  c.start = a.seq_lens[tile.seq] - (a.query_start_loc[tile.seq + 1] - c.q0);
+  const int n_rows = tile.q_end - tile.q_begin;
+  const int pos0 = c.start + (tile.q_begin - c.q0);  // the tile's first row's position
+  c.kv_end = pos0 + n_rows;
+  c.pool_end = c.slot = c.pa = c.pb = 0;
+  if constexpr (S == Src::kInt4) {
+    c.pool_end = a.pool_ends[tile.seq];
+    c.slot = a.seats[tile.seq];
+    c.pb = c.pool_end * a.block_size;  // <= start: pool blocks were full before the step
+    c.pa = c.pool_end > 0 && c.table[0] >= a.num_pool_blocks ? a.block_size : 0;
+  }
+  c.n_pool = (c.pb - c.pa + kKv - 1) / kKv;
+  c.n_sink = (c.pa + kKv - 1) / kKv;
+  c.n_tiles = c.n_pool + c.n_sink + (c.kv_end - c.pb + kKv - 1) / kKv;
+
+  auto issue = [&](int k) {
+    const KvTile kt = kv_tile(c, k);
+    uint16_t* kb = kbuf + (k % 2) * kStage;
+    uint16_t* vb = vbuf + (k % 2) * kStage;
+    if constexpr (S == Src::kFp8) {
+      issue_fp8(a, c, kt, raw);
+    } else if constexpr (S == Src::kInt4) {
+      if (kt.pool) {
+        issue_int4(a, c, kt, raw);
+      } else {
+        issue_rows16(a, c, kt, kb, vb);
+      }
+    } else {
+      issue_rows16(a, c, kt, kb, vb);
+    }
+    cp_async_commit();
+  };
+  issue(0);
+
+  // Q rows 16 warp + gq (+ 8) as A fragments of k-steps 0..7, scaled into log2 units.
+  uint32_t qa[8][4];
+  {
+    const float f = a.scale * kLog2e;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = 16 * warp + gq + 8 * r;
+      const float* q = a.q + static_cast<int64_t>(tile.q_begin + row) * a.q_stride + head * kD;
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi) {
+          float2 v = make_float2(0.0f, 0.0f);
+          if (row < n_rows) v = *reinterpret_cast<const float2*>(q + 16 * kk + 2 * tq + 8 * hi);
+          qa[kk][r + 2 * hi] = pack2<kBf16>(v.x * f, v.y * f);
+        }
+      }
+    }
+  }
+  RowState st;
+#pragma unroll
+  for (int n = 0; n < 16; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st.o[n][e] = 0.0f;
+  }
+  st.m[0] = st.m[1] = -INFINITY;
+  st.l[0] = st.l[1] = 0.0f;
+  const int warp_pos = pos0 + 16 * warp;  // the position of the warp's first row
+  const int row_pos[2] = {warp_pos + gq, warp_pos + gq + 8};
+
+  for (int k = 0; k < c.n_tiles; ++k) {
+    const KvTile kt = kv_tile(c, k);
+    const uint16_t* kb = kbuf + (k % 2) * kStage;
+    const uint16_t* vb = vbuf + (k % 2) * kStage;
+    // Tile k has landed (this thread's copies, then everyone's); every warp is done with tile
+    // k - 1, whose stage tile k + 1 takes, and with the raw area's previous contents.
+    cp_async_wait_all();
+    __syncthreads();
+    if constexpr (S == Src::kFp8) {
+      convert_fp8(raw, kt, kbuf + (k % 2) * kStage, vbuf + (k % 2) * kStage);
+      __syncthreads();
+    } else if constexpr (S == Src::kInt4) {
+      if (kt.pool) {
+        dequant_int4<kBf16>(a, kt, raw, kbuf + (k % 2) * kStage, vbuf + (k % 2) * kStage);
+        __syncthreads();
+      }
+    }
+    if (k + 1 < c.n_tiles) issue(k + 1);
+    const bool mask = kt.count < kKv || kt.p0 + kKv - 1 > warp_pos;
+    attend_tile<kBf16>(qa, kb, vb, kt, row_pos, mask, st);
+    if constexpr (S == Src::kInt4) {
+      // v2: the pool's values were in the Hadamard domain; turn their sum back before the
+      // sink block and the 16-bit tail add theirs.
+      if (a.value_hadamard && k == c.n_pool - 1) hadamard_rows(st.o);
+    }
+  }
+  cp_async_wait_all();
+
+  // O / l, the rows of the tile.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = st.l[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const int row = 16 * warp + gq + 8 * r;
+    if (row >= n_rows) continue;
+    const int64_t base =
+        (static_cast<int64_t>(tile.q_begin + row) * a.num_heads + head) * kD + 2 * tq;
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+      const float x = st.o[n][2 * r] * inv, y = st.o[n][2 * r + 1] * inv;
+      if (a.out_dtype == DType::kBF16) {
+        reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(a.out) + base + 8 * n)[0] =
+            __floats2bfloat162_rn(x, y);
+      } else {
+        reinterpret_cast<__half2*>(static_cast<__half*>(a.out) + base + 8 * n)[0] =
+            __floats2half2_rn(x, y);
+      }
+    }
+  }
+}
+
+template <Src S, bool kBf16>
+void launch(const PagedAttentionArgs& a, const PrefillTile* tiles, int32_t num_tiles,
+            cudaStream_t stream) {
+  constexpr int kSmem = smem_bytes<S>();
+  static const bool attribute_set = [] {
+    S4KV_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<S, kBf16>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    return true;
+  }();
+  (void)attribute_set;
+  const auto blocks = static_cast<unsigned>(int64_t{num_tiles} * a.num_heads);
+  prefill_attention_kernel<S, kBf16><<<blocks, kThreads, kSmem, stream>>>(a, tiles);
+}
+
+bool in_32_64_128(int x) { return x == 32 || x == 64 || x == 128; }
+
+}  // namespace
+
+void plan_prefill(const ForwardBatch& b, int min_q_len, std::vector<PrefillTile>& tiles) {
+  S4KV_CHECK(min_q_len >= 1, "plan_prefill: min_q_len ", min_q_len);
+  tiles.clear();
+  for (int64_t s = 0; s < b.num_seqs(); ++s) {
+    const int32_t q0 = b.query_start_loc[s], q1 = b.query_start_loc[s + 1];
+    if (q1 - q0 < min_q_len) continue;
+    for (int32_t r = q0; r < q1; r += kPrefillTileRows) {
+      tiles.push_back({static_cast<int32_t>(s), r, std::min(q1, r + kPrefillTileRows)});
+    }
+  }
+  // The context of a tile's last row decides its work: the heaviest blocks start first, so the
+  // grid's tail is made of light ones.
+  auto context = [&](const PrefillTile& t) {
+    return b.seq_lens[t.seq] - (b.query_start_loc[t.seq + 1] - t.q_end);
+  };
+  std::sort(tiles.begin(), tiles.end(), [&](const PrefillTile& x, const PrefillTile& y) {
+    const int32_t cx = context(x), cy = context(y);
+    return cx != cy ? cx > cy : x.q_begin < y.q_begin;
+  });
+}
+
+bool prefill_covers(const ForwardBatch& b, int min_q_len, int32_t row) {
+  const auto& qsl = b.query_start_loc;
+  S4KV_CHECK(!qsl.empty() && row >= 0 && row < qsl.back(), "prefill_covers: row ", row);
+  // The sequence of the row: the last one starting at or before it (q_len >= 1 each).
+  const auto s = std::upper_bound(qsl.begin(), qsl.end(), row) - qsl.begin() - 1;
+  return qsl[static_cast<size_t>(s) + 1] - qsl[static_cast<size_t>(s)] >= min_q_len;
+}
+
+void remove_prefill_rows(const ForwardBatch& b, int min_q_len, std::vector<int32_t>& rows) {
+  std::erase_if(rows, [&](int32_t row) { return prefill_covers(b, min_q_len, row); });
+}
+
+bool prefill_kernels_support(int num_heads, int num_kv_heads, const PagedAttentionArgs& a) {
+  if (num_heads <= 0 || num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return false;
+  if (a.out_dtype != DType::kBF16 && a.out_dtype != DType::kF16) return false;
+  if (a.block_size <= 0) return false;
+  switch (a.cache) {
+    case kv::KvCacheDtype::k16Bit:
+    case kv::KvCacheDtype::kFp8E4M3:
+      return true;
+    case kv::KvCacheDtype::kInt4Kivi:
+      return !a.keys_post_rope && a.layout.head_dim == kD && a.layout.block_size == a.block_size &&
+             in_32_64_128(a.block_size) && in_32_64_128(a.layout.value_group_size);
+  }
+  return false;
+}
+
+void launch_prefill_attention(const PagedAttentionArgs& a, const PrefillTile* tiles_device,
+                              int32_t num_tiles, cudaStream_t stream) {
+  S4KV_CHECK(num_tiles >= 0, "prefill attention: ", num_tiles, " tiles");
+  if (num_tiles == 0) return;
+  S4KV_CHECK(prefill_kernels_support(a.num_heads, a.num_kv_heads, a),
+             "prefill attention: unsupported shape (heads ", a.num_heads, "/", a.num_kv_heads,
+             ", block ", a.block_size, ", out ", dtype_name(a.out_dtype), ")");
+  S4KV_CHECK(int64_t{num_tiles} * a.num_heads <= INT_MAX, "prefill attention: ", num_tiles,
+             " tiles x ", a.num_heads, " heads");
+  S4KV_CHECK(tiles_device != nullptr && a.q != nullptr && a.out != nullptr &&
+                 a.query_start_loc != nullptr && a.seq_lens != nullptr &&
+                 a.block_tables != nullptr && a.q_stride % 2 == 0,
+             "prefill attention: null arguments");
+  const bool int4 = a.cache == kv::KvCacheDtype::kInt4Kivi;
+  if (int4) {
+    S4KV_CHECK(a.pool && a.residual && a.staging_k && a.staging_v && a.seats && a.pool_ends &&
+                   a.rope_cos && a.rope_sin && a.ring >= 1,
+               "prefill attention: int4_kivi arguments");
+  } else {
+    S4KV_CHECK(a.k_cache != nullptr && a.v_cache != nullptr, "prefill attention: null cache");
+  }
+  if (a.cache == kv::KvCacheDtype::kFp8E4M3) {
+    launch<Src::kFp8, false>(a, tiles_device, num_tiles, stream);
+  } else if (int4) {
+    if (a.bf16) {
+      launch<Src::kInt4, true>(a, tiles_device, num_tiles, stream);
+    } else {
+      launch<Src::kInt4, false>(a, tiles_device, num_tiles, stream);
+    }
+  } else if (a.bf16) {
+    launch<Src::k16Bit, true>(a, tiles_device, num_tiles, stream);
+  } else {
+    launch<Src::k16Bit, false>(a, tiles_device, num_tiles, stream);
+  }
+  S4KV_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace s4kv::backend::cuda

@@ -1,0 +1,73 @@
+// Prefill and chunked-prefill attention on tensor cores (FlashAttention-2 style) for the rows of
+// a step whose sequence has q_len >= 2, when the compute dtype is 16-bit; sm_80+ (mma.sync
+// m16n8k16 with fp32 accumulation, ldmatrix, cp.async). The cache is read in place in every
+// format, exactly where launch_paged_attention's load_kv reads it (paged_attention.cu).
+//
+// Grid: one thread block of 4 warps per (tile, query head), flattened to one dimension with the
+// head fastest (block = tile * num_heads + head). A tile is up to 64 consecutive query rows of
+// one sequence; warp w takes rows 16 w .. 16 w + 15. Why one query head per block rather than a
+// KV head's whole group: a block's K/V tile loads (and int4 dequantizations) are shared by its
+// 64 query rows either way; packing the group's heads into the 64 rows shares them the same
+// amount (64 rows per K/V tile) but needs groups that divide 64 (Qwen's 7 does not) and more
+// index arithmetic per row. With the head fastest, the group's heads run side by side and read
+// the same K/V through L2, and plan_prefill's heaviest tiles (longest contexts) start first.
+//
+// Per block, the context streams in KV tiles of 64 positions, staged in shared memory as 16-bit
+// K and V rows [64][128 + 8 pad] (two stages, cp.async): S = Q K^T (Q scaled by scale * log2 e
+// and rounded to the operand type once, held in registers), an online softmax in fp32 (causal
+// mask where a tile reaches past a row's position), O += P V (P rounded to the operand type).
+// The MMA part is one code path; the formats differ only in how a tile reaches shared memory:
+//   16-bit cache, int4_kivi's sink block / residual ring / staging: rows copied as they are;
+//   fp8_e4m3: bytes staged, then widened to fp16 (exact);
+//   int4_kivi pool blocks: code words and parameters staged, then dequantized in fp32 like the
+//     reference (float(q) * scale, then + zero), keys rotated from pre-RoPE with the RoPE table
+//     row of their own position (the reference's arithmetic), each rounded once to 16-bit.
+// Operands: fp16 for fp8 caches, else the cache's 16-bit type (PagedAttentionArgs::bf16); the
+// output in out_dtype (bf16 or fp16). int4_kivi v2's Hadamard-domain pool values: the pool's
+// KV tiles come first and, after the last of them, the accumulator is rotated back (the
+// transform is linear, so later rescaling commutes with it); the sink block and 16-bit tail
+// accumulate on top in the channel domain.
+// Reference: launch_paged_attention (tests/backend/cuda_prefill_attention_test.cc).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/paged_attention.cuh"
+
+namespace s4kv::backend::cuda {
+
+inline constexpr int kPrefillTileRows = 64;
+
+// Query rows [q_begin, q_end) (token rows of the step, at most kPrefillTileRows) of sequence
+// `seq`; token j of the sequence has position seq_lens[seq] - q_len + j.
+struct PrefillTile {
+  int32_t seq = 0;
+  int32_t q_begin = 0;
+  int32_t q_end = 0;
+};
+
+// Tiles for every row of every sequence with q_len >= min_q_len (>= 1), heaviest first (by the
+// context of the tile's last row). Host code; allocates nothing once `tiles` has capacity.
+void plan_prefill(const ForwardBatch& b, int min_q_len, std::vector<PrefillTile>& tiles);
+
+// Whether plan_prefill(b, min_q_len, ...) computes token row `row` (its sequence has
+// q_len >= min_q_len); and `rows` (e.g. DecodePlan::other_tokens) with those rows removed, the
+// others kept in order: what stays goes to launch_paged_attention.
+bool prefill_covers(const ForwardBatch& b, int min_q_len, int32_t row);
+void remove_prefill_rows(const ForwardBatch& b, int min_q_len, std::vector<int32_t>& rows);
+
+// Whether the prefill kernels serve this shape: head_dim 128 (paged_attention.cuh), any GQA
+// group, a bf16 / fp16 output (not the float32 compute mode), and for int4_kivi pre-RoPE keys
+// and B, Gv in 32 / 64 / 128.
+bool prefill_kernels_support(int num_heads, int num_kv_heads, const PagedAttentionArgs& a);
+
+// The tiles' rows for every query head, into a.out (a.token_list is not used). tiles_device:
+// [num_tiles] device copies of plan_prefill's tiles.
+void launch_prefill_attention(const PagedAttentionArgs& a, const PrefillTile* tiles_device,
+                              int32_t num_tiles, cudaStream_t stream);
+
+}  // namespace s4kv::backend::cuda
