@@ -20,6 +20,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/int4_kivi_cache.cuh"
 #include "backend/cuda/paged_attention.cuh"
+#include "backend/cuda/prefill_attention.cuh"
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/sampler.h"
 #include "backend/cuda/step_arena.h"
@@ -52,8 +53,9 @@ size_t arena_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_table, int6
                    int64_t nkv, int64_t max_items) {
   // ForwardBatch's arrays, the int4 fills, the attention plan (items, sequences, prefill rows,
   // pool ends).
+  const int64_t max_tiles = max_tokens / kPrefillTileRows + max_seqs;
   const int64_t i32 = 4 * max_tokens + 4 * max_seqs + 1 + max_table + max_fills * nkv +
-                      3 * max_items + 5 * max_seqs + max_tokens + max_seqs + 4;
+                      3 * max_items + 5 * max_seqs + max_tokens + max_seqs + 4 + 3 * max_tiles;
   const int64_t i64 = max_tokens + max_fills * nkv;
   return static_cast<size_t>(i32 * 4 + i64 * 8 + max_fills * 12 + 20 * 16 + 4096);
 }
@@ -243,8 +245,10 @@ class CudaBackend final : public SynchronousBackend {
   // Attention: decode rows on the tensor-core kernels (16-bit compute), the rest on the
   // reference kernel; the plan is made per step.
   bool decode_kernels_ = false;
+  bool prefill_kernels_ = false;  // rows of q_len >= 2 on the tensor-core prefill kernel
   int num_sms_ = 1;
   DecodePlan attention_plan_;
+  std::vector<PrefillTile> prefill_tiles_;
   float* partials_ = nullptr;  // [decode_items, num_heads, 130]
 
   // Activations.
@@ -265,6 +269,7 @@ class CudaBackend final : public SynchronousBackend {
   struct StepArrays {
     const int32_t *token_ids, *positions, *token_seq, *qsl, *seq_lens, *tables, *logits_rows,
         *res_slots, *res_starts, *first_pos, *other_tokens, *pool_ends, *live;
+    const PrefillTile* prefill_tiles;
     const int64_t *slots, *out_index;
     const Int4FillBlock* fills;
     const DecodeItem* items;
@@ -344,6 +349,11 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
     decode_kernels_ = act_ != DType::kF32 &&
                       decode_kernels_support(static_cast<int>(config.num_attention_heads),
                                              static_cast<int>(config.num_key_value_heads), probe);
+    probe.out_dtype = act_;
+    probe.block_size = static_cast<int>(kv.block_size);
+    prefill_kernels_ = act_ != DType::kF32 &&
+                       prefill_kernels_support(static_cast<int>(config.num_attention_heads),
+                                               static_cast<int>(config.num_key_value_heads), probe);
   }
   x_ = static_cast<float*>(alloc(static_cast<size_t>(z.x)));
   h_ = alloc(static_cast<size_t>(z.h));
@@ -661,6 +671,10 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     at.v_cache = wr.v_cache;
   }
   const DecodePlan& plan = attention_plan_;
+  if (!prefill_tiles_.empty()) {
+    launch_prefill_attention(at, step_.prefill_tiles, static_cast<int32_t>(prefill_tiles_.size()),
+                             stream_);
+  }
   if (!plan.other_tokens.empty()) {
     at.token_list = step_.other_tokens;
     at.num_listed = static_cast<int64_t>(plan.other_tokens.size());
@@ -795,6 +809,11 @@ void CudaBackend::stage(const ForwardBatch& b, int64_t size) {
 
   const DecodeShape shape = decode_shape(config_, kv_, num_sms_);
   plan_attention(b, shape, decode_kernels_, attention_plan_);
+  prefill_tiles_.clear();
+  if (prefill_kernels_ && !attention_plan_.other_tokens.empty()) {
+    plan_prefill(b, 2, prefill_tiles_);
+    remove_prefill_rows(b, 2, attention_plan_.other_tokens);
+  }
   const DecodePlan& plan = attention_plan_;
   S4KV_CHECK(static_cast<int64_t>(plan.items.size()) <= sizes_.decode_items,
              "cuda forward: ", plan.items.size(), " attention items (limit ", sizes_.decode_items,
@@ -839,6 +858,7 @@ void CudaBackend::stage(const ForwardBatch& b, int64_t size) {
   step_.items = arena_.put(plan.items.data(), plan.items.size(), item_room);
   step_.decode_seqs = arena_.put(plan.seqs.data(), plan.seqs.size());
   step_.live = arena_.put(live, 4);
+  step_.prefill_tiles = arena_.put(prefill_tiles_.data(), prefill_tiles_.size());
   arena_.upload(stream_);
 }
 
