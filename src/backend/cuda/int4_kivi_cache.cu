@@ -1,4 +1,5 @@
-// int4_kivi_cache.cuh's launchers: plain copies of 16-bit bits, one thread block per row.
+// int4_kivi_cache.cuh's launchers: plain copies of 16-bit bits (gather_fills: one thread block per
+// filled block; residual_write: one per token).
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/int4_kivi_cache.cuh"
 #include "backend/cuda/int4_kivi_quantize.cuh"
@@ -12,43 +13,48 @@ __device__ inline int64_t ring_row(int64_t p, int b, int ring) {
   return (p / b % ring) * b + p % b;
 }
 
-// Block (fill f, token t): the 16-bit K and V rows (every kv head) of position index * B + t.
+// Block f: the 16-bit K and V rows (every kv head) of the fill's positions index * B + t, one
+// warp per token at a time (a graph replay's grid is its capacity, so blocks past the step's
+// fills must cost little: one per fill, not one per fill and token).
 __global__ void gather_fills_kernel(const Int4FillBlock* fills, Int4CacheBatch batch,
                                     Int4CacheLayer layer, uint16_t* scratch_k, uint16_t* scratch_v,
                                     const int32_t* live_fills) {
   if (live_fills != nullptr && static_cast<int>(blockIdx.x) >= *live_fills) return;
   const Int4FillBlock f = fills[blockIdx.x];
-  const int t = blockIdx.y;
   const int b = layer.block_size;
   const int64_t kv_dim = static_cast<int64_t>(layer.num_kv_heads) * kD;
   const int q_begin = batch.query_start_loc[f.seq];
   const int start = batch.seq_lens[f.seq] - (batch.query_start_loc[f.seq + 1] - q_begin);
-  const int64_t pos = static_cast<int64_t>(f.index) * b + t;
-  const uint16_t *k, *v;
-  if (pos >= start) {
-    k = layer.staging_k + (q_begin + pos - start) * kv_dim;
-    v = layer.staging_v + (q_begin + pos - start) * kv_dim;
-  } else {
-    const int64_t slot = batch.seats[f.seq];
-    k = layer.residual + (slot * 2 * layer.ring * b + ring_row(pos, b, layer.ring)) * kv_dim;
-    v = k + static_cast<int64_t>(layer.ring) * b * kv_dim;
-  }
-  if (f.dest < 0) {
-    const int32_t id = batch.block_tables[f.seq * batch.max_blocks_per_seq + f.index];
-    uint16_t* dk =
-        layer.sink + ((id - layer.num_pool_blocks) * 2 * static_cast<int64_t>(b) + t) * kv_dim;
-    uint16_t* dv = dk + static_cast<int64_t>(b) * kv_dim;
-    for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-      dk[i] = k[i];
-      dv[i] = v[i];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, num_warps = blockDim.x / 32;
+  for (int t = warp; t < b; t += num_warps) {
+    const int64_t pos = static_cast<int64_t>(f.index) * b + t;
+    const uint16_t *k, *v;
+    if (pos >= start) {
+      k = layer.staging_k + (q_begin + pos - start) * kv_dim;
+      v = layer.staging_v + (q_begin + pos - start) * kv_dim;
+    } else {
+      const int64_t slot = batch.seats[f.seq];
+      k = layer.residual + (slot * 2 * layer.ring * b + ring_row(pos, b, layer.ring)) * kv_dim;
+      v = k + static_cast<int64_t>(layer.ring) * b * kv_dim;
     }
-    return;
-  }
-  for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-    const int64_t g = i / kD, c = i % kD;
-    const int64_t dst = ((static_cast<int64_t>(f.dest) * layer.num_kv_heads + g) * b + t) * kD + c;
-    scratch_k[dst] = k[i];
-    scratch_v[dst] = v[i];
+    if (f.dest < 0) {
+      const int32_t id = batch.block_tables[f.seq * batch.max_blocks_per_seq + f.index];
+      uint16_t* dk =
+          layer.sink + ((id - layer.num_pool_blocks) * 2 * static_cast<int64_t>(b) + t) * kv_dim;
+      uint16_t* dv = dk + static_cast<int64_t>(b) * kv_dim;
+      for (int64_t i = lane; i < kv_dim; i += 32) {
+        dk[i] = k[i];
+        dv[i] = v[i];
+      }
+      continue;
+    }
+    for (int64_t i = lane; i < kv_dim; i += 32) {
+      const int64_t g = i / kD, c = i % kD;
+      const int64_t dst =
+          ((static_cast<int64_t>(f.dest) * layer.num_kv_heads + g) * b + t) * kD + c;
+      scratch_k[dst] = k[i];
+      scratch_v[dst] = v[i];
+    }
   }
 }
 
@@ -105,9 +111,8 @@ void launch_int4_kivi_gather_fills(const Int4FillBlock* fills, int64_t num_fills
                  layer.block_size <= 65535 && layer.num_kv_heads > 0 && layer.ring >= 1,
              "int4_kivi gather_fills: shape");
   if (num_fills == 0) return;
-  const dim3 grid(static_cast<unsigned>(num_fills), static_cast<unsigned>(layer.block_size));
-  gather_fills_kernel<<<grid, 256, 0, stream>>>(fills, batch, layer, scratch_k, scratch_v,
-                                                live_fills);
+  gather_fills_kernel<<<static_cast<unsigned>(num_fills), 512, 0, stream>>>(
+      fills, batch, layer, scratch_k, scratch_v, live_fills);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 
