@@ -15,7 +15,9 @@
 // bf16 takes part (the decode kernels' bounds); rows no tile covers must stay unwritten (the
 // output starts as NaN), and they must be exactly the rows prefill_covers says. The test checks
 // its own power: the reference's rows differ from their neighbours (what a one-row slip of a
-// tile would give) by far more than the bound.
+// tile would give) by far more than the bound. Measured on the H200 (build of 6b3ec17,
+// bench/results/cuda_h200/backend_cuda_test.txt): at most 9.4e-4 with fp16 operands and output,
+// 7.5e-3 where bf16 takes part; neighbouring rows differ by >= 1.0 at the 10th percentile.
 // The plan itself (plan_prefill, prefill_covers, remove_prefill_rows) is host code, tested
 // here without a device.
 #include <cuda_runtime.h>
