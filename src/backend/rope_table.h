@@ -15,6 +15,8 @@
 #include <span>
 #include <vector>
 
+#include "backend/cpu/gemm16.h"
+
 namespace s4kv::backend {
 
 class RopeTable {
@@ -47,5 +49,11 @@ void rope_rotate(const float* x, float* out, const float* cos, const float* sin,
 // The inverse (rotation by -angle): out[i] = x1*c + x2*s, out[i+h] = x2*c - x1*s, same rounding.
 void rope_unrotate(const float* x, float* out, const float* cos, const float* sin,
                    int64_t head_dim);
+
+// Either of the two above with the given instruction set's kernel (gemm16.h; it must be
+// supported): every choice gives the same bits (tests compare them); the two above use
+// cpu_isa().
+void rope_rotate_isa(cpu::CpuIsa isa, bool inverse, const float* x, float* out, const float* cos,
+                     const float* sin, int64_t head_dim);
 
 }  // namespace s4kv::backend

@@ -168,6 +168,40 @@ TEST(RopeTable, RotationMatchesRopeRefAndInverseUndoesIt) {
   }
 }
 
+// The rotation on every instruction set (scalar, AVX2, AVX-512: what rope_rotate picks at run
+// time) gives the scalar form's bits, both directions, in place and not, for head dims whose
+// half is a multiple of 16, of 8 only, and neither (the tails).
+TEST(RopeTable, EveryInstructionSetRotatesBitForBitAlike) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  for (const int64_t d : {int64_t{128}, int64_t{80}, int64_t{136}, int64_t{12}}) {
+    std::vector<float> freq(static_cast<size_t>(d / 2));
+    for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0f, -2.0f * i / d);
+    RopeTable table(freq);
+    table.ensure(3000);
+    for (int32_t pos : {0, 7, 2999}) {
+      std::vector<float> x(static_cast<size_t>(d));
+      for (auto& e : x) e = dist(rng);
+      for (const bool inverse : {false, true}) {
+        std::vector<float> want(x.size());
+        rope_rotate_isa(CpuIsa::kScalar, inverse, x.data(), want.data(), table.cos(pos),
+                        table.sin(pos), d);
+        for (const CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+          if (!cpu_supports(isa)) continue;
+          std::vector<float> got(x.size()), in_place = x;
+          rope_rotate_isa(isa, inverse, x.data(), got.data(), table.cos(pos), table.sin(pos), d);
+          rope_rotate_isa(isa, inverse, in_place.data(), in_place.data(), table.cos(pos),
+                          table.sin(pos), d);
+          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4))
+              << cpu_isa_name(isa) << " d " << d << " pos " << pos << " inverse " << inverse;
+          EXPECT_EQ(0, std::memcmp(in_place.data(), want.data(), got.size() * 4))
+              << cpu_isa_name(isa) << " in place, d " << d;
+        }
+      }
+    }
+  }
+}
+
 // (c) The pool block of a filled block against the kv reference on independently inverse-
 // rotated keys; the tail in the residual, bit for bit the 16-bit values.
 // The cache's block dequantization on every instruction set equals the kv reference bit for

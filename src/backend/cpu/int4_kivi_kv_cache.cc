@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "backend/cpu/gemm16.h"
 #include "backend/cpu/int4_dequant.h"
 #include "backend/cpu/paged_kv_cache.h"
 #include "common/check.h"
@@ -168,10 +169,10 @@ std::span<const uint16_t> Int4KiviKvCache::residual_v(int64_t layer, int64_t slo
 
 void Int4KiviKvCache::decode_row(const uint16_t* k, const uint16_t* v, float* keys,
                                  float* values) const {
-  for (int64_t c = 0; c < head_dim_ && keys != nullptr; ++c) keys[c] = kv_decode(k[c], dtype_);
-  for (int64_t c = 0; c < head_dim_ && values != nullptr; ++c) {
-    values[c] = kv_decode(v[c], dtype_);
-  }
+  // gemm16's exact widening (kv_decode's values, in vector registers).
+  const bool bf16 = dtype_ == DType::kBF16;
+  if (keys != nullptr) widen16(cpu_isa(), k, bf16, head_dim_, keys);
+  if (values != nullptr) widen16(cpu_isa(), v, bf16, head_dim_, values);
 }
 
 uint16_t* Int4KiviKvCache::sink_row(int64_t layer, int32_t block_id, int which, int64_t t) {
