@@ -44,20 +44,17 @@ namespace s4kv::backend::cuda {
 namespace {
 
 int run(int argc, char** argv) {
-  std::vector<Shape> shapes = {{28, 4}, {32, 8}};
+  CacheFlags flags;
   std::vector<int> batches = {1, 4, 16, 64, 256};
   std::vector<int> contexts = {1024, 8192, 32768, 131072};
-  std::vector<std::string> formats = {"16bit", "fp8", "int4"};
   int64_t max_tokens = int64_t{1} << 21;
   int reps = 20;
-  bool reference = false, int4_v1 = false, check_only = false;
-  int B = 64;    // --block-size
-  int Gv = 128;  // int4_kivi value group
+  bool reference = false, check_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--heads") {
-      shapes = parse_shapes(next());
+    if (flags.parse(a, next)) {
+      continue;
     } else if (a == "--batches") {
       batches = parse_list(next());
     } else if (a == "--contexts") {
@@ -66,19 +63,8 @@ int run(int argc, char** argv) {
       max_tokens = std::atoll(next().c_str());
     } else if (a == "--reps") {
       reps = std::atoi(next().c_str());
-    } else if (a == "--formats") {
-      formats.clear();
-      std::stringstream ss(next());
-      std::string item;
-      while (std::getline(ss, item, ',')) formats.push_back(item);
     } else if (a == "--reference") {
       reference = true;
-    } else if (a == "--block-size") {
-      B = std::atoi(next().c_str());
-    } else if (a == "--value-group-size") {
-      Gv = std::atoi(next().c_str());
-    } else if (a == "--int4-v1") {
-      int4_v1 = true;
     } else if (a == "--check-only") {
       check_only = true;
     } else {
@@ -86,6 +72,10 @@ int run(int argc, char** argv) {
       return 2;
     }
   }
+  const std::vector<Shape>& shapes = flags.shapes;
+  const std::vector<std::string>& formats = flags.formats;
+  const int B = flags.block_size, Gv = flags.value_group_size;
+  const bool int4_v1 = flags.int4_v1;
   if (device_count() == 0) {
     std::fprintf(stderr, "no CUDA device\n");
     return 2;

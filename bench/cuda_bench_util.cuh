@@ -113,6 +113,36 @@ inline std::vector<Shape> parse_shapes(const std::string& s) {
   return out;
 }
 
+// The flags both modes take: --heads, --formats, --block-size, --value-group-size, --int4-v1.
+struct CacheFlags {
+  std::vector<Shape> shapes = {{28, 4}, {32, 8}};
+  std::vector<std::string> formats = {"16bit", "fp8", "int4"};
+  int block_size = 64;         // --block-size
+  int value_group_size = 128;  // int4_kivi's Gv
+  bool int4_v1 = false;
+  // Takes flag `a` (its value from next()); false when it is not one of these.
+  template <typename Next>
+  bool parse(const std::string& a, Next next) {
+    if (a == "--heads") {
+      shapes = parse_shapes(next());
+    } else if (a == "--formats") {
+      formats.clear();
+      std::stringstream ss(next());
+      std::string item;
+      while (std::getline(ss, item, ',')) formats.push_back(item);
+    } else if (a == "--block-size") {
+      block_size = std::atoi(next().c_str());
+    } else if (a == "--value-group-size") {
+      value_group_size = std::atoi(next().c_str());
+    } else if (a == "--int4-v1") {
+      int4_v1 = true;
+    } else {
+      return false;
+    }
+    return true;
+  }
+};
+
 }  // namespace
 
 // cuda_attention_bench --prefill (cuda_prefill_bench.cu).

@@ -110,23 +110,15 @@ std::vector<float> widen_bf16(const DeviceBuffer& b, size_t n) {
 }  // namespace
 
 int run_prefill(int argc, char** argv) {
-  std::vector<Shape> shapes = {{28, 4}, {32, 8}};
-  std::vector<std::string> formats = {"16bit", "fp8", "int4"};
+  CacheFlags flags;
   std::vector<PrefillCase> cases = parse_cases("1x1024,1x4096,1x8192,4x2048,2048@8192");
-  int reps = 10, B = 64, Gv = 128;
-  bool reference = true, int4_v1 = false;
+  int reps = 10;
+  bool reference = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--prefill") {
+    if (a == "--prefill" || flags.parse(a, next)) {
       continue;
-    } else if (a == "--heads") {
-      shapes = parse_shapes(next());
-    } else if (a == "--formats") {
-      formats.clear();
-      std::stringstream ss(next());
-      std::string item;
-      while (std::getline(ss, item, ',')) formats.push_back(item);
     } else if (a == "--cases") {
       cases = parse_cases(next());
       if (cases.empty()) return 2;
@@ -134,17 +126,15 @@ int run_prefill(int argc, char** argv) {
       reps = std::max(1, std::atoi(next().c_str()));
     } else if (a == "--no-reference") {
       reference = false;
-    } else if (a == "--block-size") {
-      B = std::atoi(next().c_str());
-    } else if (a == "--value-group-size") {
-      Gv = std::atoi(next().c_str());
-    } else if (a == "--int4-v1") {
-      int4_v1 = true;
     } else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
     }
   }
+  const std::vector<Shape>& shapes = flags.shapes;
+  const std::vector<std::string>& formats = flags.formats;
+  const int B = flags.block_size, Gv = flags.value_group_size;
+  const bool int4_v1 = flags.int4_v1;
   if (device_count() == 0) {
     std::fprintf(stderr, "no CUDA device\n");
     return 2;

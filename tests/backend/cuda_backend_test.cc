@@ -264,6 +264,23 @@ INSTANTIATE_TEST_SUITE_P(All, CudaBackendEquivalence,
                                   std::get<1>(info.param).name;
                          });
 
+// A cache of format f with num_blocks pool blocks and num_seats seats; v2 adds num_sinks sink
+// blocks, a window block and Hadamard-domain values.
+KvCacheConfig format_kv(const Format& f, int64_t num_blocks, int64_t num_seats, int64_t num_sinks) {
+  KvCacheConfig kv;
+  kv.num_blocks = num_blocks;
+  kv.block_size = f.block_size;
+  kv.dtype = f.dtype;
+  kv.num_seats = num_seats;
+  kv.value_group_size = f.gv;
+  if (f.v2) {
+    kv.num_sink_blocks = num_sinks;
+    kv.num_window_blocks = 1;
+    kv.int4_value_hadamard = true;
+  }
+  return kv;
+}
+
 // Padding sequences (the dummy seat and block, a moving position; what the profiling step at
 // start-up runs) beside a real one change nothing the real one computes, on the GPU: the same
 // steps with the two padding sequences replaced by two decoys of their own seats and blocks
@@ -280,17 +297,7 @@ TEST_P(CudaPadding, DummySeatAndBlockChangeNothingForRealRows) {
   ASSERT_TRUE(config.is_ok());
   auto weights = model::load_weights("models/s4kv-tiny", *config, model::LoadFormat::kAuto);
   ASSERT_TRUE(weights.is_ok());
-  KvCacheConfig kv;
-  kv.num_blocks = 16;
-  kv.block_size = f.block_size;
-  kv.dtype = f.dtype;
-  kv.num_seats = 3;  // the real sequence's and two decoys'
-  kv.value_group_size = f.gv;
-  if (f.v2) {
-    kv.num_sink_blocks = 3;
-    kv.num_window_blocks = 1;
-    kv.int4_value_hadamard = true;
-  }
+  const KvCacheConfig kv = format_kv(f, 16, 3, 3);  // seats: the real sequence's, two decoys'
   constexpr int64_t kLen = 300;
   const int64_t blocks = kLen / f.block_size + 1;
   ASSERT_LE(blocks + 2, kv.num_blocks);
@@ -365,17 +372,7 @@ TEST_P(CudaGraphs, ReplayIsBitEqualToEagerExecution) {
   ASSERT_TRUE(weights.is_ok());
   constexpr int64_t kSeqs = 11, kMaxSeqsHere = 12, kModelLen = 1024;
   const int64_t blocks_per_seq = kModelLen / f.block_size + 1;
-  KvCacheConfig kv;
-  kv.num_blocks = kSeqs * blocks_per_seq;
-  kv.block_size = f.block_size;
-  kv.dtype = f.dtype;
-  kv.num_seats = kMaxSeqsHere;
-  kv.value_group_size = f.gv;
-  if (f.v2) {
-    kv.num_sink_blocks = kSeqs;
-    kv.num_window_blocks = 1;
-    kv.int4_value_hadamard = true;
-  }
+  const KvCacheConfig kv = format_kv(f, kSeqs * blocks_per_seq, kMaxSeqsHere, kSeqs);
   const BackendLimits limits{512, kMaxSeqsHere, kModelLen};
   auto graphs = make_started_backend("cuda", DType::kBF16, *config, *weights, kv, limits);
   ASSERT_TRUE(graphs.is_ok()) << graphs.status().message();

@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/hadamard.cuh"
+#include "backend/cuda/tensor_core.cuh"
 #include "common/check.h"
 
 namespace s4kv::backend::cuda {
@@ -32,23 +33,6 @@ namespace {
 constexpr int kD = 128;
 constexpr int kRowWarps = 4;  // warps of the row kernel: 2 threads per position of a tile
 constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ inline uint32_t pack_f16(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-__device__ inline uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-template <bool kBf16>
-__device__ inline uint32_t pack2(float lo, float hi) {
-  if constexpr (kBf16) {
-    return pack_bf16(lo, hi);
-  } else {
-    return pack_f16(lo, hi);
-  }
-}
 
 // c += A B: A rows r only (rows r + 8 zero), as the query side of QK^T.
 template <bool kBf16>
@@ -68,40 +52,6 @@ __device__ inline void mma_rows8(float (&c)[4], uint32_t a0, uint32_t a2, uint32
         : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
   }
 }
-template <bool kBf16>
-__device__ inline void mma_full(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (kBf16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-__device__ inline float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// 16 bytes global -> shared, asynchronously (cp.async, sm_80+).
-__device__ inline void cp_async16(void* smem, const void* gmem) {
-  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ inline void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
 // Two 4-bit codes (bits 0..3 and 16..19 of x) as an fp16 pair of exact integers 0..15.
 __device__ inline uint32_t codes_to_f16x2(uint32_t x) {
   uint32_t y;
@@ -109,15 +59,6 @@ __device__ inline uint32_t codes_to_f16x2(uint32_t x) {
   const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&y),
                             __halves2half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400)));
   return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-// Two fp8_e4m3 bytes (bits 0..15) as an fp16 pair (exact).
-__device__ inline uint32_t fp8x2_to_f16x2(uint32_t x) {
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), __NV_E4M3);
-  uint32_t out;
-  memcpy(&out, &h, 4);
-  return out;
 }
 
 // The cache channel of PV m-tile mt, row rho (0..15).
@@ -349,8 +290,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int64_t row = static_cast<int64_t>(nt == 0 ? tk0 : tk1) * (kD / 2) + 16 * i;
 #pragma unroll
     for (int m = 0; m < 8; ++m) {
-      rot_c[nt][m] = pack_f16(a.rope_cos[row + 2 * m], a.rope_cos[row + 2 * m + 1]);
-      rot_s[nt][m] = pack_f16(a.rope_sin[row + 2 * m], a.rope_sin[row + 2 * m + 1]);
+      rot_c[nt][m] = pack2<false>(a.rope_cos[row + 2 * m], a.rope_cos[row + 2 * m + 1]);
+      rot_s[nt][m] = pack2<false>(a.rope_sin[row + 2 * m], a.rope_sin[row + 2 * m + 1]);
     }
   }
 
@@ -421,8 +362,8 @@ __global__ void __launch_bounds__(kWarps * 32)
           const float lo1 = q[m][1] * cs[2 * e + 1] + q[m + 8][1] * sn[2 * e + 1];
           const float hi0 = q[m + 8][0] * cs[2 * e] - q[m][0] * sn[2 * e];
           const float hi1 = q[m + 8][1] * cs[2 * e + 1] - q[m][1] * sn[2 * e + 1];
-          qa[m] = pack_f16(lo0, lo1);
-          qa[m + 8] = pack_f16(hi0, hi1);
+          qa[m] = pack2<false>(lo0, lo1);
+          qa[m + 8] = pack2<false>(hi0, hi1);
         }
       }
     }
@@ -474,8 +415,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int g32 = 0; g32 < 4; ++g32) {
       const int vg = g32 * kG / 4;
-      const uint32_t b0 = pack_f16(s[0] * vs[0][vg], s[1] * vs[1][vg]);
-      const uint32_t b1 = pack_f16(s[2] * vs[2][vg], s[3] * vs[3][vg]);
+      const uint32_t b0 = pack2<false>(s[0] * vs[0][vg], s[1] * vs[1][vg]);
+      const uint32_t b1 = pack2<false>(s[2] * vs[2][vg], s[3] * vs[3][vg]);
       const uint32_t lo01 = __byte_perm(vc[0][g32], vc[1][g32], 0x5410);
       const uint32_t hi01 = __byte_perm(vc[0][g32], vc[1][g32], 0x7632);
       const uint32_t lo89 = __byte_perm(vc[2][g32], vc[3][g32], 0x5410);
@@ -485,7 +426,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int shift = sh + 4 * h;
         const uint32_t av[4] = {codes_to_f16x2(lo01 >> shift), codes_to_f16x2(hi01 >> shift),
                                 codes_to_f16x2(lo89 >> shift), codes_to_f16x2(hi89 >> shift)};
-        mma_full<false>(st.acc[2 * g32 + h], av, b0, b1);
+        mma_m16n8k16<false>(st.acc[2 * g32 + h], av, b0, b1);
       }
     }
     __syncthreads();  // the stage is refilled two iterations on
@@ -706,7 +647,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
           av[2] = __byte_perm(vw[2][g32][h], vw[3][g32][h], 0x5410);
           av[3] = __byte_perm(vw[2][g32][h], vw[3][g32][h], 0x7632);
         }
-        mma_full<kBf16>(st.acc[2 * g32 + h], av, b0, b1);
+        mma_m16n8k16<kBf16>(st.acc[2 * g32 + h], av, b0, b1);
       }
     }
     __syncthreads();  // the stage is refilled next iteration

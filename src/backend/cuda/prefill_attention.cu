@@ -29,6 +29,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/prefill_attention.cuh"
+#include "backend/cuda/tensor_core.cuh"
 #include "common/check.h"
 #include "kv/hadamard.h"
 
@@ -69,36 +70,6 @@ constexpr int smem_bytes() {
 
 // ---- small device helpers -------------------------------------------------------------------
 
-template <bool kBf16>
-__device__ inline uint32_t pack2(float lo, float hi) {
-  uint32_t out;
-  if constexpr (kBf16) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    memcpy(&out, &h, 4);
-  } else {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    memcpy(&out, &h, 4);
-  }
-  return out;
-}
-
-template <bool kBf16>
-__device__ inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (kBf16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
 // Four 8x8 16-bit matrices from shared memory; lane l gives the address of row l % 8 of
 // matrix l / 8 (16 bytes), and receives element pair (row l / 4, columns 2 (l % 4), + 1) of each
 // matrix, or with .trans (rows 2 (l % 4), + 1; column l / 4).
@@ -117,22 +88,8 @@ __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t* row) 
                : "memory");
 }
 
-// 16 bytes global -> shared, asynchronously; or 16 zero bytes where there is nothing to read.
-__device__ inline void cp_async16(void* smem, const void* gmem) {
-  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
+// 16 zero bytes where there is nothing to read.
 __device__ inline void zero16(void* smem) { *static_cast<uint4*>(smem) = make_uint4(0, 0, 0, 0); }
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ inline void cp_async_wait_all() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
-__device__ inline float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // ---- where the context lives ----------------------------------------------------------------
 
@@ -247,14 +204,6 @@ __device__ inline void issue_fp8(const PagedAttentionArgs& a, const Ctx& c, cons
     cp_async16(raw + t * kRawFp8Ld + 16 * j, ks + 16 * j);
     cp_async16(raw + (kKv + t) * kRawFp8Ld + 16 * j, vs + 16 * j);
   }
-}
-
-__device__ inline uint32_t fp8x2_to_f16x2(uint32_t x) {
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), __NV_E4M3);
-  uint32_t out;
-  memcpy(&out, &h, 4);
-  return out;
 }
 
 __device__ inline void convert_fp8(const unsigned char* raw, const KvTile& kt, uint16_t* kb,
@@ -496,8 +445,8 @@ __device__ inline void attend_tile(const uint32_t (&qa)[8][4], const uint16_t* k
     for (int kk = 0; kk < 4; ++kk) {
       uint32_t b[4];
       ldmatrix_x4(b, kb + (8 * n + lane % 8) * kLd + 32 * kk + 8 * (lane / 8));
-      mma16816<kBf16>(s[n], qa[2 * kk], b[0], b[1]);
-      mma16816<kBf16>(s[n], qa[2 * kk + 1], b[2], b[3]);
+      mma_m16n8k16<kBf16>(s[n], qa[2 * kk], b[0], b[1]);
+      mma_m16n8k16<kBf16>(s[n], qa[2 * kk + 1], b[2], b[3]);
     }
   }
   if (mask) {
@@ -551,8 +500,8 @@ __device__ inline void attend_tile(const uint32_t (&qa)[8][4], const uint16_t* k
       uint32_t b[4];
       ldmatrix_x4_trans(
           b, vb + (16 * kk + 8 * ((lane / 8) % 2) + lane % 8) * kLd + 16 * np + 8 * (lane / 16));
-      mma16816<kBf16>(st.o[2 * np], pa, b[0], b[1]);
-      mma16816<kBf16>(st.o[2 * np + 1], pa, b[2], b[3]);
+      mma_m16n8k16<kBf16>(st.o[2 * np], pa, b[0], b[1]);
+      mma_m16n8k16<kBf16>(st.o[2 * np + 1], pa, b[2], b[3]);
     }
   }
 }
@@ -643,7 +592,7 @@ __global__ void __launch_bounds__(kThreads, S == Src::k16Bit ? 3 : 2)
     const uint16_t* vb = vbuf + (k % 2) * kStage;
     // Tile k has landed (this thread's copies, then everyone's); every warp is done with tile
     // k - 1, whose stage tile k + 1 takes, and with the raw area's previous contents.
-    cp_async_wait_all();
+    cp_async_wait<0>();
     __syncthreads();
     if constexpr (S == Src::kFp8) {
       convert_fp8(raw, kt, kbuf + (k % 2) * kStage, vbuf + (k % 2) * kStage);
@@ -663,7 +612,7 @@ __global__ void __launch_bounds__(kThreads, S == Src::k16Bit ? 3 : 2)
       if (a.value_hadamard && k == c.n_pool - 1) hadamard_rows(st.o);
     }
   }
-  cp_async_wait_all();
+  cp_async_wait<0>();
 
   // O / l, the rows of the tile.
 #pragma unroll
