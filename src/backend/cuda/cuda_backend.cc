@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_weights.h"
 #include "backend/cpu/rope.h"
+#include "backend/cuda/backend_memory.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/device.h"
@@ -33,12 +34,6 @@
 namespace s4kv::backend::cuda {
 namespace {
 
-constexpr int64_t kHeadDim = 128;
-
-int64_t act_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 struct LayerWeights {
   const float* input_norm = nullptr;  // [hidden] fp32
   const float* post_norm = nullptr;   // [hidden] fp32
@@ -48,70 +43,6 @@ struct LayerWeights {
   const void* gate_up = nullptr;      // [2 * inter, hidden]
   const void* down = nullptr;         // [hidden, inter]
 };
-
-size_t arena_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_table, int64_t max_fills,
-                   int64_t nkv, int64_t max_items) {
-  // ForwardBatch's arrays, the int4 fills, the attention plan (items, sequences, prefill rows,
-  // pool ends).
-  const int64_t max_tiles = max_tokens / kPrefillTileRows + max_seqs;
-  const int64_t i32 = 4 * max_tokens + 4 * max_seqs + 1 + max_table + max_fills * nkv +
-                      3 * max_items + 5 * max_seqs + max_tokens + max_seqs + 4 + 3 * max_tiles;
-  const int64_t i64 = max_tokens + max_fills * nkv;
-  return static_cast<size_t>(i32 * 4 + i64 * 8 + max_fills * 12 + 20 * 16 + 4096);
-}
-
-// Every start-up allocation but the weights and the KV cache, in bytes: the constructor
-// allocates these and make_cuda_backend checks their sum against free memory, from one place.
-// The decode kernels' view of the cache (decode_attention.cuh).
-DecodeShape decode_shape(const model::ModelConfig& c, const KvCacheConfig& kv, int num_sms) {
-  DecodeShape d;
-  d.cache = kv.dtype;
-  d.block_size = static_cast<int>(kv.block_size);
-  d.num_pool_blocks = kv.num_blocks;
-  d.ring = 1 + static_cast<int>(kv.num_window_blocks);
-  d.num_kv_heads = static_cast<int>(c.num_key_value_heads);
-  d.num_sms = std::max(1, num_sms);
-  return d;
-}
-
-struct Sizes {
-  int64_t max_blocks_per_seq, max_fills, decode_items, partials, arena, rope, staging, scratch;
-  int64_t x, h, qkv, attn, gate_up, act, rows, logits, sample_rows, sampler;
-
-  Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBackendOptions& o) {
-    const int64_t T = o.max_num_tokens, as = act_size(o.compute_dtype);
-    const int64_t nkv = c.num_key_value_heads, kv_dim = nkv * kHeadDim;
-    const int64_t q_dim = c.num_attention_heads * kHeadDim, qkv_dim = q_dim + 2 * kv_dim;
-    max_blocks_per_seq = ceil_div(o.max_model_len, kv.block_size) + 1;
-    max_fills = o.max_num_tokens / kv.block_size + o.max_num_seqs;
-    decode_items = max_decode_items(o.max_num_seqs, decode_shape(c, kv, device_sm_count()));
-    partials = decode_items * c.num_attention_heads * kDecodePartialFloats * 4;
-    arena = static_cast<int64_t>(arena_bytes(T, o.max_num_seqs, o.max_num_seqs * max_blocks_per_seq,
-                                             max_fills, nkv, decode_items));
-    rope = 2 * ceil_div(o.max_model_len, 1024) * 1024 * (kHeadDim / 2) * 4;
-    const bool int4 = kv.dtype == kv::KvCacheDtype::kInt4Kivi;
-    staging = int4 ? T * kv_dim * 2 : 0;                                  // each of K, V
-    scratch = int4 ? max_fills * nkv * kv.block_size * kHeadDim * 2 : 0;  // each of K, V
-    x = T * c.hidden_size * 4;
-    h = T * c.hidden_size * as;
-    qkv = T * qkv_dim * 4;
-    attn = T * q_dim * as;
-    gate_up = T * 2 * c.intermediate_size * 4;
-    act = T * c.intermediate_size * as;
-    rows = T * c.hidden_size * as;
-    logits = T * c.vocab_size * 4;
-    sample_rows = std::min(o.max_num_seqs, T);  // one sampled row per sequence at most
-    sampler = CudaSampler::device_bytes(c.vocab_size, sample_rows, o.max_model_len);
-  }
-  int64_t total() const {
-    return arena + partials + rope + 2 * staging + 2 * scratch + x + h + qkv + attn + gate_up +
-           act + rows + logits + sampler + Gemm::kWorkspaceBytes;
-  }
-};
-
-// The CUDA runtime's own allocations beyond what the backend asks for (module images, cuBLASLt
-// handles, the stream): kept out of the KV cache.
-constexpr int64_t kRuntimeReserveBytes = int64_t{512} << 20;
 
 // Why a cache of this shape cannot run here (num_blocks aside), one line each: the format's
 // own rules, and the keys-after-RoPE evaluation layout, which only the CPU runs.
@@ -132,30 +63,6 @@ bool same_shape(const KvCacheConfig& a, const KvCacheConfig& b) {
          a.num_window_blocks == b.num_window_blocks &&
          a.int4_value_hadamard == b.int4_value_hadamard &&
          a.int4_keys_post_rope == b.int4_keys_post_rope;
-}
-
-// Device bytes of the KV cache's parts (all layers): int4_kivi's pool, residual rings (one per
-// seat, plus the dummy seat) and sink blocks (plus the dummy block); or the paged K and V of the
-// other dtypes (each num_blocks plus the dummy block). init_kv_cache checks their sum against
-// free memory and allocates them.
-struct KvParts {
-  int64_t pool = 0, residual = 0, sink = 0, k = 0, v = 0;
-  int64_t total() const { return pool + residual + sink + k + v; }
-};
-KvParts kv_parts(const model::ModelConfig& c, const KvCacheConfig& kv,
-                 const kv::Int4KiviLayout& layout) {
-  const int64_t L = c.num_hidden_layers, B = kv.block_size, nkv = c.num_key_value_heads;
-  const int64_t kv_dim = nkv * kHeadDim;
-  KvParts p;
-  if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
-    p.pool = L * kv.num_blocks * nkv * static_cast<int64_t>(layout.block_bytes);
-    p.residual = L * (kv.num_seats + 1) * 2 * (1 + kv.num_window_blocks) * B * kv_dim * 2;
-    p.sink = L * (kv.num_sink_blocks + 1) * 2 * B * kv_dim * 2;
-  } else {
-    const int64_t es = kv.dtype == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
-    p.k = p.v = L * (kv.num_blocks + 1) * B * kv_dim * es;
-  }
-  return p;
 }
 
 class CudaBackend final : public SynchronousBackend {

@@ -1,0 +1,53 @@
+// What the CUDA backend allocates, as arithmetic (host-only, no CUDA types): the per-step
+// buffers of its limits (Sizes: the constructor allocates these, make_cuda_backend checks their
+// sum against free memory), the KV cache's parts (init_kv_cache), the runtime reserve profile()
+// keeps out of the cache, and the decode kernels' view of the cache shape.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/decode_attention.cuh"
+#include "common/dtype.h"
+#include "kv/int4_kivi_layout.h"
+#include "model/model_config.h"
+
+namespace s4kv::backend::cuda {
+
+inline constexpr int64_t kHeadDim = 128;
+
+// Bytes of one GEMM input element in the compute dtype.
+inline int64_t act_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The CUDA runtime's own allocations beyond what the backend asks for (module images, cuBLASLt
+// handles, the stream): kept out of the KV cache.
+inline constexpr int64_t kRuntimeReserveBytes = int64_t{512} << 20;
+
+// The decode kernels' view of the cache (decode_attention.cuh).
+DecodeShape decode_shape(const model::ModelConfig& c, const KvCacheConfig& kv, int num_sms);
+
+// Every start-up allocation but the weights and the KV cache, in bytes.
+struct Sizes {
+  int64_t max_blocks_per_seq, max_fills, decode_items, partials, arena, rope, staging, scratch;
+  int64_t x, h, qkv, attn, gate_up, act, rows, logits, sample_rows, sampler;
+
+  Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBackendOptions& o);
+  int64_t total() const;
+};
+
+// Device bytes of the KV cache's parts (all layers): int4_kivi's pool, residual rings (one per
+// seat, plus the dummy seat) and sink blocks (plus the dummy block); or the paged K and V of the
+// other dtypes (each num_blocks plus the dummy block). init_kv_cache checks their sum against
+// free memory and allocates them.
+struct KvParts {
+  int64_t pool = 0, residual = 0, sink = 0, k = 0, v = 0;
+  int64_t total() const { return pool + residual + sink + k + v; }
+};
+KvParts kv_parts(const model::ModelConfig& c, const KvCacheConfig& kv,
+                 const kv::Int4KiviLayout& layout);
+
+}  // namespace s4kv::backend::cuda
