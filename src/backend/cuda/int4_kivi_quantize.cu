@@ -1,7 +1,6 @@
 // launch_int4_kivi_quantize and launch_int4_kivi_commit (int4_kivi_quantize.cuh): one kernel,
-// two loaders (fp32 input; 16-bit cache bits with the inverse RoPE). Thread c of a block owns key
-// channel c and value channel c; the value rows go one token at a time through shared memory
-// (Hadamard stages, group min/max, codes), and threads 0..D/8-1 pack each token's code words.
+// two loaders (fp32 input; 16-bit cache bits with the inverse RoPE); quantize_kernel says how a
+// block's threads share the work.
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_check.h"
@@ -78,12 +77,28 @@ struct SixteenBitInput {
   }
 };
 
+constexpr int kThreads = 512;
+constexpr int kSlices = kThreads / kD;  // key threads per channel, each a slice of the tokens
+constexpr int kMaxB = 128;
+constexpr unsigned kFull = 0xffffffffu;
+
+// One block of 512 threads per input block, for latency (a decode step quantizes a few blocks
+// per layer, so each block's time is on the step's critical path):
+//   keys: thread (slice s, channel c) reads tokens s, s + 4, ... of channel c once (kept in
+//     registers), the four slices' min / max meet in shared memory, then each thread codes its
+//     tokens and the code words are packed from shared memory;
+//   values: one warp per token, lane l holding channels 4l .. 4l + 3: the Hadamard stages
+//     h = 1, 2 in registers and h = 4 .. 64 by shuffles (each butterfly the same rounded a + b or
+//     a - b as kv::hadamard_ref), group min / max by shuffles within the group's lanes, codes,
+//     and each word's two halves joined by a shuffle.
+// fminf / fmaxf give the same extremes in any order, so the bytes are the reference's.
 template <typename Input>
-__global__ void quantize_kernel(Input in, std::byte* blocks, const int64_t* out_index,
-                                kv::Int4KiviLayout l, bool hadamard, const int32_t* live_blocks) {
-  __shared__ float row[kD];
-  __shared__ uint8_t codes[kD];
-  const int c = threadIdx.x;
+__global__ void __launch_bounds__(kThreads)
+    quantize_kernel(Input in, std::byte* blocks, const int64_t* out_index, kv::Int4KiviLayout l,
+                    bool hadamard, const int32_t* live_blocks) {
+  __shared__ float slice_min[kSlices][kD], slice_max[kSlices][kD];
+  __shared__ uint8_t key_codes[kMaxB][kD];
+  const int tid = threadIdx.x;
   const int b = l.block_size;
   const size_t blk = blockIdx.x;
   if (live_blocks != nullptr && static_cast<int64_t>(blk) >= *live_blocks) return;
@@ -97,53 +112,103 @@ __global__ void quantize_kernel(Input in, std::byte* blocks, const int64_t* out_
   auto* v_zero = reinterpret_cast<uint16_t*>(out + l.v_zero_offset);
 
   // Keys: channel c over the block's tokens.
-  float mn = in.key(blk, 0, c), mx = mn;
-  for (int t = 1; t < b; ++t) {
-    mn = fminf(mn, in.key(blk, t, c));
-    mx = fmaxf(mx, in.key(blk, t, c));
-  }
-  const Params kp = params(mn, mx);
-  k_scale[c] = kp.scale;
-  k_zero[c] = kp.zero;
-  for (int t = 0; t < b; ++t) {
-    codes[c] = static_cast<uint8_t>(code(in.key(blk, t, c), kp));
+  {
+    const int c = tid % kD, s = tid / kD;
+    float keep[kMaxB / kSlices];
+    float mn = __int_as_float(0x7f800000), mx = __int_as_float(0xff800000);  // +inf, -inf
+#pragma unroll
+    for (int i = 0; i < kMaxB / kSlices; ++i) {
+      if (i < b / kSlices) {
+        keep[i] = in.key(blk, s + i * kSlices, c);
+        mn = fminf(mn, keep[i]);
+        mx = fmaxf(mx, keep[i]);
+      }
+    }
+    slice_min[s][c] = mn;
+    slice_max[s][c] = mx;
     __syncthreads();
-    if (c < kD / 8) k_codes[t * (kD / 8) + c] = pack_word(codes, c);
+#pragma unroll
+    for (int o = 0; o < kSlices; ++o) {
+      mn = fminf(mn, slice_min[o][c]);
+      mx = fmaxf(mx, slice_max[o][c]);
+    }
+    const Params kp = params(mn, mx);
+    if (s == 0) {
+      k_scale[c] = kp.scale;
+      k_zero[c] = kp.zero;
+    }
+#pragma unroll
+    for (int i = 0; i < kMaxB / kSlices; ++i) {
+      if (i < b / kSlices) key_codes[s + i * kSlices][c] = static_cast<uint8_t>(code(keep[i], kp));
+    }
     __syncthreads();
+    for (int w = tid; w < b * (kD / 8); w += kThreads) {
+      k_codes[w] = pack_word(key_codes[w / (kD / 8)], w % (kD / 8));
+    }
   }
 
   // Values: token t, group of channel c.
-  const int gv = l.value_group_size;
-  for (int t = 0; t < b; ++t) {
-    row[c] = in.value(blk, t, c);
-    __syncthreads();
+  const int warp = tid / 32, lane = tid % 32;
+  const int gv = l.value_group_size, group_lanes = gv / 4;
+  for (int t = warp; t < b; t += kThreads / 32) {
+    float x[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = in.value(blk, t, 4 * lane + j);
     if (hadamard) {
-      const float r = hadamard128_shared(row, c);
-      __syncthreads();
-      row[c] = r;
-      __syncthreads();
+      // h = 1, 2: both ends of each butterfly in this lane (channels 4 lane + j).
+#pragma unroll
+      for (int h = 1; h <= 2; h *= 2) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if ((j & h) == 0) {
+            const float a = x[j], y = x[j + h];
+            x[j] = __fadd_rn(a, y);
+            x[j + h] = __fsub_rn(a, y);
+          }
+        }
+      }
+      // h = 4 .. 64: the partner channel c ^ h sits in lane l ^ (h / 4).
+#pragma unroll
+      for (int h = 4; h < kD; h *= 2) {
+        const bool low = (lane & (h / 4)) == 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float other = __shfl_xor_sync(kFull, x[j], h / 4);
+          x[j] = low ? __fadd_rn(x[j], other) : __fsub_rn(other, x[j]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) x[j] = __fmul_rn(x[j], kv::kHadamardScale128);
     }
-    const int g0 = c / gv * gv;
-    float vmn = row[g0], vmx = row[g0];
-    for (int i = g0 + 1; i < g0 + gv; ++i) {
-      vmn = fminf(vmn, row[i]);
-      vmx = fmaxf(vmx, row[i]);
+    float vmn = fminf(fminf(x[0], x[1]), fminf(x[2], x[3]));
+    float vmx = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
+    for (int off = 1; off < group_lanes; off *= 2) {
+      vmn = fminf(vmn, __shfl_xor_sync(kFull, vmn, off));
+      vmx = fmaxf(vmx, __shfl_xor_sync(kFull, vmx, off));
     }
     const Params vp = params(vmn, vmx);
-    if (c == g0) {
-      v_scale[t * (kD / gv) + c / gv] = vp.scale;
-      v_zero[t * (kD / gv) + c / gv] = vp.zero;
+    if (lane % group_lanes == 0) {
+      const int g = 4 * lane / gv;
+      v_scale[t * (kD / gv) + g] = vp.scale;
+      v_zero[t * (kD / gv) + g] = vp.zero;
     }
-    codes[c] = static_cast<uint8_t>(code(row[c], vp));
-    __syncthreads();
-    if (c < kD / 8) v_codes[t * (kD / 8) + c] = pack_word(codes, c);
-    __syncthreads();
+    // Word w holds channels 8w .. 8w + 7: this lane's four are its j = 0..3 (even lane) or
+    // j = 4..7 (odd lane), at pack_word's nibbles.
+    uint32_t half = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int jw = (lane % 2) * 4 + j;
+      half |= code(x[j], vp) << (4 * ((jw % 2) * 4 + jw / 2));
+    }
+    const uint32_t word = half | __shfl_xor_sync(kFull, half, 1);
+    if (lane % 2 == 0) v_codes[t * (kD / 8) + lane / 2] = word;
   }
 }
 
 void check_layout(const kv::Int4KiviLayout& l, int64_t num_blocks) {
   S4KV_CHECK(l.head_dim == kD, "int4_kivi quantize: head_dim ", l.head_dim, " (128 only)");
-  S4KV_CHECK(num_blocks >= 0 && l.block_size > 0 && l.value_group_size > 0 &&
+  S4KV_CHECK(num_blocks >= 0 && l.block_size > 0 && l.block_size <= kMaxB &&
+                 l.block_size % kSlices == 0 && l.value_group_size >= 8 &&
                  kD % l.value_group_size == 0 && l.block_bytes % 4 == 0,
              "int4_kivi quantize: bad layout or count");
 }
@@ -156,7 +221,7 @@ void launch_int4_kivi_quantize(const Int4KiviQuantizeArgs& a, cudaStream_t strea
   S4KV_CHECK(a.keys != nullptr && a.values != nullptr && a.blocks != nullptr,
              "int4_kivi quantize: null buffer");
   const Fp32Input in{a.keys, a.values, a.layout.block_size};
-  quantize_kernel<<<static_cast<unsigned>(a.num_blocks), kD, 0, stream>>>(
+  quantize_kernel<<<static_cast<unsigned>(a.num_blocks), kThreads, 0, stream>>>(
       in, a.blocks, nullptr, a.layout, a.value_hadamard, nullptr);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
@@ -170,7 +235,7 @@ void launch_int4_kivi_commit(const Int4KiviCommitArgs& a, cudaStream_t stream) {
              "int4_kivi commit: null buffer");
   const SixteenBitInput in{a.keys, a.values, a.bf16,           a.first_position,
                            a.cos,  a.sin,    a.keys_post_rope, a.layout.block_size};
-  quantize_kernel<<<static_cast<unsigned>(a.num_blocks), kD, 0, stream>>>(
+  quantize_kernel<<<static_cast<unsigned>(a.num_blocks), kThreads, 0, stream>>>(
       in, a.blocks, a.out_index, a.layout, a.value_hadamard, a.live_blocks);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
