@@ -1,5 +1,5 @@
-// int4_kivi_cache.cuh's launchers: plain copies of 16-bit bits (gather_fills: one thread block per
-// filled block; residual_write: one per token).
+// int4_kivi_cache.cuh's launchers: plain copies of 16-bit bits (gather_fills: a thread block per
+// 8 tokens of a filled block; residual_write: one per token).
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/int4_kivi_cache.cuh"
 #include "backend/cuda/int4_kivi_quantize.cuh"
@@ -13,20 +13,29 @@ __device__ inline int64_t ring_row(int64_t p, int b, int ring) {
   return (p / b % ring) * b + p % b;
 }
 
-// Block f: the 16-bit K and V rows (every kv head) of the fill's positions index * B + t, one
-// warp per token at a time (a graph replay's grid is its capacity, so blocks past the step's
-// fills must cost little: one per fill, not one per fill and token).
-__global__ void gather_fills_kernel(const Int4FillBlock* fills, Int4CacheBatch batch,
-                                    Int4CacheLayer layer, uint16_t* scratch_k, uint16_t* scratch_v,
-                                    const int32_t* live_fills) {
-  if (live_fills != nullptr && static_cast<int>(blockIdx.x) >= *live_fills) return;
-  const Int4FillBlock f = fills[blockIdx.x];
+// Thread block j of fill j / chunks (chunks = ceil(B / kFillTokens)): the 16-bit K and V rows
+// (every kv head) of kFillTokens of the fill's positions index * B + t, 16 bytes per thread and
+// load. A graph replay's grid is its capacity, so blocks past the step's fills return at once.
+constexpr int kFillTokens = 8;
+constexpr int kFillThreads = 256;
+
+__global__ void __launch_bounds__(kFillThreads)
+    gather_fills_kernel(const Int4FillBlock* fills, Int4CacheBatch batch, Int4CacheLayer layer,
+                        uint16_t* scratch_k, uint16_t* scratch_v, const int32_t* live_fills) {
   const int b = layer.block_size;
+  const int chunks = (b + kFillTokens - 1) / kFillTokens;
+  const int fill = static_cast<int>(blockIdx.x) / chunks;
+  if (live_fills != nullptr && fill >= *live_fills) return;
+  const Int4FillBlock f = fills[fill];
+  const int t0 = (static_cast<int>(blockIdx.x) % chunks) * kFillTokens;
   const int64_t kv_dim = static_cast<int64_t>(layer.num_kv_heads) * kD;
+  const int64_t row_vecs = kv_dim / 8;  // uint4 per row
   const int q_begin = batch.query_start_loc[f.seq];
   const int start = batch.seq_lens[f.seq] - (batch.query_start_loc[f.seq + 1] - q_begin);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, num_warps = blockDim.x / 32;
-  for (int t = warp; t < b; t += num_warps) {
+  for (int64_t e = threadIdx.x; e < kFillTokens * row_vecs; e += kFillThreads) {
+    const int t = t0 + static_cast<int>(e / row_vecs);
+    if (t >= b) break;
+    const int64_t i = (e % row_vecs) * 8;
     const int64_t pos = static_cast<int64_t>(f.index) * b + t;
     const uint16_t *k, *v;
     if (pos >= start) {
@@ -37,24 +46,21 @@ __global__ void gather_fills_kernel(const Int4FillBlock* fills, Int4CacheBatch b
       k = layer.residual + (slot * 2 * layer.ring * b + ring_row(pos, b, layer.ring)) * kv_dim;
       v = k + static_cast<int64_t>(layer.ring) * b * kv_dim;
     }
+    uint16_t *dk, *dv;
     if (f.dest < 0) {
       const int32_t id = batch.block_tables[f.seq * batch.max_blocks_per_seq + f.index];
-      uint16_t* dk =
-          layer.sink + ((id - layer.num_pool_blocks) * 2 * static_cast<int64_t>(b) + t) * kv_dim;
-      uint16_t* dv = dk + static_cast<int64_t>(b) * kv_dim;
-      for (int64_t i = lane; i < kv_dim; i += 32) {
-        dk[i] = k[i];
-        dv[i] = v[i];
-      }
-      continue;
-    }
-    for (int64_t i = lane; i < kv_dim; i += 32) {
+      dk = layer.sink + ((id - layer.num_pool_blocks) * 2 * static_cast<int64_t>(b) + t) * kv_dim +
+           i;
+      dv = dk + static_cast<int64_t>(b) * kv_dim;
+    } else {
       const int64_t g = i / kD, c = i % kD;
       const int64_t dst =
           ((static_cast<int64_t>(f.dest) * layer.num_kv_heads + g) * b + t) * kD + c;
-      scratch_k[dst] = k[i];
-      scratch_v[dst] = v[i];
+      dk = scratch_k + dst;
+      dv = scratch_v + dst;
     }
+    *reinterpret_cast<uint4*>(dk) = *reinterpret_cast<const uint4*>(k + i);
+    *reinterpret_cast<uint4*>(dv) = *reinterpret_cast<const uint4*>(v + i);
   }
 }
 
@@ -70,9 +76,11 @@ __global__ void residual_write_kernel(Int4CacheBatch batch, Int4CacheLayer layer
   const int64_t slot = batch.seats[s];
   uint16_t* k = layer.residual + (slot * 2 * layer.ring * b + ring_row(p, b, layer.ring)) * kv_dim;
   uint16_t* v = k + static_cast<int64_t>(layer.ring) * b * kv_dim;
-  for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-    k[i] = layer.staging_k[tok * kv_dim + i];
-    v[i] = layer.staging_v[tok * kv_dim + i];
+  for (int64_t i = threadIdx.x * 8; i < kv_dim; i += blockDim.x * 8) {  // 16 bytes a load
+    *reinterpret_cast<uint4*>(k + i) =
+        *reinterpret_cast<const uint4*>(layer.staging_k + tok * kv_dim + i);
+    *reinterpret_cast<uint4*>(v + i) =
+        *reinterpret_cast<const uint4*>(layer.staging_v + tok * kv_dim + i);
   }
 }
 
@@ -111,7 +119,9 @@ void launch_int4_kivi_gather_fills(const Int4FillBlock* fills, int64_t num_fills
                  layer.block_size <= 65535 && layer.num_kv_heads > 0 && layer.ring >= 1,
              "int4_kivi gather_fills: shape");
   if (num_fills == 0) return;
-  gather_fills_kernel<<<static_cast<unsigned>(num_fills), 512, 0, stream>>>(
+  const int64_t chunks = (layer.block_size + kFillTokens - 1) / kFillTokens;
+  S4KV_CHECK(num_fills * chunks <= 0x7fffffff, "int4_kivi gather_fills: grid");
+  gather_fills_kernel<<<static_cast<unsigned>(num_fills * chunks), kFillThreads, 0, stream>>>(
       fills, batch, layer, scratch_k, scratch_v, live_fills);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
@@ -120,7 +130,7 @@ void launch_int4_kivi_residual_write(const Int4CacheBatch& batch, const Int4Cach
                                      cudaStream_t stream) {
   S4KV_CHECK(batch.num_tokens >= 0 && batch.num_tokens <= 0x7fffffff, "residual_write: tokens");
   if (batch.num_tokens == 0) return;
-  residual_write_kernel<<<static_cast<unsigned>(batch.num_tokens), 256, 0, stream>>>(batch, layer);
+  residual_write_kernel<<<static_cast<unsigned>(batch.num_tokens), 128, 0, stream>>>(batch, layer);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,7 +1,6 @@
 #include "backend/cuda/sampler.h"
 
 #include <cub/block/block_reduce.cuh>
-#include <cub/block/block_scan.cuh>
 
 #include <algorithm>
 #include <climits>
@@ -15,6 +14,8 @@ namespace s4kv::backend::cuda {
 namespace {
 
 constexpr int kThreads = 1024;  // one block per row
+constexpr int kWarps = kThreads / 32;
+constexpr unsigned kFullMask = 0xffffffffu;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // One row's settings, lowered further for the device. The id lists live in the call's `ids`
@@ -73,8 +74,8 @@ struct Shared {
     cub::BlockReduce<double, kThreads>::TempStorage dsum;
     cub::BlockReduce<int, kThreads>::TempStorage isum;
     cub::BlockReduce<Best, kThreads>::TempStorage best;
-    cub::BlockScan<double, kThreads>::TempStorage scan;
   } tmp;
+  double ranges[kWarps];  // the draw's per-warp sums
   double d;
   int i;
   Best b;
@@ -248,22 +249,41 @@ __global__ void __launch_bounds__(kThreads)
       };
       const double total =
           block_sum(s, vocab, [&](int64_t i) { return kept(i) ? prob(w[i]) : 0.0; });
-      // The draw: the first id whose cumulative normalized probability exceeds u.
+      // The draw: the first id whose cumulative normalized probability exceeds u. Warp j owns
+      // the j-th range of ids: it sums its range's probabilities (lane order, then a fixed
+      // tree), every warp starts from the sum of the ranges before its own and walks its range
+      // 32 ids at a time (a warp scan per step, no block barrier); the lowest id that crosses
+      // u wins. Fixed orders throughout: the same token on every run.
+      const int lane = tid % 32, warp = tid / 32;
+      const int64_t range = (vocab + kWarps - 1) / kWarps;
+      const int64_t first = warp * range;
+      const int64_t last = first + range < vocab ? first + range : vocab;
+      const auto q_of = [&](int64_t i) {
+        return i < last && kept(i) ? __ddiv_rn(prob(w[i]), total) : 0.0;
+      };
+      double part = 0.0;
+      for (int64_t i = first + lane; i < last; i += 32) part += q_of(i);
+      for (int off = 16; off > 0; off /= 2) part += __shfl_down_sync(kFullMask, part, off);
+      if (lane == 0) s.ranges[warp] = part;
+      __syncthreads();
       double carry = 0.0;
-      for (int64_t base = 0; base < vocab && token < 0; base += kThreads) {
-        const int64_t i = base + tid;
-        const double q = i < vocab && kept(i) ? __ddiv_rn(prob(w[i]), total) : 0.0;
-        double inclusive = 0.0, chunk = 0.0;
-        cub::BlockScan<double, kThreads>(s.tmp.scan).InclusiveSum(q, inclusive, chunk);
-        __syncthreads();
-        const bool hit = q > 0.0 && p.u < carry + inclusive;
-        const Best first = block_best(s, kThreads, [&](int64_t j) {
-          (void)j;
-          return hit ? Best{0.0f, static_cast<int32_t>(i)} : Best{0.0f, -1};
-        });
-        if (first.id >= 0) token = first.id;
-        carry += chunk;
+      for (int j = 0; j < warp; ++j) carry += s.ranges[j];
+      Best hit{0.0f, -1};
+      for (int64_t base = first; base < last; base += 32) {
+        const double q = q_of(base + lane);
+        double inclusive = q;
+        for (int off = 1; off < 32; off *= 2) {
+          const double y = __shfl_up_sync(kFullMask, inclusive, off);
+          if (lane >= off) inclusive += y;
+        }
+        const unsigned hits = __ballot_sync(kFullMask, q > 0.0 && p.u < carry + inclusive);
+        if (hits != 0) {
+          hit = Best{0.0f, static_cast<int32_t>(base + __ffs(static_cast<int>(hits)) - 1)};
+          break;
+        }
+        carry += __shfl_sync(kFullMask, inclusive, 31);
       }
+      token = block_best(s, kThreads, [&](int64_t) { return hit; }).id;
       if (token < 0) {  // rounding left u above the total: the last candidate owns the gap
         token = block_best(s, vocab, [&](int64_t i) {
                   return kept(i) ? Best{static_cast<float>(i), static_cast<int32_t>(i)}
