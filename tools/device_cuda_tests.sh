@@ -25,6 +25,7 @@
 #             (bench/gpu_capacity.py, dummy weights)
 #   perf      s4kv bench latency / throughput of every format on the full Qwen2.5-7B config
 #             (bench/gpu_perf.py; PERF_SUITES, PERF_LONG_PROMPTS)
+#   profile   per-kernel GPU time of decode steps, every format (bench/gpu_profile.py; PROFILE_ARGS)
 #   attention decode attention of every format beside torch SDPA (bench/attention_bench.py;
 #             ATTENTION_ARGS, e.g. --quick)
 # Everything lands in $OUT/summary.txt and $OUT/results.tar.gz.

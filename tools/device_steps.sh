@@ -207,6 +207,12 @@ case $step in
       --suites "${PERF_SUITES:-latency,short}" --long-prompts "${PERF_LONG_PROMPTS:-512}" \
       --timeout "${PERF_TIMEOUT:-600}"
     ;;
+  profile)
+    # Per-kernel GPU time of decode steps, every format (bench/gpu_profile.py, ncu, eager):
+    # PROFILE_ARGS, e.g. "--batch-size 256".
+    S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/s4kv/BUILD_INFO) \
+      python3 bench/gpu_profile.py --bin /tmp/s4kv/bin/s4kv --out $res/profile.txt ${PROFILE_ARGS:-}
+    ;;
   attention)
     # Decode attention, every format, beside torch SDPA fp16 (bench/attention_bench.py).
     S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/s4kv/BUILD_INFO) \
