@@ -2,7 +2,11 @@
 
 #include <cublasLt.h>
 
+#include <cstdlib>
+#include <string_view>
+
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/skinny_gemm.cuh"
 
 #define S4KV_CUBLAS_CHECK(expr)                                              \
   do {                                                                       \
@@ -43,6 +47,8 @@ Gemm::Gemm(DType dtype, cudaStream_t stream) : dtype_(dtype), stream_(stream) {
   S4KV_CUBLAS_CHECK(cublasLtCreate(&handle_));
   S4KV_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
   workspace_bytes_ = kWorkspaceBytes;
+  const char* choice = std::getenv("S4KV_GEMM");
+  skinny_ = choice == nullptr || std::string_view(choice) != "cublas";
 }
 
 Gemm::~Gemm() {
@@ -95,6 +101,10 @@ const Gemm::Plan& Gemm::plan(int64_t n, int64_t in, int64_t out, bool accumulate
 void Gemm::run(const void* x, const void* w, float* y, int64_t n, int64_t in, int64_t out,
                bool accumulate) {
   if (n == 0) return;
+  if (skinny_ && skinny_gemm_supports(dtype_, x, w, n, in)) {
+    launch_skinny_gemm(dtype_, x, w, y, n, in, out, accumulate, stream_);
+    return;
+  }
   const Plan& p = plan(n, in, out, accumulate);
   const float alpha = 1.0f;
   S4KV_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &p.beta, y, p.c, y, p.c,

@@ -3,6 +3,9 @@
 // fp32 inputs), y overwritten or accumulated into (the residual add of o_proj and down_proj, as
 // the CPU's linear(accumulate)). One workspace, allocated once; the heuristic's algorithm is
 // cached per shape. Row-major arrays are passed to cuBLASLt as their column-major transposes.
+// A few rows (n <= kSkinnyMaxRows, 16-bit dtypes: decode steps of small batches) go to the
+// bandwidth-bound kernel of skinny_gemm.cuh instead; S4KV_GEMM=cublas keeps them on cuBLASLt
+// (benchmarks, A/B).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,6 +38,7 @@ class Gemm {
 
   DType dtype_;
   cudaStream_t stream_;
+  bool skinny_ = true;
   cublasLtContext* handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

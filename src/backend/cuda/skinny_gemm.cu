@@ -1,0 +1,145 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/skinny_gemm.cuh"
+
+namespace s4kv::backend::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kRowsPerWarp = 2;
+constexpr int kUnroll = 4;  // 16-byte chunks per row a lane has in flight
+constexpr unsigned kFull = 0xffffffffu;
+
+// The 8 values of a 16-byte chunk, exactly widened.
+template <bool kBf16>
+__device__ __forceinline__ void widen8(const uint4& v, float (&f)[8]) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (kBf16) {
+      f[2 * i] = __uint_as_float(u[i] << 16);
+      f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    } else {
+      const float2 p = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
+      f[2 * i] = p.x;
+      f[2 * i + 1] = p.y;
+    }
+  }
+}
+
+// Warp w: output rows kRowsPerWarp * w .. + kRowsPerWarp - 1 for all N rows of x.
+template <bool kBf16, int N>
+__global__ void __launch_bounds__(kThreads)
+    skinny_gemm_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w,
+                       float* __restrict__ y, int64_t chunks, int64_t out, bool accumulate) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kRowsPerWarp;
+  if (row0 >= out) return;
+  const uint4* wr[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    wr[r] = w + (row0 + r < out ? row0 + r : out - 1) * chunks;  // a past-the-end row re-reads
+  }
+  float acc[kRowsPerWarp][N] = {};
+  for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
+    uint4 wv[kUnroll][kRowsPerWarp];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = base + 32 * u;
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) wv[u][r] = c < chunks ? __ldcs(wr[r] + c) : uint4{};
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = base + 32 * u;
+      if (c >= chunks) break;
+      float wf[kRowsPerWarp][8];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) widen8<kBf16>(wv[u][r], wf[r]);
+#pragma unroll
+      for (int m = 0; m < N; ++m) {
+        float xf[8];
+        widen8<kBf16>(__ldg(x + m * chunks + c), xf);
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[r][m] = fmaf(xf[i], wf[r][i], acc[r][m]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+    for (int m = 0; m < N; ++m) {
+      float v = acc[r][m];
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(kFull, v, off);
+      acc[r][m] = v;
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      if (row0 + r >= out) break;
+#pragma unroll
+      for (int m = 0; m < N; ++m) {
+        float* dst = y + m * out + row0 + r;
+        *dst = accumulate ? *dst + acc[r][m] : acc[r][m];
+      }
+    }
+  }
+}
+
+template <bool kBf16>
+void launch_typed(const uint4* x, const uint4* w, float* y, int64_t n, int64_t chunks, int64_t out,
+                  bool accumulate, cudaStream_t stream) {
+  const int64_t warps = (out + kRowsPerWarp - 1) / kRowsPerWarp;
+  const auto blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
+  switch (n) {
+#define S4KV_SKINNY_CASE(N)                                                                     \
+  case N:                                                                                       \
+    skinny_gemm_kernel<kBf16, N><<<blocks, kThreads, 0, stream>>>(x, w, y, chunks, out,         \
+                                                                  accumulate);                  \
+    break;
+    S4KV_SKINNY_CASE(1)
+    S4KV_SKINNY_CASE(2)
+    S4KV_SKINNY_CASE(3)
+    S4KV_SKINNY_CASE(4)
+    S4KV_SKINNY_CASE(5)
+    S4KV_SKINNY_CASE(6)
+    S4KV_SKINNY_CASE(7)
+    S4KV_SKINNY_CASE(8)
+#undef S4KV_SKINNY_CASE
+    default:
+      S4KV_CHECK(false, "skinny gemm: n ", n);
+  }
+}
+
+}  // namespace
+
+bool skinny_gemm_supports(DType dtype, const void* x, const void* w, int64_t n, int64_t in) {
+  return (dtype == DType::kBF16 || dtype == DType::kF16) && n >= 1 && n <= kSkinnyMaxRows &&
+         in > 0 && in % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(w) % 16 == 0;
+}
+
+void launch_skinny_gemm(DType dtype, const void* x, const void* w, float* y, int64_t n,
+                        int64_t in, int64_t out, bool accumulate, cudaStream_t stream) {
+  S4KV_CHECK(skinny_gemm_supports(dtype, x, w, n, in) && out > 0 && y != nullptr &&
+                 (out + kRowsPerWarp * kWarps - 1) / (kRowsPerWarp * kWarps) <= 0x7fffffff,
+             "skinny gemm: dtype ", dtype_name(dtype), ", n ", n, ", in ", in, ", out ", out);
+  const auto* xv = static_cast<const uint4*>(x);
+  const auto* wv = static_cast<const uint4*>(w);
+  if (dtype == DType::kBF16) {
+    launch_typed<true>(xv, wv, y, n, in / 8, out, accumulate, stream);
+  } else {
+    launch_typed<false>(xv, wv, y, n, in / 8, out, accumulate, stream);
+  }
+  S4KV_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace s4kv::backend::cuda
