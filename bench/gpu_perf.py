@@ -35,8 +35,8 @@ FORMATS = {"16bit": "auto", "fp8_e4m3": "fp8_e4m3", "int4_kivi": "int4_kivi"}
 def runs(suites, long_prompts):
     """(suite, name, bench args) for every run, format-independent."""
     out = []
-    if "latency" in suites:
-        for b in (1, 64, 256):
+    if "latency" in suites or "latency1" in suites:  # latency1: batch 1 only
+        for b in (1, 64, 256) if "latency" in suites else (1,):
             out.append(("latency", f"latency_b{b}_in1024_out128",
                         ["latency", "--batch-size", str(b), "--input-len", "1024", "--output-len",
                          "128", "--num-iters-warmup", "1", "--num-iters", "3"]))

@@ -201,17 +201,18 @@ case $step in
     ;;
   perf)
     # s4kv bench latency / throughput of every format on the full Qwen2.5-7B config (dummy
-    # weights): PERF_SUITES (bench/gpu_perf.py's --suites), PERF_LONG_PROMPTS.
+    # weights): PERF_SUITES (bench/gpu_perf.py's --suites), PERF_LONG_PROMPTS, PERF_FORMATS.
     S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/s4kv/BUILD_INFO) \
       python3 bench/gpu_perf.py --bin /tmp/s4kv/bin/s4kv --out $res/perf_h200.json \
       --suites "${PERF_SUITES:-latency,short}" --long-prompts "${PERF_LONG_PROMPTS:-512}" \
-      --timeout "${PERF_TIMEOUT:-600}"
+      --formats "${PERF_FORMATS:-16bit,fp8_e4m3,int4_kivi}" --timeout "${PERF_TIMEOUT:-600}"
     ;;
   profile)
     # Per-kernel GPU time of decode steps, every format (bench/gpu_profile.py, ncu, eager):
-    # PROFILE_ARGS, e.g. "--batch-size 256".
+    # PROFILE_ARGS, e.g. "--batch-size 256"; PROFILE_TAG names the output (profile$TAG.txt).
     S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/s4kv/BUILD_INFO) \
-      python3 bench/gpu_profile.py --bin /tmp/s4kv/bin/s4kv --out $res/profile.txt ${PROFILE_ARGS:-}
+      python3 bench/gpu_profile.py --bin /tmp/s4kv/bin/s4kv --out $res/profile${PROFILE_TAG:-}.txt \
+      ${PROFILE_ARGS:-}
     ;;
   attention)
     # Decode attention, every format, beside torch SDPA fp16 (bench/attention_bench.py).
