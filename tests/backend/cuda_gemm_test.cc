@@ -70,13 +70,14 @@ TEST_P(GemmCuda, MatchesDoubleReference) {
   RecordProperty("worst_relative_to_magnitude", std::to_string(worst));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    FewRowsAndCublas, GemmCuda,
-    ::testing::Combine(::testing::Values(DType::kBF16, DType::kF16),
-                       ::testing::Values(int64_t{1}, int64_t{2}, int64_t{3}, int64_t{5}, int64_t{8},
-                                         int64_t{9}, int64_t{16}),
-                       ::testing::Values(int64_t{1032}, int64_t{72}),
-                       ::testing::Values(int64_t{777}, int64_t{17}), ::testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(FewRowsAndCublas, GemmCuda,
+                         ::testing::Combine(::testing::Values(DType::kBF16, DType::kF16),
+                                            ::testing::Values(int64_t{1}, int64_t{2}, int64_t{3},
+                                                              int64_t{5}, int64_t{8}, int64_t{9},
+                                                              int64_t{16}),
+                                            ::testing::Values(int64_t{1032}, int64_t{72}),
+                                            ::testing::Values(int64_t{777}, int64_t{17}),
+                                            ::testing::Bool()));
 
 }  // namespace
 }  // namespace s4kv::backend

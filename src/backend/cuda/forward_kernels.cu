@@ -24,11 +24,21 @@ __global__ void embed_kernel(const T* table, const int32_t* ids, float* x, int64
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = to_f32(src[i]);
 }
 
-constexpr int kNormThreads = 256;
+// A row's threads: enough that a decode step's few rows (one thread block each) are not a
+// long loop of dependent loads (hidden 3,584: four values a thread).
+constexpr int kNormThreads = 1024;
+
+// Elementwise kernels over [rows, width]: thread block j covers kSpan columns of row
+// j / chunks, four values a thread with their loads issued together, so that one row (a decode
+// step of batch 1) spreads over many blocks instead of looping in one.
+constexpr int kEltThreads = 256;
+constexpr int kEltPerThread = 4;
+constexpr int64_t kSpan = kEltThreads * kEltPerThread;
 
 template <typename T>
-__global__ void row_rmsnorm_kernel(const float* x, const int32_t* rows, const float* w, T* out,
-                                   int64_t hidden, float eps) {
+__global__ void __launch_bounds__(kNormThreads)
+    row_rmsnorm_kernel(const float* x, const int32_t* rows, const float* w, T* out, int64_t hidden,
+                       float eps) {
   __shared__ float partial[kNormThreads / 32];
   const int64_t src_row = rows != nullptr ? rows[blockIdx.x] : blockIdx.x;
   const float* row = x + src_row * hidden;
@@ -49,20 +59,40 @@ __global__ void row_rmsnorm_kernel(const float* x, const int32_t* rows, const fl
   }
 }
 
-__global__ void add_bias_kernel(float* y, const float* bias, int64_t width) {
-  float* row = y + blockIdx.x * width;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) row[i] = __fadd_rn(row[i], bias[i]);
+__global__ void __launch_bounds__(kEltThreads)
+    add_bias_kernel(float* __restrict__ y, const float* __restrict__ bias, int64_t width,
+                    int64_t chunks) {
+  float* row = y + static_cast<int64_t>(blockIdx.x) / chunks * width;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) % chunks * kSpan + threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < kEltPerThread; ++j) {
+    const int64_t i = c0 + j * kEltThreads;
+    if (i < width) row[i] = __fadd_rn(row[i], bias[i]);
+  }
 }
 
 template <typename T>
-__global__ void silu_mul_kernel(const float* gate_up, T* out, int64_t inter) {
-  const float* gate = gate_up + blockIdx.x * 2 * inter;
+__global__ void __launch_bounds__(kEltThreads)
+    silu_mul_kernel(const float* __restrict__ gate_up, T* __restrict__ out, int64_t inter,
+                    int64_t chunks) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) / chunks;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) % chunks * kSpan + threadIdx.x;
+  const float* gate = gate_up + t * 2 * inter;
   const float* up = gate + inter;
-  T* o = out + blockIdx.x * inter;
-  for (int64_t i = threadIdx.x; i < inter; i += blockDim.x) {
-    const float g = gate[i];
-    const float silu = __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-    o[i] = from_f32<T>(__fmul_rn(silu, up[i]));
+  T* o = out + t * inter;
+  float g[kEltPerThread], u[kEltPerThread];
+#pragma unroll
+  for (int j = 0; j < kEltPerThread; ++j) {
+    const int64_t i = c0 + j * kEltThreads;
+    g[j] = i < inter ? gate[i] : 0.0f;
+    u[j] = i < inter ? up[i] : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kEltPerThread; ++j) {
+    const int64_t i = c0 + j * kEltThreads;
+    if (i >= inter) break;
+    const float silu = __fdiv_rn(g[j], __fadd_rn(1.0f, expf(-g[j])));
+    o[i] = from_f32<T>(__fmul_rn(silu, u[j]));
   }
 }
 
@@ -124,7 +154,8 @@ void launch_row_rmsnorm(const RowNormArgs& a, cudaStream_t stream) {
 void launch_add_bias(float* y, const float* bias, int64_t num_tokens, int64_t width,
                      cudaStream_t stream) {
   if (num_tokens == 0) return;
-  add_bias_kernel<<<grid_of(num_tokens), 256, 0, stream>>>(y, bias, width);
+  const int64_t chunks = (width + kSpan - 1) / kSpan;
+  add_bias_kernel<<<grid_of(num_tokens * chunks), kEltThreads, 0, stream>>>(y, bias, width, chunks);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -133,8 +164,9 @@ void launch_silu_mul(const float* gate_up, void* out, DType act_dtype, int64_t n
   if (num_tokens == 0) return;
   with_act_type(act_dtype, [&](auto zero) {
     using T = decltype(zero);
-    silu_mul_kernel<T>
-        <<<grid_of(num_tokens), 256, 0, stream>>>(gate_up, static_cast<T*>(out), inter);
+    const int64_t chunks = (inter + kSpan - 1) / kSpan;
+    silu_mul_kernel<T><<<grid_of(num_tokens * chunks), kEltThreads, 0, stream>>>(
+        gate_up, static_cast<T*>(out), inter, chunks);
   });
   S4KV_CUDA_CHECK(cudaGetLastError());
 }

@@ -36,7 +36,8 @@ __global__ void __launch_bounds__(kThreads)
     skinny_gemm_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w,
                        float* __restrict__ y, int64_t chunks, int64_t out, bool accumulate) {
   const int lane = threadIdx.x % 32;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kRowsPerWarp;
+  const int64_t row0 =
+      (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kRowsPerWarp;
   if (row0 >= out) return;
   const uint4* wr[kRowsPerWarp];
 #pragma unroll
@@ -100,10 +101,10 @@ void launch_typed(const uint4* x, const uint4* w, float* y, int64_t n, int64_t c
   const int64_t warps = (out + kRowsPerWarp - 1) / kRowsPerWarp;
   const auto blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
   switch (n) {
-#define S4KV_SKINNY_CASE(N)                                                                     \
-  case N:                                                                                       \
-    skinny_gemm_kernel<kBf16, N><<<blocks, kThreads, 0, stream>>>(x, w, y, chunks, out,         \
-                                                                  accumulate);                  \
+#define S4KV_SKINNY_CASE(N)                                                  \
+  case N:                                                                    \
+    skinny_gemm_kernel<kBf16, N>                                             \
+        <<<blocks, kThreads, 0, stream>>>(x, w, y, chunks, out, accumulate); \
     break;
     S4KV_SKINNY_CASE(1)
     S4KV_SKINNY_CASE(2)
@@ -127,8 +128,8 @@ bool skinny_gemm_supports(DType dtype, const void* x, const void* w, int64_t n, 
          reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
-void launch_skinny_gemm(DType dtype, const void* x, const void* w, float* y, int64_t n,
-                        int64_t in, int64_t out, bool accumulate, cudaStream_t stream) {
+void launch_skinny_gemm(DType dtype, const void* x, const void* w, float* y, int64_t n, int64_t in,
+                        int64_t out, bool accumulate, cudaStream_t stream) {
   S4KV_CHECK(skinny_gemm_supports(dtype, x, w, n, in) && out > 0 && y != nullptr &&
                  (out + kRowsPerWarp * kWarps - 1) / (kRowsPerWarp * kWarps) <= 0x7fffffff,
              "skinny gemm: dtype ", dtype_name(dtype), ", n ", n, ", in ", in, ", out ", out);

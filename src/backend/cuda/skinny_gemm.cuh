@@ -21,7 +21,7 @@ inline constexpr int64_t kSkinnyMaxRows = 8;
 // multiple of 8 and x, w 16-byte aligned.
 bool skinny_gemm_supports(DType dtype, const void* x, const void* w, int64_t n, int64_t in);
 
-void launch_skinny_gemm(DType dtype, const void* x, const void* w, float* y, int64_t n,
-                        int64_t in, int64_t out, bool accumulate, cudaStream_t stream);
+void launch_skinny_gemm(DType dtype, const void* x, const void* w, float* y, int64_t n, int64_t in,
+                        int64_t out, bool accumulate, cudaStream_t stream);
 
 }  // namespace s4kv::backend::cuda
