@@ -71,6 +71,8 @@ def main():
     ap.add_argument("--formats", default="16bit,fp8_e4m3,int4_kivi")
     ap.add_argument("--long-prompts", type=int, default=512)
     ap.add_argument("--timeout", type=int, default=600, help="seconds per run")
+    ap.add_argument("--extra-args", default="",
+                    help="more s4kv bench flags for every run, e.g. --async-scheduling")
     a = ap.parse_args()
     suites = set(a.suites.split(","))
     formats = a.formats.split(",")
@@ -82,7 +84,7 @@ def main():
                 js = os.path.join(tmp, f"{name}_{fmt}.json")
                 cmd = [a.bin, "bench"] + args[:1] + ["--model", d, "--load-format", "dummy",
                                                      "--device", "cuda", "--kv-cache-dtype",
-                                                     FORMATS[fmt], "--output-json", js] + args[1:]
+                                                     FORMATS[fmt], "--output-json", js] + args[1:] + a.extra_args.split()
                 t0 = time.time()
                 try:
                     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -201,11 +201,13 @@ case $step in
     ;;
   perf)
     # s4kv bench latency / throughput of every format on the full Qwen2.5-7B config (dummy
-    # weights): PERF_SUITES (bench/gpu_perf.py's --suites), PERF_LONG_PROMPTS, PERF_FORMATS.
+    # weights): PERF_SUITES (bench/gpu_perf.py's --suites), PERF_LONG_PROMPTS, PERF_FORMATS,
+    # PERF_EXTRA_ARGS (more s4kv bench flags, e.g. --async-scheduling).
     S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/s4kv/BUILD_INFO) \
       python3 bench/gpu_perf.py --bin /tmp/s4kv/bin/s4kv --out $res/perf_h200.json \
       --suites "${PERF_SUITES:-latency,short}" --long-prompts "${PERF_LONG_PROMPTS:-512}" \
-      --formats "${PERF_FORMATS:-16bit,fp8_e4m3,int4_kivi}" --timeout "${PERF_TIMEOUT:-600}"
+      --formats "${PERF_FORMATS:-16bit,fp8_e4m3,int4_kivi}" --timeout "${PERF_TIMEOUT:-600}" \
+      --extra-args="${PERF_EXTRA_ARGS:-}"
     ;;
   profile)
     # Per-kernel GPU time of decode steps, every format (bench/gpu_profile.py, ncu, eager):
