@@ -84,7 +84,8 @@ def main():
                 js = os.path.join(tmp, f"{name}_{fmt}.json")
                 cmd = [a.bin, "bench"] + args[:1] + ["--model", d, "--load-format", "dummy",
                                                      "--device", "cuda", "--kv-cache-dtype",
-                                                     FORMATS[fmt], "--output-json", js] + args[1:] + a.extra_args.split()
+                                                     FORMATS[fmt], "--output-json", js] + args[1:]
+                cmd += a.extra_args.split()
                 t0 = time.time()
                 try:
                     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
