@@ -35,9 +35,9 @@ void linear(std::span<const float> x, const WeightMatrix& weight, std::span<cons
             std::span<float> out, bool accumulate = false, ThreadPool* pool = nullptr);
 
 // Token counts up to which 16-bit weights take gemm16's direct kernels; gemm16_packed above. From
-// 24 tokens (whole token tiles: 3 of 8 in AVX-512, 4 of 6 in AVX2) the packed kernels are as fast
-// or faster on s4kv-tiny's shapes; below, widening every weight per call costs more than they
-// save (bench/gemm16_bench.cc, docs/performance.md).
+// 24 tokens (whole token tiles: 3 of 8 in AVX-512, 4 of 6 in AVX2) the packed kernels take as
+// long or less over a layer of s4kv-tiny; below, widening every weight per call costs more than
+// the blocking saves (bench/gemm16_bench.cc, docs/performance.md).
 inline constexpr int64_t kGemm16DirectTokens = 23;
 
 }  // namespace s4kv::backend::cpu
