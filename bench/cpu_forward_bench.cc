@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
   app.add_option("--value-group-size", value_group_size, "int4_kivi: Gv (32, 64, 128)");
   std::vector<int64_t> prefill_lengths = {512, 2048}, contexts = {512, 2048}, batches = {1, 8};
   app.add_option("--prefill-lengths", prefill_lengths, "prompt lengths timed (0: none)");
-  app.add_option("--contexts", contexts, "decode contexts timed");
+  app.add_option("--contexts", contexts, "decode contexts timed (0: none)");
   app.add_option("--batches", batches, "decode batch sizes timed (at most 8)")
       ->check(CLI::Range(1, 8));
   int decode_steps = 32;
@@ -201,6 +201,7 @@ int main(int argc, char** argv) {
                     {"tokens_per_s", static_cast<double>(n) / s}});
   }
   for (int64_t context : contexts) {
+    if (context <= 0) continue;
     for (int64_t batch : batches) {
       Step prefill;
       prefill.int4 = int4;

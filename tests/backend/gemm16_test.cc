@@ -1,7 +1,7 @@
-// The 16-bit-weight kernels (gemm16.h) on every instruction set this processor has, against the
-// scalar reference and a double-precision sum; widening bit for bit over all 65,536 values;
-// linear() with 16-bit weights (direct kernels and widened tiles, sliced over a pool) against
-// linear() over the same weights in fp32; WeightMatrix's dtype rules.
+// The 16-bit-weight kernels (gemm16.h, gemm16_packed.h) on every instruction set this processor
+// has, against gemm16's scalar reference and a double-precision sum; widening bit for bit over
+// all 65,536 values; linear() with 16-bit weights (direct and packed kernels, sliced over a
+// pool) against linear() over the same weights in fp32; WeightMatrix's dtype rules.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_weights.h"
 #include "backend/cpu/gemm16.h"
+#include "backend/cpu/gemm16_packed.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/thread_pool.h"
 #include "common/half.h"
@@ -55,11 +56,79 @@ TEST(Gemm16, WidenIsExactForEveryValue) {
   }
 }
 
+// Products on every instruction set this processor has against gemm16's scalar reference and a
+// double-precision sum, for one shape: x and out with strides wider than their rows, both
+// accumulate modes, out's start values of about start_scale. Columns of out past n must stay
+// untouched.
+using GemmFn = void (*)(CpuIsa, const float*, int64_t, int64_t, int64_t, const uint16_t*, bool,
+                        int64_t, float*, int64_t, bool);
+
+int check_against_reference(GemmFn gemm, int64_t m, int64_t k, int64_t n, bool bf16,
+                            std::mt19937& rng, float start_scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t xs = k + 3, os = n + 5;
+  std::vector<float> x(static_cast<size_t>(m * xs));
+  for (float& v : x) v = dist(rng);
+  const std::vector<uint16_t> w = random_weights(static_cast<size_t>(n * k), bf16, rng);
+  std::vector<float> start(static_cast<size_t>(m * os));
+  for (float& v : start) v = start_scale * dist(rng);
+  // The exact sums without the start value, and the magnitudes of their products.
+  std::vector<double> exact(static_cast<size_t>(m * n)), magnitude(exact.size());
+  for (int64_t t = 0; t < m; ++t) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0.0, mag = 0.0;
+      for (int64_t c = 0; c < k; ++c) {
+        const double p = double{x[static_cast<size_t>(t * xs + c)]} *
+                         widen(w[static_cast<size_t>(j * k + c)], bf16);
+        sum += p;
+        mag += std::abs(p);
+      }
+      exact[static_cast<size_t>(t * n + j)] = sum;
+      magnitude[static_cast<size_t>(t * n + j)] = mag;
+    }
+  }
+  int checked = 0;
+  for (const bool accumulate : {false, true}) {
+    std::vector<float> ref = start;
+    gemm16(CpuIsa::kScalar, x.data(), xs, m, k, w.data(), bf16, n, ref.data(), os, accumulate);
+    for (const CpuIsa isa : kIsas) {
+      if (!cpu_supports(isa)) continue;
+      std::vector<float> out = start;
+      gemm(isa, x.data(), xs, m, k, w.data(), bf16, n, out.data(), os, accumulate);
+      for (int64_t t = 0; t < m; ++t) {
+        for (int64_t j = 0; j < os; ++j) {
+          const size_t i = static_cast<size_t>(t * os + j);
+          if (j >= n) {  // outside the product: untouched
+            EXPECT_EQ(out[i], start[i]) << cpu_isa_name(isa) << " wrote column " << j;
+            if (out[i] != start[i]) return checked;
+            continue;
+          }
+          const size_t e = static_cast<size_t>(t * n + j);
+          const double want = exact[e] + (accumulate ? double{start[i]} : 0.0);
+          // fp32 sums of k products, in any order: within k ulps of their magnitude; then a
+          // rounding at the result's magnitude for adding the sum to out, once per 256-deep
+          // block of k (gemm16_packed adds each block's sum), not once per product.
+          const double tol = 1e-7 * static_cast<double>(k + 2) * (magnitude[e] + 1.0) +
+                             1.2e-7 * std::abs(want) * static_cast<double>(1 + k / 256);
+          const bool near_exact = std::abs(out[i] - want) <= tol;
+          const bool near_ref = std::abs(out[i] - ref[i]) <= 2 * tol;
+          EXPECT_TRUE(near_exact && near_ref)
+              << cpu_isa_name(isa) << (bf16 ? " bf16 " : " fp16 ") << m << "x" << k << "x" << n
+              << (accumulate ? " accumulate" : "") << " at " << t << "," << j << ": " << out[i]
+              << ", exact " << want << ", scalar " << ref[i] << ", tolerance " << tol;
+          if (!near_exact || !near_ref) return checked;
+          ++checked;
+        }
+      }
+    }
+  }
+  return checked;
+}
+
 // Every tile shape and tail: tokens 1..9 and 16, 17 (token tiles of 4 / 2 and remainders),
 // k not a multiple of 8 or 16, rows not a multiple of 4.
 TEST(Gemm16, KernelsMatchTheReference) {
   std::mt19937 rng(5);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
   int checked = 0;
   for (const bool bf16 : {true, false}) {
     for (const auto [m, k, n] :
@@ -68,50 +137,53 @@ TEST(Gemm16, KernelsMatchTheReference) {
           std::array<int64_t, 3>{5, 8, 1}, std::array<int64_t, 3>{7, 129, 13},
           std::array<int64_t, 3>{8, 1024, 64}, std::array<int64_t, 3>{9, 7, 3},
           std::array<int64_t, 3>{16, 256, 20}, std::array<int64_t, 3>{17, 40, 6}}) {
-      const int64_t xs = k + 3, os = n + 5;  // strides wider than the rows
-      std::vector<float> x(static_cast<size_t>(m * xs));
-      for (float& v : x) v = dist(rng);
-      const std::vector<uint16_t> w = random_weights(static_cast<size_t>(n * k), bf16, rng);
-      std::vector<float> start(static_cast<size_t>(m * os));
-      for (float& v : start) v = dist(rng);
-      for (const bool accumulate : {false, true}) {
-        std::vector<float> ref = start;
-        gemm16(CpuIsa::kScalar, x.data(), xs, m, k, w.data(), bf16, n, ref.data(), os, accumulate);
-        for (const CpuIsa isa : kIsas) {
-          if (!cpu_supports(isa)) continue;
-          std::vector<float> out = start;
-          gemm16(isa, x.data(), xs, m, k, w.data(), bf16, n, out.data(), os, accumulate);
-          for (int64_t t = 0; t < m; ++t) {
-            for (int64_t j = 0; j < os; ++j) {
-              const size_t i = static_cast<size_t>(t * os + j);
-              if (j >= n) {  // outside the product: untouched
-                ASSERT_EQ(out[i], start[i]) << cpu_isa_name(isa) << " wrote column " << j;
-                continue;
-              }
-              double exact = accumulate ? double{start[i]} : 0.0, magnitude = 0.0;
-              for (int64_t c = 0; c < k; ++c) {
-                const double p = double{x[static_cast<size_t>(t * xs + c)]} *
-                                 widen(w[static_cast<size_t>(j * k + c)], bf16);
-                exact += p;
-                magnitude += std::abs(p);
-              }
-              // fp32 sums of k products, in any order: within k ulps of their magnitude.
-              const double tol = 1e-7 * static_cast<double>(k + 2) * (magnitude + 1.0);
-              ASSERT_NEAR(out[i], exact, tol) << cpu_isa_name(isa) << " " << m << "x" << k << "x"
-                                              << n << " at " << t << "," << j;
-              ASSERT_NEAR(out[i], ref[i], 2 * tol) << cpu_isa_name(isa) << " vs scalar";
-              ++checked;
-            }
-          }
-        }
-      }
+      checked += check_against_reference(&gemm16, m, k, n, bf16, rng);
+      ASSERT_FALSE(HasFailure());
     }
   }
   EXPECT_GT(checked, 0);
 }
 
+// gemm16_packed's blocking on every instruction set: token counts that are and are not
+// multiples of the token tiles (8 AVX-512, 6 AVX2, 4 scalar), outputs around the panel widths
+// (32, 16) and the 256-output block, k below one vector, inside one 256-deep block and across
+// blocks with a tail.
+TEST(Gemm16, PackedKernelsMatchTheReference) {
+  std::mt19937 rng(6);
+  int checked = 0;
+  for (const bool bf16 : {true, false}) {
+    for (const auto [m, k, n] :
+         {std::array<int64_t, 3>{17, 40, 6}, std::array<int64_t, 3>{18, 1, 1},
+          std::array<int64_t, 3>{23, 7, 33}, std::array<int64_t, 3>{24, 16, 32},
+          std::array<int64_t, 3>{25, 100, 300}, std::array<int64_t, 3>{48, 256, 64},
+          std::array<int64_t, 3>{61, 257, 17}, std::array<int64_t, 3>{100, 520, 257},
+          std::array<int64_t, 3>{131, 31, 95}, std::array<int64_t, 3>{600, 130, 70}}) {
+      checked += check_against_reference(&gemm16_packed, m, k, n, bf16, rng);
+      ASSERT_FALSE(HasFailure());
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// With accumulate onto values far larger than the products (linear()'s residual stream), the
+// products must be summed before they are added to out: adding each product to out would round
+// every one of them at out's magnitude.
+TEST(Gemm16, AccumulateAddsTheSumOnceNotEachProduct) {
+  std::mt19937 rng(7);
+  for (const bool bf16 : {true, false}) {
+    for (const auto [m, k, n] :
+         {std::array<int64_t, 3>{8, 512, 16}, std::array<int64_t, 3>{40, 200, 33},
+          std::array<int64_t, 3>{40, 1100, 40}}) {
+      check_against_reference(&gemm16, m, k, n, bf16, rng, 1e6f);
+      check_against_reference(&gemm16_packed, m, k, n, bf16, rng, 1e6f);
+      ASSERT_FALSE(HasFailure());
+    }
+  }
+}
+
 // linear() with a 16-bit WeightMatrix against linear() with the same weights widened to fp32
-// (the sgemm path), on both sides of kGemm16DirectTokens, with bias, accumulate and a pool.
+// (the sgemm path), on both sides of kGemm16DirectTokens (direct and packed kernels), with bias,
+// accumulate and a pool.
 TEST(Gemm16, LinearWith16BitWeightsMatchesFp32Weights) {
   std::mt19937 rng(8);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -131,8 +203,8 @@ TEST(Gemm16, LinearWith16BitWeightsMatchesFp32Weights) {
     for (size_t i = 0; i < bits.size(); ++i) w32[i] = widen(bits[i], bf16);
     std::vector<float> bias(static_cast<size_t>(out));
     for (float& v : bias) v = dist(rng);
-    for (const int64_t tokens :
-         {int64_t{1}, int64_t{3}, kGemm16DirectTokens, kGemm16DirectTokens + 1, int64_t{40}}) {
+    for (const int64_t tokens : {int64_t{1}, int64_t{3}, kGemm16DirectTokens,
+                                 kGemm16DirectTokens + 1, int64_t{40}, int64_t{131}}) {
       std::vector<float> x(static_cast<size_t>(tokens * in)),
           start(static_cast<size_t>(tokens * out));
       for (float& v : x) v = dist(rng);

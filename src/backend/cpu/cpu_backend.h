@@ -1,8 +1,8 @@
 // The CPU backend: the reference forward pass of qwen2/llama models over a paged KV cache
-// (16-bit, fp8_e4m3 or int4_kivi), fp32 compute, OpenBLAS GEMMs. Weights are converted to fp32
-// once at construction (cpu_weights.h says why); per-step activation buffers grow to the largest
-// batch seen and are reused. The recipe (forward() in cpu_backend.cc) names the same steps as
-// the CUDA backend:
+// (16-bit, fp8_e4m3 or int4_kivi), fp32 compute. Weights are copied once at construction in the
+// checkpoint's dtype (cpu_weights.h says why) and multiplied by linear.h's GEMMs; per-step
+// activation buffers grow to the largest batch seen and are reused. The recipe (forward() in
+// cpu_backend.cc) names the same steps as the CUDA backend:
 //   embed -> [rmsnorm -> qkv -> rope -> kv_write -> attention -> kv_commit -> o_proj
 //             -> rmsnorm -> mlp] x L -> final_norm -> lm_head
 // kv_commit is int4_kivi's quantize-on-fill (a no-op for 16-bit and fp8). Engine thread only.
@@ -19,8 +19,8 @@
 namespace s4kv::backend::cpu {
 
 struct CpuBackendOptions {
-  // Threads of the forward pass, the caller included: GEMMs (OpenBLAS on one thread each,
-  // column slices) and attention share them. 0: the cores this process may run on.
+  // Threads of the forward pass, the caller included: GEMMs (one single-threaded product per
+  // column slice, linear.h) and attention share them. 0: the cores this process may run on.
   int num_threads = 0;
 };
 

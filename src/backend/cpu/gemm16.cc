@@ -1,25 +1,19 @@
 #include "backend/cpu/gemm16.h"
 
-// GCC 12's AVX-512 headers build "undefined" vectors by self-initialization, which
-// -Wuninitialized reports inside every inlined intrinsic; nothing here reads an uninitialized
-// value.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#include <immintrin.h>
-
 #include <array>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "backend/cpu/gemm16_simd.h"
 #include "common/check.h"
-#include "common/half.h"
 
 namespace s4kv::backend::cpu {
 namespace {
 
-float widen1(uint16_t h, bool bf16) { return bf16 ? bf16_to_float(h) : fp16_to_float(h); }
+using simd::widen1;
+using simd::widen16v;
+using simd::widen8;
 
 // ---- scalar: the reference ------------------------------------------------------------------
 
@@ -35,18 +29,6 @@ void gemm16_scalar(const float* x, int64_t xs, int64_t m, int64_t k, const uint1
 }
 
 // ---- AVX2 + FMA + F16C: 8 lanes, tiles of MT tokens x NT weight rows ------------------------
-
-#define S4KV_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-template <bool BF16>
-S4KV_AVX2 inline __m256 widen8(const uint16_t* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  if constexpr (BF16) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  } else {
-    return _mm256_cvtph_ps(h);
-  }
-}
 
 S4KV_AVX2 inline float hsum8(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -85,18 +67,6 @@ S4KV_AVX2 void tile_avx2(const float* x, int64_t xs, int64_t k, const uint16_t* 
 }
 
 // ---- AVX-512F: 16 lanes ---------------------------------------------------------------------
-
-#define S4KV_AVX512 __attribute__((target("avx512f")))
-
-template <bool BF16>
-S4KV_AVX512 inline __m512 widen16v(const uint16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  if constexpr (BF16) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  } else {
-    return _mm512_cvtph_ps(h);
-  }
-}
 
 template <int MT, int NT, bool BF16>
 S4KV_AVX512 void tile_avx512(const float* x, int64_t xs, int64_t k, const uint16_t* w, float* out,

@@ -3,10 +3,16 @@
 // fp32 exactly and every product accumulated in fp32 (so the result differs from an fp32 GEMM
 // over the widened weights by summation order only).
 //
+// These kernels read each weight once per call and widen it in registers, dot products along k
+// over tiles of a few tokens x 4 weight rows: the form for decode's few tokens. Many tokens (the
+// prompt) take gemm16_packed.h's cache-blocked kernels, under the same contract.
+//
 // Kernels for three instruction sets, chosen at run time (cpu_isa()): AVX-512F (16 lanes),
-// AVX2 + FMA + F16C (8 lanes) and a portable scalar one, the reference the others are tested
-// against (tests/backend/gemm16_test.cc). S4KV_CPU_ISA=scalar|avx2|avx512 picks a lower one
-// (benchmarks, tests); asking for one the processor lacks falls back to the best it has.
+// AVX2 + FMA + F16C (8 lanes) and a portable scalar one, the reference the others (and
+// gemm16_packed's) are tested against (tests/backend/gemm16_test.cc). With accumulate, the sum
+// of the products is added to out, never the products one by one onto out (which would round
+// each at out's magnitude). S4KV_CPU_ISA=scalar|avx2|avx512 picks a lower one (benchmarks,
+// tests); asking for one the processor lacks falls back to the best it has.
 #pragma once
 
 #include <cstdint>

@@ -3,10 +3,10 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <vector>
 
 #include "backend/cpu/cpu_weights.h"
 #include "backend/cpu/gemm16.h"
+#include "backend/cpu/gemm16_packed.h"
 #include "backend/cpu/thread_pool.h"
 #include "common/check.h"
 
@@ -88,20 +88,11 @@ void linear(std::span<const float> x, const WeightMatrix& weight, std::span<cons
   if (num_tokens == 0) return;
   const bool bf16 = weight.dtype == DType::kBF16;
   const CpuIsa isa = cpu_isa();
+  const auto gemm = num_tokens <= kGemm16DirectTokens ? &gemm16 : &gemm16_packed;
   for_column_slices(out_features, pool, [&](int64_t begin, int64_t end) {
-    const uint16_t* rows = weight.h16.data() + begin * in_features;
-    if (num_tokens <= kGemm16DirectTokens) {
-      gemm16(isa, x.data(), in_features, num_tokens, in_features, rows, bf16, end - begin,
-             out.data() + begin, out_features, accumulate);
-      return;
-    }
-    // Grown to the largest slice once; nothing is allocated when warm.
-    thread_local std::vector<float> tile;
-    const auto n = static_cast<size_t>((end - begin) * in_features);
-    if (tile.size() < n) tile.resize(n);
-    widen16(isa, rows, bf16, static_cast<int64_t>(n), tile.data());
-    sgemm_slice(x.data(), num_tokens, in_features, tile.data(), begin, end, out_features,
-                out.data(), accumulate);
+    gemm(isa, x.data(), in_features, num_tokens, in_features,
+         weight.h16.data() + begin * in_features, bf16, end - begin, out.data() + begin,
+         out_features, accumulate);
   });
   add_bias(bias, num_tokens, out_features, out);
 }
