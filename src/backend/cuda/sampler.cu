@@ -389,7 +389,7 @@ void CudaSampler::sample(const float* logits, std::span<const SamplingRow> rows,
     int64_t used = 0, end = begin;
     for (; end < group_end; ++end) {
       const SamplingRow& row = rows[static_cast<size_t>(end)];
-      const auto num_output = static_cast<int64_t>(row.output_token_ids.size());
+      const int64_t num_output = row.num_output_tokens();
       const bool masked = num_output < row.min_tokens;
       const PenaltyIds& touched = penalties_.collect(row);
       const int64_t need = static_cast<int64_t>(row.logit_bias.size()) +
