@@ -121,9 +121,8 @@ std::vector<RequestOutput> EngineCore::step() {
   if (config_.scheduler.async_scheduling && in_flight_.size() == 1 &&
       !in_flight_.front().reads_output_ids) {
     // Step N+1 goes to the device before the host waits for step N; nullopt: it would preempt.
-    if (std::optional<SchedulerOutput> ahead = scheduler_.schedule_ahead()) {
-      (void)launch(std::move(*ahead));
-    }
+    std::optional<SchedulerOutput> ahead = scheduler_.schedule_ahead();
+    if (ahead && launch(std::move(*ahead))) ++num_steps_scheduled_ahead_;
   }
   return complete_oldest();
 }

@@ -92,6 +92,8 @@ class EngineCore {
   int64_t vocab_size() const { return vocab_size_; }
   const ResolvedEngineConfig& config() const { return config_; }
   const Scheduler& scheduler() const { return scheduler_; }
+  // Steps submitted while the previous one was still in flight (async scheduling; for tests).
+  int64_t num_steps_scheduled_ahead() const { return num_steps_scheduled_ahead_; }
   const ModelRunner& model_runner() const { return runner_; }
   // The backend, for what only tools ask it (s4kv bench: weight_bytes, measure_copy_bandwidth);
   // never to run a step outside step().
@@ -156,6 +158,7 @@ class EngineCore {
   RequestId next_request_id_ = 0;
   RequestId next_seq_id_ = 0;
   uint64_t num_steps_ = 0;
+  int64_t num_steps_scheduled_ahead_ = 0;
 
   std::deque<InFlightStep> in_flight_;  // submitted, oldest first (Backend::kMaxInFlight)
 
