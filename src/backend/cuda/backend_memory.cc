@@ -57,7 +57,7 @@ Sizes::Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBac
   rows = T * c.hidden_size * as;
   logits = T * c.vocab_size * 4;
   sample_rows = std::min(o.max_num_seqs, T);  // one sampled row per sequence at most
-  sampler = CudaSampler::device_bytes(c.vocab_size, sample_rows, o.max_model_len);
+  sampler = CudaSampler::device_bytes(c.vocab_size, sample_rows, o.max_model_len, T);
 }
 
 int64_t Sizes::total() const {
