@@ -846,18 +846,6 @@ void CudaBackend::launch_forward(int64_t n, int64_t num_logits) {
   gemm_->run(rows_, lm_head_, logits_, num_logits, config_.hidden_size, config_.vocab_size, false);
 }
 
-// vLLM's capture sizes (1, 2, 4, then multiples of 8 up to 256 and of 16 beyond), up to the
-// largest decode-only step (max_num_seqs rows, within max_num_tokens), which is a size too.
-std::vector<int64_t> cuda_graph_sizes(int64_t largest) {
-  std::vector<int64_t> sizes;
-  for (int64_t s : {1, 2, 4}) {
-    if (s <= largest) sizes.push_back(s);
-  }
-  for (int64_t s = 8; s <= largest && s <= 512; s += s < 256 ? 8 : 16) sizes.push_back(s);
-  if (sizes.empty() || (sizes.back() < largest && largest <= 512)) sizes.push_back(largest);
-  return sizes;
-}
-
 // A decode-only step (one token per sequence, every row's logits in row order) of at most the
 // largest capture size replays the graph of the smallest size that holds it.
 int64_t CudaBackend::graph_size(const ForwardBatch& b) const {
@@ -942,13 +930,6 @@ void CudaBackend::capture_graphs() {
 int64_t cuda_graph_replays(const Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
   return cuda != nullptr ? cuda->graph_replays() : -1;
-}
-
-int64_t weight_bytes(const model::ModelConfig& c, DType compute_dtype) {
-  const int64_t as = act_size(compute_dtype);
-  const int64_t matrices =
-      model::count_parameters(c) - c.num_hidden_layers * 2 * c.hidden_size - c.hidden_size;
-  return matrices * as + (2 * c.num_hidden_layers + 1) * c.hidden_size * 4;
 }
 
 Status check_device(cudaDeviceProp& prop) {
