@@ -102,8 +102,8 @@ bool EngineCore::build_sample_rows(const SchedulerOutput& out) {
     const SamplingParams& params = requests_.at(seq.parent).params;
     reads_output_ids = reads_output_ids || params.reads_output_ids();
     // The request holds this step's placeholder and, scheduled ahead, the step in flight's.
-    rows_.push_back(SampleRow{&params, r->prompt_token_ids(), r->output_token_ids(),
-                              seq.rng_key, r->num_output_placeholders() - 1});
+    rows_.push_back(SampleRow{&params, r->prompt_token_ids(), r->output_token_ids(), seq.rng_key,
+                              r->num_output_placeholders() - 1});
   }
   return reads_output_ids;
 }
