@@ -1,5 +1,6 @@
 #include "backend/backend.h"
 
+#include <algorithm>
 #include <string>
 
 #include "common/check.h"
@@ -20,7 +21,8 @@ void check_distinct_seats(std::span<const int32_t> seats, int64_t dummy_seat,
   }
 }
 
-void check_forward_batch(const ForwardBatch& b, const KvCacheConfig& kv, int64_t vocab_size) {
+void check_forward_batch(const ForwardBatch& b, const KvCacheConfig& kv, int64_t vocab_size,
+                         int64_t num_deferred_rows) {
   const int64_t num_tokens = b.num_tokens();
   const int64_t num_seqs = b.num_seqs();
   S4KV_CHECK(num_tokens > 0 && num_seqs > 0, "forward: empty batch");
@@ -34,7 +36,10 @@ void check_forward_batch(const ForwardBatch& b, const KvCacheConfig& kv, int64_t
              "forward: block_tables must be [num_seqs, max_num_blocks_per_seq]");
   S4KV_CHECK(b.query_start_loc[0] == 0 && b.query_start_loc[num_seqs] == num_tokens,
              "forward: query_start_loc must run from 0 to num_tokens");
-  for (int32_t id : b.token_ids) S4KV_CHECK(id >= 0 && id < vocab_size, "forward: token id ", id);
+  for (int32_t id : b.token_ids) {
+    S4KV_CHECK(id >= -num_deferred_rows && id < vocab_size, "forward: token id ", id,
+               id < 0 ? " defers to a row the previous step did not sample" : "");
+  }
   if (kv.dtype == kv::KvCacheDtype::kInt4Kivi || !b.seats.empty()) {
     S4KV_CHECK(static_cast<int64_t>(b.seats.size()) == num_seqs &&
                    static_cast<int64_t>(b.seat_starts.size()) == num_seqs,
@@ -134,7 +139,23 @@ Status check_kv_cache_shape(const KvCacheConfig& kv, int64_t head_dim) {
   return Status::ok();
 }
 
-void SynchronousBackend::submit(const ForwardBatch& batch) {
+bool resolve_deferred_tokens(std::span<const int32_t> token_ids,
+                             std::span<const int32_t> prev_sampled, std::vector<int32_t>& out) {
+  if (std::none_of(token_ids.begin(), token_ids.end(), [](int32_t id) { return id < 0; })) {
+    return false;
+  }
+  out.assign(token_ids.begin(), token_ids.end());
+  for (int32_t& id : out) {
+    if (id >= 0) continue;
+    const auto row = static_cast<size_t>(-1 - static_cast<int64_t>(id));
+    S4KV_CHECK(row < prev_sampled.size(), "forward: deferred token of row ", row, " but the ",
+               "previous step sampled ", prev_sampled.size(), " rows");
+    id = prev_sampled[row];
+  }
+  return true;
+}
+
+void SynchronousBackend::submit(const ForwardBatch& in) {
   S4KV_CHECK(in_flight_ < kMaxInFlight, "backend: more than ", kMaxInFlight,
              " steps submitted without wait()");
   if (in_flight_ == 1) {  // run() is about to reuse the buffers the pending step points into
@@ -145,7 +166,12 @@ void SynchronousBackend::submit(const ForwardBatch& batch) {
     if (!p.logits.empty()) p.logits = kept_logits_[next_kept_];
     if (!p.samples.empty()) p.samples = kept_samples_[next_kept_];
   }
-  pending_[in_flight_++] = run(batch);
+  ForwardBatch batch = in;
+  if (resolve_deferred_tokens(in.token_ids, last_sampled_, resolved_)) batch.token_ids = resolved_;
+  const StepOutput out = run(batch);
+  last_sampled_.clear();
+  for (const SampleOutput& s : out.samples) last_sampled_.push_back(s.token_id);
+  pending_[in_flight_++] = out;
 }
 
 StepOutput SynchronousBackend::wait() {

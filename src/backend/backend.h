@@ -62,8 +62,15 @@ struct KvCacheConfig {
 // q_len new tokens sit at the end of its context, so token j of it has position
 // seq_lens[s] - q_len + j and attends (causally) to cache positions 0..that position, its own
 // K/V included. A decode token is a sequence with q_len 1.
+//
+// Deferred tokens (async scheduling): a token id -1 - r (negative) stands for the token that
+// logits row r of the step submitted just before this one samples; that step must have had
+// sampling rows, at least r + 1 of them. The backend resolves it where the sampled ids are (a
+// synchronous backend from its host copy, the CUDA backend on the device), so that the engine
+// can submit this step before the previous one's tokens reach the host.
 struct ForwardBatch {
-  std::span<const int32_t> token_ids;        // [num_tokens] in 0..vocab_size-1
+  // [num_tokens] in 0..vocab_size-1, or a deferred token -1 - r (above)
+  std::span<const int32_t> token_ids;
   std::span<const int32_t> positions;        // [num_tokens] position of each token in its sequence
   std::span<const int32_t> query_start_loc;  // [num_seqs + 1] prefix sums of q_len; [0] == 0
   std::span<const int32_t> seq_lens;         // [num_seqs] context length including the new tokens
@@ -132,9 +139,16 @@ inline int64_t int4_pool_end(const ForwardBatch& b, int64_t seq, int64_t block_s
   return window ? num_full - 1 : num_full;
 }
 
-// S4KV_CHECKs every invariant above against a cache of `kv` shape and a vocabulary size.
-// Backends call it at the top of forward(); costs O(num_tokens + num_seqs).
-void check_forward_batch(const ForwardBatch& batch, const KvCacheConfig& kv, int64_t vocab_size);
+// S4KV_CHECKs every invariant above against a cache of `kv` shape and a vocabulary size;
+// deferred tokens may name rows 0..num_deferred_rows-1 (the previous step's sampling rows).
+// Backends call it at the top of submit(); costs O(num_tokens + num_seqs).
+void check_forward_batch(const ForwardBatch& batch, const KvCacheConfig& kv, int64_t vocab_size,
+                         int64_t num_deferred_rows = 0);
+
+// The token ids with every deferred token (-1 - r) replaced by prev_sampled[r], into `out`.
+// False (out untouched) when the batch has no deferred token.
+bool resolve_deferred_tokens(std::span<const int32_t> token_ids,
+                             std::span<const int32_t> prev_sampled, std::vector<int32_t>& out);
 
 // Sizes every per-step buffer of a backend at construction (nothing is grown per step).
 struct BackendLimits {
@@ -200,9 +214,10 @@ class Backend {
   virtual double measure_copy_bandwidth() { return 0.0; }
 };
 
-// A backend that computes a step inside submit() (the CPU backend, test fakes, the CUDA backend
-// for now): run() returns the step's output in the backend's own buffers, valid until the next
-// run(); this base keeps a copy when a second step is submitted before the first is waited for.
+// A backend that computes a step inside submit() (the CPU backend, test fakes): run() returns
+// the step's output in the backend's own buffers, valid until the next run(); this base keeps a
+// copy when a second step is submitted before the first is waited for, and resolves deferred
+// tokens from the previous step's samples before run() sees the batch.
 class SynchronousBackend : public Backend {
  public:
   void submit(const ForwardBatch& batch) final;
@@ -212,7 +227,9 @@ class SynchronousBackend : public Backend {
   virtual StepOutput run(const ForwardBatch& batch) = 0;
 
  private:
-  StepOutput pending_[kMaxInFlight];  // oldest first
+  std::vector<int32_t> last_sampled_;  // the token ids the last submitted step sampled
+  std::vector<int32_t> resolved_;      // this step's token ids with deferred ones resolved
+  StepOutput pending_[kMaxInFlight];   // oldest first
   // Copies of pending_[0] made when a second step was submitted (two: the other may be what the
   // last wait() returned, still valid until the next wait()).
   std::vector<float> kept_logits_[2];

@@ -52,10 +52,14 @@ void check_sampling_row(const SamplingRow& row, int64_t vocab_size) {
              "sampling: penalties ", row.repetition_penalty, " ", row.presence_penalty, " ",
              row.frequency_penalty);
   S4KV_CHECK(row.num_logprobs <= kMaxTopLogprobs, "sampling: ", row.num_logprobs, " logprobs");
+  S4KV_CHECK(row.num_output_placeholders >= 0 &&
+                 (row.num_output_placeholders == 0 || !row.has_penalties()),
+             "sampling: ", row.num_output_placeholders, " output placeholders",
+             row.has_penalties() ? " in a row with penalties" : "");
 }
 
 void apply_min_tokens(std::span<float> logits, const SamplingRow& row) {
-  if (static_cast<int64_t>(row.output_token_ids.size()) >= row.min_tokens) return;
+  if (row.num_output_tokens() >= row.min_tokens) return;
   for (int32_t id : row.min_tokens_masked_ids) {
     check_id(id, logits.size());
     logits[id] = kNegInf;
@@ -245,7 +249,7 @@ void ReferenceSampler::sample(std::span<const float> logits, std::span<const Sam
 void ReferenceSampler::sample_row(std::span<const float> raw, const SamplingRow& row,
                                   SampleOutput& out) {
   S4KV_CHECK(static_cast<int64_t>(raw.size()) == vocab_size_, "sampler: bad row");
-  const auto num_output = static_cast<int64_t>(row.output_token_ids.size());
+  const int64_t num_output = row.num_output_tokens();
   std::copy(raw.begin(), raw.end(), logits_.begin());
   apply_logit_bias(logits_, row);
   apply_min_tokens(logits_, row);

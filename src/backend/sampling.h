@@ -64,7 +64,19 @@ struct SamplingRow {
   int64_t num_logprobs = -1;  // top logprobs to return (<= kMaxTopLogprobs); < 0: no logprobs
   std::span<const int32_t> prompt_token_ids;  // for repetition_penalty
   std::span<const int32_t> output_token_ids;  // generated so far, before this step
-  uint64_t rng_key = 0;                       // the sequence's stream
+  // Async scheduling: tokens sampled for this sequence by steps still in flight, not yet in
+  // output_token_ids. They count in the output length (the draw's counter, min_tokens) but
+  // their ids are unknown, so a row with penalties (which read the ids) never has any.
+  int64_t num_output_placeholders = 0;
+  uint64_t rng_key = 0;  // the sequence's stream
+
+  // Outputs before this step's token: the draw's counter and what min_tokens compares.
+  int64_t num_output_tokens() const {
+    return static_cast<int64_t>(output_token_ids.size()) + num_output_placeholders;
+  }
+  bool has_penalties() const {
+    return repetition_penalty != 1.0 || presence_penalty != 0.0 || frequency_penalty != 0.0;
+  }
 };
 
 struct TokenLogprob {
@@ -87,7 +99,8 @@ void apply_logit_bias(std::span<float> logits, const SamplingRow& row);
 
 // S4KV_CHECKs a row's settings and ids against a vocabulary (an engine bug when they fail):
 // logit_bias and masked ids in the vocabulary, temperature > 0 unless greedy, top_p in (0, 1],
-// min_p in [0, 1], penalties finite, repetition_penalty > 0, num_logprobs <= kMaxTopLogprobs.
+// min_p in [0, 1], penalties finite, repetition_penalty > 0, num_logprobs <= kMaxTopLogprobs,
+// no output placeholders with penalties.
 // The prompt and output ids are checked where a penalty reads them (PenaltyScratch::collect).
 void check_sampling_row(const SamplingRow& row, int64_t vocab_size);
 

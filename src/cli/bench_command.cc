@@ -96,7 +96,8 @@ OrderedJson settings_json(const Bench& b, const EngineFlags& flags, const std::s
           {"model", flags.model},
           {"max_model_len", c.scheduler.max_model_len},
           {"max_num_seqs", c.scheduler.max_num_seqs},
-          {"max_num_batched_tokens", c.scheduler.max_num_batched_tokens}};
+          {"max_num_batched_tokens", c.scheduler.max_num_batched_tokens},
+          {"async_scheduling", c.scheduler.async_scheduling}};
 }
 
 Status write_json(const std::string& path, const OrderedJson& j) {
@@ -117,6 +118,10 @@ struct BatchRun {
   // after that recomputes its prefix in one of them): their times, the unfinished requests'
   // count and their context lengths (prompt + tokens generated, the new token included).
   std::vector<double> decode_seconds;
+  // Of each decode step's time, what the engine thread spent inside the backend's wait() (blocked
+  // on the device); the rest is the step's host time (scheduling, the batch, submission, output
+  // processing: what async scheduling overlaps with the device).
+  std::vector<double> decode_wait_seconds;
   int64_t min_batch = INT64_MAX, max_batch = 0;
   int64_t min_context = INT64_MAX, max_context = 0;
 };
@@ -144,11 +149,15 @@ Result<BatchRun> run_batch(engine::EngineCore& core, std::vector<std::vector<int
     generated[id] = 0;
   }
   while (core.has_unfinished()) {
-    const bool decode_only = num_started == prompts.size();
+    // With async scheduling the last step() may only drain a step in flight: neither kind.
+    const bool draining = generated.empty();
+    const bool decode_only = num_started == prompts.size() && !draining;
     if (decode_only) note_decode_step(generated, input_len, run);
     const Clock::time_point step_start = Clock::now();
+    const double wait_before = core.model_runner().wait_seconds();
     const std::vector<engine::RequestOutput> outputs = core.step();
     const double step_seconds = seconds_since(step_start);
+    const double wait_seconds = core.model_runner().wait_seconds() - wait_before;
     for (const engine::RequestOutput& ro : outputs) {
       auto it = generated.find(ro.request_id);
       S4KV_CHECK(it != generated.end(), "bench: output of an unknown request");
@@ -162,7 +171,8 @@ Result<BatchRun> run_batch(engine::EngineCore& core, std::vector<std::vector<int
     }
     if (decode_only) {
       run.decode_seconds.push_back(step_seconds);
-    } else {
+      run.decode_wait_seconds.push_back(wait_seconds);
+    } else if (!draining) {
       run.prefill_seconds += step_seconds;
     }
   }
@@ -226,6 +236,8 @@ struct LatencyStats {
 void merge_decode(const BatchRun& run, BatchRun& into) {
   into.decode_seconds.insert(into.decode_seconds.end(), run.decode_seconds.begin(),
                              run.decode_seconds.end());
+  into.decode_wait_seconds.insert(into.decode_wait_seconds.end(), run.decode_wait_seconds.begin(),
+                                  run.decode_wait_seconds.end());
   into.min_batch = std::min(into.min_batch, run.min_batch);
   into.max_batch = std::max(into.max_batch, run.max_batch);
   into.min_context = std::min(into.min_context, run.min_context);
@@ -276,13 +288,27 @@ Floor measure_floor(backend::Backend& backend, const std::optional<double>& deco
   return f;
 }
 
-void print_decode(const LatencyStats& stats, const std::optional<double>& decode_ms,
-                  const Floor& f) {
+// Each decode step's time outside the backend's wait().
+std::vector<double> host_seconds(const BatchRun& d) {
+  std::vector<double> host(d.decode_seconds.size());
+  for (size_t i = 0; i < host.size(); ++i) host[i] = d.decode_seconds[i] - d.decode_wait_seconds[i];
+  return host;
+}
+
+void print_decode(const LatencyStats& stats, const std::optional<double>& decode_ms, const Floor& f,
+                  bool async_scheduling, bool synchronous) {
   const BatchRun& d = stats.decode;
   if (decode_ms) {
     std::printf("Decode step: median %.3f ms over %zu steps (batch %s, context %s)\n", *decode_ms,
                 d.decode_seconds.size(), range(d.min_batch, d.max_batch).c_str(),
                 range(d.min_context, d.max_context).c_str());
+    std::printf(
+        "Decode step host time: median %.3f ms outside the backend's wait (schedule, batch, "
+        "submit, detokenize, stop checks), %.3f ms waiting for the device%s\n",
+        percentile(host_seconds(d), 50) * 1e3, percentile(d.decode_wait_seconds, 50) * 1e3,
+        synchronous        ? " (this backend computes inside submit: its whole step is host time)"
+        : async_scheduling ? " (async scheduling: host work overlaps the next step)"
+                           : "");
   } else {
     std::printf("Decode step: none (every step was a prefill step)\n");
   }
@@ -306,6 +332,10 @@ OrderedJson latency_json(const LatencyStats& stats, const OrderedJson& percentil
           {"percentiles", percentiles},
           {"decode_step_ms_median", or_null(decode_ms)},
           {"decode_steps", d.decode_seconds.size()},
+          {"decode_host_ms_median",
+           any ? OrderedJson(percentile(host_seconds(d), 50) * 1e3) : OrderedJson()},
+          {"decode_wait_ms_median",
+           any ? OrderedJson(percentile(d.decode_wait_seconds, 50) * 1e3) : OrderedJson()},
           {"decode_batch", any ? OrderedJson({d.min_batch, d.max_batch}) : OrderedJson()},
           {"decode_context", any ? OrderedJson({d.min_context, d.max_context}) : OrderedJson()},
           {"prefill_seconds_median", percentile(stats.prefill_seconds, 50)},
@@ -336,7 +366,8 @@ Status latency(const BenchLatencyOptions& o, const std::string& command) {
     decode_ms = percentile(stats.decode.decode_seconds, 50) * 1e3;
   }
   const Floor f = measure_floor(b.llm.engine->backend(), decode_ms);
-  print_decode(stats, decode_ms, f);
+  print_decode(stats, decode_ms, f, b.llm.engine->config().scheduler.async_scheduling,
+               b.llm.device != "cuda");
   std::fflush(stdout);
   if (o.output_json.empty()) return Status::ok();
   OrderedJson j = latency_json(stats, percentiles, decode_ms, f);

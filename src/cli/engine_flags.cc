@@ -55,6 +55,7 @@ Result<engine::EngineArgs> engine_args(const EngineFlags& f) {
   }
   c.cpu_threads = f.cpu_threads;
   c.enforce_eager = f.enforce_eager;
+  c.async_scheduling = f.async_scheduling;
   c.max_model_len = f.max_model_len;
   c.max_num_seqs = f.max_num_seqs;
   c.max_num_batched_tokens = f.max_num_batched_tokens;
@@ -103,6 +104,9 @@ void add_engine_flags(CLI::App& sub, EngineFlags& f, bool model_required) {
       ->capture_default_str();
   sub.add_flag("--enforce-eager", f.enforce_eager,
                "run every step eagerly: no CUDA graphs (cuda; decode steps replay them otherwise)");
+  sub.add_flag("--async-scheduling", f.async_scheduling,
+               "schedule and submit step N+1 before waiting for step N, so that scheduling, "
+               "detokenization and stop checks overlap the device (default off)");
 }
 
 }  // namespace s4kv::cli

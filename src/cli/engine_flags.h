@@ -1,7 +1,7 @@
 // The engine flags `s4kv generate` and `s4kv serve` share, with `vllm serve`'s names:
 // --model, --kv-cache-dtype, --max-model-len, --max-num-seqs, --max-num-batched-tokens,
 // --block-size, --kv-cache-memory, --[no-]enable-prefix-caching, --load-format, --device,
-// --dtype, --enforce-eager, --seed, --chat-template, and S4 KV's --cpu-threads,
+// --dtype, --enforce-eager, --async-scheduling, --seed, --chat-template, and S4 KV's --cpu-threads,
 // --gpu-memory-utilization; and their translation into engine::EngineArgs.
 // Parsing only: the engine checks the combination when it is built.
 #pragma once
@@ -34,7 +34,8 @@ struct EngineFlags {
   std::string load_format = "auto";
   std::string device = "auto";
   std::string dtype = "auto";
-  bool enforce_eager = false;  // cuda: no CUDA graphs (decode steps replay them otherwise)
+  bool enforce_eager = false;     // cuda: no CUDA graphs (decode steps replay them otherwise)
+  bool async_scheduling = false;  // schedule step N+1 while step N runs
 };
 
 // Registers the flags on `sub`; `model_required` adds --model as a required option (serve

@@ -83,6 +83,7 @@ Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
   r.scheduler.max_num_seqs = max_num_seqs;
   r.scheduler.max_num_batched_tokens = c.max_num_batched_tokens;
   r.scheduler.max_model_len = max_model_len;
+  r.scheduler.async_scheduling = c.async_scheduling;
   r.cache.num_blocks = static_cast<int>(r.capacity.num_blocks);
   r.cache.block_size = c.block_size;
   r.cache.enable_prefix_caching = c.enable_prefix_caching;

@@ -38,6 +38,8 @@ struct EngineConfig {
   int cpu_threads = 0;                  // cpu only: forward-pass threads; 0: the cores available
   bool enforce_eager = false;           // cuda only: no CUDA graphs for decode steps
   bool enable_prefix_caching = true;
+  // --async-scheduling: schedule step N+1 while step N runs (engine_core.h)
+  bool async_scheduling = false;
   uint64_t seed = 0;  // the engine RNG that keys unseeded requests
 };
 

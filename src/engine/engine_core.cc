@@ -1,5 +1,6 @@
 #include "engine/engine_core.h"
 
+#include <optional>
 #include <utility>
 
 namespace s4kv::engine {
@@ -46,12 +47,12 @@ Result<RequestId> EngineCore::add_request(std::vector<int32_t> prompt_token_ids,
   req.num_prompt_tokens = num_prompt;
   for (int i = 0; i < static_cast<int>(params.n); ++i) {
     const RequestId seq_id = next_seq_id_++;
-    if (i == 0) schedule_sequence(seq_id, prompt_token_ids);
+    if (i == 0) schedule_sequence(seq_id, prompt_token_ids, max_tokens);
     sequences_.try_emplace(
-        seq_id, SequenceState{
-                    id, i, keys_.key(params.seed, i), max_tokens,
-                    StopChecker(req.params, eos_token_ids_, max_tokens),
-                    tokenizer::IncrementalDetokenizer(tokenizer_, params.skip_special_tokens), 0});
+        seq_id,
+        SequenceState{id, i, keys_.key(params.seed, i), max_tokens,
+                      StopChecker(req.params, eos_token_ids_, max_tokens),
+                      tokenizer::IncrementalDetokenizer(tokenizer_, params.skip_special_tokens)});
     req.seq_ids.push_back(seq_id);
   }
   req.num_unfinished = static_cast<int>(params.n);
@@ -59,15 +60,19 @@ Result<RequestId> EngineCore::add_request(std::vector<int32_t> prompt_token_ids,
   return id;
 }
 
-void EngineCore::schedule_sequence(RequestId seq_id, const std::vector<int32_t>& prompt) {
+void EngineCore::schedule_sequence(RequestId seq_id, const std::vector<int32_t>& prompt,
+                                   int64_t max_tokens) {
   // Cannot fail: the prompt is non-empty, within max_model_len, and the id is fresh.
-  const Status s = scheduler_.add_request(seq_id, prompt);
+  const Status s = scheduler_.add_request(seq_id, prompt, max_tokens);
   S4KV_CHECK(s.is_ok(), "engine: scheduler refused a checked request: ", s.message());
 }
 
 void EngineCore::release_held_sequences(RequestState& req) {
   for (size_t i = 1; i < req.seq_ids.size(); ++i) {
-    if (sequences_.count(req.seq_ids[i]) != 0) schedule_sequence(req.seq_ids[i], req.held_prompt);
+    const auto it = sequences_.find(req.seq_ids[i]);
+    if (it != sequences_.end()) {
+      schedule_sequence(req.seq_ids[i], req.held_prompt, it->second.max_tokens);
+    }
   }
   req.held_prompt.clear();
   req.held_prompt.shrink_to_fit();
@@ -85,34 +90,62 @@ bool EngineCore::abort(RequestId id) {
 }
 
 // One row per scheduled request that samples, in scheduled order (the runner's logits order).
-void EngineCore::build_sample_rows(const SchedulerOutput& out) {
+// True when a row reads the ids generated so far.
+bool EngineCore::build_sample_rows(const SchedulerOutput& out) {
   rows_.clear();
+  bool reads_output_ids = false;
   for (const ScheduledRequest& s : out.scheduled) {
     if (!s.samples) continue;
     const Request* r = scheduler_.get_request(s.request_id);
-    SequenceState& seq = sequences_.at(s.request_id);
     S4KV_CHECK(r != nullptr, "engine: scheduled request ", s.request_id, " is gone");
-    seq.sample_row = rows_.size();
-    rows_.push_back(SampleRow{&requests_.at(seq.parent).params, r->prompt_token_ids(),
-                              r->output_token_ids(), seq.rng_key});
+    const SequenceState& seq = sequences_.at(s.request_id);
+    const SamplingParams& params = requests_.at(seq.parent).params;
+    reads_output_ids = reads_output_ids || params.reads_output_ids();
+    // The request holds this step's placeholder and, scheduled ahead, the step in flight's.
+    rows_.push_back(SampleRow{&params, r->prompt_token_ids(), r->output_token_ids(), seq.rng_key,
+                              r->num_output_placeholders() - 1});
   }
+  return reads_output_ids;
+}
+
+bool EngineCore::launch(SchedulerOutput out) {
+  const bool reads_output_ids = build_sample_rows(out);
+  if (!runner_.submit(out, rows_, sampler_)) return false;
+  in_flight_.push_back(InFlightStep{std::move(out), reads_output_ids});
+  return true;
 }
 
 std::vector<RequestOutput> EngineCore::step() {
   ++num_steps_;
-  const SchedulerOutput out = scheduler_.schedule();
-  build_sample_rows(out);
-  sampled_ = runner_.execute(out, rows_, sampler_);
-  if (out.scheduled.empty()) return {};
-  sampled_ids_.assign(out.scheduled.size(), -1);
-  for (size_t i = 0; i < out.scheduled.size(); ++i) {
-    if (out.scheduled[i].samples) {
-      sampled_ids_[i] = sampled_[sequences_.at(out.scheduled[i].request_id).sample_row].token_id;
-    }
+  if (in_flight_.empty() && !launch(scheduler_.schedule())) return {};
+  if (config_.scheduler.async_scheduling && in_flight_.size() == 1 &&
+      !in_flight_.front().reads_output_ids) {
+    // Step N+1 goes to the device before the host waits for step N; nullopt: it would preempt.
+    std::optional<SchedulerOutput> ahead = scheduler_.schedule_ahead();
+    if (ahead && launch(std::move(*ahead))) ++num_steps_scheduled_ahead_;
+  }
+  return complete_oldest();
+}
+
+std::vector<RequestOutput> EngineCore::complete_oldest() {
+  const InFlightStep step = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  const std::span<const SampleOutput> samples = runner_.wait();
+  const std::vector<ScheduledRequest>& scheduled = step.out.scheduled;
+  sampled_ids_.assign(scheduled.size(), -1);
+  entry_rows_.assign(scheduled.size(), -1);
+  size_t row = 0;
+  for (size_t i = 0; i < scheduled.size(); ++i) {
+    if (!scheduled[i].samples) continue;
+    S4KV_CHECK(row < samples.size(), "engine: ", samples.size(), " samples for more rows");
+    entry_rows_[i] = static_cast<int32_t>(row);
+    sampled_ids_[i] = samples[row++].token_id;
   }
   std::vector<RequestOutput> outputs;
-  for (const TokenOutput& t : scheduler_.update_from_output(out, sampled_ids_)) {
-    process_token(t, outputs);
+  size_t i = 0;  // results come in scheduled order, one per request at most
+  for (const TokenOutput& t : scheduler_.update_from_output(step.out, sampled_ids_)) {
+    while (scheduled[i].request_id != t.request_id || !scheduled[i].samples) ++i;
+    process_token(t, samples[static_cast<size_t>(entry_rows_[i])], outputs);
   }
   return outputs;
 }
@@ -127,7 +160,8 @@ RequestOutput& EngineCore::output_for(RequestId parent, RequestState& req,
   return outputs[req.output_slot];
 }
 
-void EngineCore::process_token(const TokenOutput& t, std::vector<RequestOutput>& outputs) {
+void EngineCore::process_token(const TokenOutput& t, const SampleOutput& sample,
+                               std::vector<RequestOutput>& outputs) {
   SequenceState& seq = sequences_.at(t.request_id);
   const RequestId parent = seq.parent;
   RequestState& req = requests_.at(parent);
@@ -144,7 +178,7 @@ void EngineCore::process_token(const TokenOutput& t, std::vector<RequestOutput>&
   co.index = seq.index;
   co.text = u.text;
   co.token_ids.push_back(t.token_id);
-  if (req.params.logprobs) co.logprobs.push_back(sampled_[seq.sample_row]);
+  if (req.params.logprobs) co.logprobs.push_back(sample);
   // The scheduler ends a sequence by itself only at max_model_len, where max_tokens (resolved
   // against it) ends it too; the stop checker's reason wins when both fire.
   if (!u.finished() && !t.finish_reason) return;

@@ -11,9 +11,21 @@
 // its own (their full prompt blocks are shared through the prefix cache once computed); its
 // outputs are reported by sequence index. Token ids in, token ids and text out: prompts are
 // tokenized by the caller. Not thread-safe: the engine thread only.
+//
+// Async scheduling (--async-scheduling, vLLM's): step() schedules and submits step N+1
+// (Scheduler::schedule_ahead, its decode tokens deferred to step N's samples on the device)
+// before it waits for step N, then applies N's tokens (detokenize, stop checks) while N+1 runs,
+// so the host's work hides behind the device's. Outputs are the synchronous engine's: draws are
+// keyed by the output count (placeholders included), a sequence that stops at N drops N+1's
+// token, and max_tokens / max_model_len are never scheduled past. It falls back to waiting
+// for N before scheduling (a synchronous step) when N has a row whose penalties read the
+// output ids, and when the running requests' next tokens need more KV blocks than are free
+// (schedule() would preempt). Each step() still returns the outputs of one step.
+
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -74,11 +86,14 @@ class EngineCore {
   // when the id is unknown or already finished.
   bool abort(RequestId id);
 
-  bool has_unfinished() const { return !requests_.empty(); }
+  // Requests not finished, or a step still in flight (step() drains it, returning nothing).
+  bool has_unfinished() const { return !requests_.empty() || !in_flight_.empty(); }
   int64_t max_model_len() const { return config_.scheduler.max_model_len; }
   int64_t vocab_size() const { return vocab_size_; }
   const ResolvedEngineConfig& config() const { return config_; }
   const Scheduler& scheduler() const { return scheduler_; }
+  // Steps submitted while the previous one was still in flight (async scheduling; for tests).
+  int64_t num_steps_scheduled_ahead() const { return num_steps_scheduled_ahead_; }
   const ModelRunner& model_runner() const { return runner_; }
   // The backend, for what only tools ask it (s4kv bench: weight_bytes, measure_copy_bandwidth);
   // never to run a step outside step().
@@ -103,15 +118,26 @@ class EngineCore {
     int64_t max_tokens = 0;
     StopChecker stop;
     tokenizer::IncrementalDetokenizer detok;
-    size_t sample_row = 0;  // this step's row in sampled_
+  };
+  // A submitted step, waiting for its results.
+  struct InFlightStep {
+    SchedulerOutput out;
+    // A row reads the ids generated so far (penalties): the next step is scheduled only once
+    // this one's tokens are in.
+    bool reads_output_ids = false;
   };
 
-  void schedule_sequence(RequestId seq_id, const std::vector<int32_t>& prompt);
+  void schedule_sequence(RequestId seq_id, const std::vector<int32_t>& prompt, int64_t max_tokens);
   void release_held_sequences(RequestState& req);
 
   Status validate_prompt(std::span<const int32_t> prompt_token_ids) const;
-  void build_sample_rows(const SchedulerOutput& out);
-  void process_token(const TokenOutput& t, std::vector<RequestOutput>& outputs);
+  // Sample rows, submission; false when nothing was scheduled (nothing is in flight then).
+  bool launch(SchedulerOutput out);
+  bool build_sample_rows(const SchedulerOutput& out);
+  // Waits for the oldest step in flight and applies its tokens.
+  std::vector<RequestOutput> complete_oldest();
+  void process_token(const TokenOutput& t, const SampleOutput& sample,
+                     std::vector<RequestOutput>& outputs);
   RequestOutput& output_for(RequestId parent, RequestState& req,
                             std::vector<RequestOutput>& outputs);
   void finish_sequence(RequestId seq_id, std::optional<FinishReason> scheduler_reason,
@@ -132,11 +158,14 @@ class EngineCore {
   RequestId next_request_id_ = 0;
   RequestId next_seq_id_ = 0;
   uint64_t num_steps_ = 0;
+  int64_t num_steps_scheduled_ahead_ = 0;
+
+  std::deque<InFlightStep> in_flight_;  // submitted, oldest first (Backend::kMaxInFlight)
 
   // Per-step scratch, reused.
   std::vector<SampleRow> rows_;
-  std::span<const SampleOutput> sampled_;  // this step's, in the backend's memory
   std::vector<int32_t> sampled_ids_;
+  std::vector<int32_t> entry_rows_;  // per scheduled entry: its logits row, or -1
 };
 
 }  // namespace s4kv::engine

@@ -1,6 +1,8 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <chrono>
+#include <climits>
 
 namespace s4kv::engine {
 
@@ -31,6 +33,8 @@ ModelRunner::ModelRunner(backend::Backend& backend, const ModelRunnerConfig& con
       static_cast<size_t>(std::min<int64_t>(config.max_num_seqs, config.max_num_batched_tokens));
   batch_.reserve(max_tokens, max_seqs);
   slot_of_.reserve(static_cast<size_t>(config.max_num_seqs));
+  rows_.reserve(max_seqs);
+  prev_rows_.reserve(max_seqs);
 }
 
 void ModelRunner::release(RequestId id) {
@@ -57,34 +61,62 @@ ModelRunner::Seat ModelRunner::slot_for(const ScheduledRequest& s) {
   return seat;
 }
 
+int32_t ModelRunner::prev_row(RequestId id) const {
+  const auto it = std::lower_bound(prev_rows_.begin(), prev_rows_.end(),
+                                   std::pair<RequestId, int32_t>{id, INT32_MIN});
+  S4KV_CHECK(it != prev_rows_.end() && it->first == id, "model runner: request ", id,
+             " has a placeholder but did not sample in the previous step");
+  return it->second;
+}
+
 void ModelRunner::add_sequence(const ScheduledRequest& s) {
   S4KV_CHECK(static_cast<int64_t>(s.block_table.size()) <= max_num_blocks_per_seq_,
              "model runner: block table longer than max_model_len allows");
   const Seat seat = uses_seats_ ? slot_for(s) : Seat{};
-  batch_.add(s.token_ids, s.num_computed_tokens, s.block_table, seat.slot, seat.start);
+  std::span<const int32_t> tokens = s.token_ids;
+  if (!tokens.empty() && tokens.back() == kPlaceholderTokenId) {
+    // The token the previous step samples for this request, resolved by the backend.
+    tokens_.assign(tokens.begin(), tokens.end());
+    tokens_.back() = -1 - prev_row(s.request_id);
+    tokens = tokens_;
+  }
+  batch_.add(tokens, s.num_computed_tokens, s.block_table, seat.slot, seat.start);
   // The logits of the chunk's last token predict the request's next token.
-  if (s.samples) batch_.want_logits(batch_.num_tokens() - 1);
+  if (s.samples) {
+    rows_.emplace_back(s.request_id, static_cast<int32_t>(batch_.num_logits()));
+    batch_.want_logits(batch_.num_tokens() - 1);
+  }
 }
 
 void ModelRunner::build_batch(const SchedulerOutput& out) {
   batch_.clear();
+  prev_rows_.swap(rows_);
+  rows_.clear();
   for (const ScheduledRequest& s : out.scheduled) add_sequence(s);
+  std::sort(rows_.begin(), rows_.end());
 }
 
-std::span<const SampleOutput> ModelRunner::execute(const SchedulerOutput& out,
-                                                   std::span<const SampleRow> rows,
-                                                   Sampler& sampler) {
+bool ModelRunner::submit(const SchedulerOutput& out, std::span<const SampleRow> rows,
+                         Sampler& sampler) {
   // Release before assigning: this step's newcomers may take the slots of requests that
   // finished or were preempted since the last step.
   for (RequestId id : out.finished_ids) release(id);
   for (RequestId id : out.preempted_ids) release(id);
-  if (out.scheduled.empty()) return {};
+  if (out.scheduled.empty()) return false;
   build_batch(out);
   S4KV_CHECK(rows.size() == batch_.num_logits(), "model runner: ", rows.size(), " sample rows for ",
              batch_.num_logits(), " sampling requests");
   backend::ForwardBatch batch = batch_.batch();
   batch.sampling = sampler.lower(rows);
-  return backend_.forward(batch).samples;
+  backend_.submit(batch);
+  return true;
+}
+
+std::span<const SampleOutput> ModelRunner::wait() {
+  const auto start = std::chrono::steady_clock::now();
+  const backend::StepOutput out = backend_.wait();
+  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out.samples;
 }
 
 }  // namespace s4kv::engine

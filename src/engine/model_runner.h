@@ -6,6 +6,11 @@
 // (for int4_kivi: its 16-bit tail block) from the step it is (re)admitted until it finishes, is
 // aborted or is preempted.
 //
+// Steps are submitted and waited for separately (at most Backend::kMaxInFlight in flight).
+// A scheduled token kPlaceholderTokenId (async scheduling) becomes the deferred token of the
+// request's logits row in the step submitted just before (backend.h), which the runner
+// remembers.
+//
 // It sees block ids and token ids only; the backend owns the KV bytes. It does not decide
 // what runs (the scheduler) nor what a request does with its token (the engine).
 // Engine thread only.
@@ -14,6 +19,7 @@
 #include <cstdint>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -36,12 +42,17 @@ class ModelRunner {
   // from one config).
   ModelRunner(backend::Backend& backend, const ModelRunnerConfig& config);
 
-  // Runs one step. `rows` has one entry per scheduled request with samples == true, in
-  // scheduled order, lowered by `sampler`. Returns one SampleOutput per row, in the backend's
-  // memory (valid until the next step). A plan with nothing scheduled only releases the state
-  // of finished and preempted requests.
-  std::span<const SampleOutput> execute(const SchedulerOutput& out, std::span<const SampleRow> rows,
-                                        Sampler& sampler);
+  // Submits one step. `rows` has one entry per scheduled request with samples == true, in
+  // scheduled order, lowered by `sampler`; their spans are read before this returns. A plan
+  // with nothing scheduled only releases the state of finished and preempted requests and
+  // submits nothing (false).
+  bool submit(const SchedulerOutput& out, std::span<const SampleRow> rows, Sampler& sampler);
+  // Waits for the oldest submitted step: one SampleOutput per row, in the backend's memory
+  // (valid until the next wait()).
+  std::span<const SampleOutput> wait();
+  // Seconds spent inside the backend's wait() since construction (host time blocked on the
+  // device; s4kv bench latency reports a step's share).
+  double wait_seconds() const { return wait_seconds_; }
 
   int64_t max_num_blocks_per_seq() const { return max_num_blocks_per_seq_; }
   int num_free_seats() const { return static_cast<int>(free_slots_.size()); }
@@ -56,6 +67,7 @@ class ModelRunner {
   Seat slot_for(const ScheduledRequest& s);
   void build_batch(const SchedulerOutput& out);
   void add_sequence(const ScheduledRequest& s);
+  int32_t prev_row(RequestId id) const;
 
   backend::Backend& backend_;
   ModelRunnerConfig config_;
@@ -68,6 +80,11 @@ class ModelRunner {
 
   // The batch under construction; reserved at construction, cleared every step.
   backend::ForwardBatchBuilder batch_;  // this step's batch; buffers reused across steps
+  // Logits rows of the requests that sample, by request id (sorted): this step's and those of
+  // the step submitted before it (where deferred tokens point).
+  std::vector<std::pair<RequestId, int32_t>> rows_, prev_rows_;
+  std::vector<int32_t> tokens_;  // a sequence's tokens with its placeholder resolved
+  double wait_seconds_ = 0.0;
 };
 
 }  // namespace s4kv::engine

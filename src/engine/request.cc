@@ -47,19 +47,29 @@ Request::Request(RequestId request_id, std::vector<int32_t> prompt_token_ids, ui
 }
 
 void Request::set_num_computed_tokens(int64_t n) {
-  S4KV_CHECK(n >= 0 && n <= num_tokens(), "request ", request_id_, ": num_computed_tokens ", n,
-             " outside 0..", num_tokens());
+  S4KV_CHECK(n >= 0 && n <= num_tokens_with_placeholders(), "request ", request_id_,
+             ": num_computed_tokens ", n, " outside 0..", num_tokens_with_placeholders());
   num_computed_tokens_ = n;
 }
 
+void Request::add_output_placeholder() {
+  // A token is sampled from the logits of the last token, so all tokens must be scheduled.
+  S4KV_CHECK(num_computed_tokens_ == num_tokens_with_placeholders() && num_output_placeholders_ < 2,
+             "request ", request_id_, " samples before catching up: computed ",
+             num_computed_tokens_, " of ", num_tokens_with_placeholders());
+  ++num_output_placeholders_;
+}
+
 void Request::append_output_token(int32_t token_id) {
-  // A token is sampled from the logits of the last token, so all tokens must have been computed.
-  S4KV_CHECK(num_computed_tokens_ == num_tokens(), "request ", request_id_,
-             " sampled before catching up: computed ", num_computed_tokens_, " of ", num_tokens());
+  S4KV_CHECK(num_output_placeholders_ > 0, "request ", request_id_,
+             ": a sampled token without a placeholder");
+  --num_output_placeholders_;
   token_ids_.push_back(token_id);
 }
 
 void Request::reset_for_recompute() {
+  S4KV_CHECK(num_output_placeholders_ == 0, "request ", request_id_,
+             " preempted with a step in flight");
   num_computed_tokens_ = 0;
   status_ = RequestStatus::kPreempted;
   ++num_preemptions_;

@@ -4,13 +4,21 @@
 // for some of the num_tokens() - num_computed_tokens() missing tokens to be computed, and a token
 // is sampled only when the request has caught up.
 //
-// Invariants: 0 <= num_computed_tokens() <= num_tokens(); the prompt is never empty; output
-// tokens are only appended, never removed (preemption keeps them and recomputes their KV).
+// num_computed_tokens advances when the scheduler schedules tokens (vLLM v1): it counts the
+// tokens whose KV is in the cache or being written by a step in flight. A step that samples
+// leaves an output placeholder, which the sampled token replaces when the step's results are
+// applied; with async scheduling the next step is scheduled before that, and a placeholder's
+// position is computed from the token the step in flight samples (a deferred token, backend.h).
+//
+// Invariants: 0 <= num_computed_tokens() <= num_tokens_with_placeholders(); the prompt is never
+// empty; output tokens are only appended, never removed (preemption keeps them and recomputes
+// their KV); placeholders only while a step that samples for the request is in flight.
 //
 // It does not know max_tokens, stop strings or sampling parameters: the engine owns those and
 // calls Scheduler::finish. Thread ownership: engine thread only.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -60,10 +68,20 @@ class Request {
   int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens(); }
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids_.size()); }
   int64_t num_computed_tokens() const { return num_computed_tokens_; }
+  // Tokens sampled by steps in flight, not yet known (0, 1, or 2 with a step scheduled ahead).
+  int num_output_placeholders() const { return num_output_placeholders_; }
+  int64_t num_tokens_with_placeholders() const { return num_tokens() + num_output_placeholders_; }
+  // The request's end (max_tokens) when the engine gave one: the scheduler never schedules
+  // past it. Unset: only max_model_len bounds it.
+  int64_t max_output_tokens() const { return max_output_tokens_; }
 
   // Mutators for the scheduler. Each checks the invariants above.
   void set_status(RequestStatus s) { status_ = s; }
   void set_num_computed_tokens(int64_t n);
+  void set_max_output_tokens(int64_t n) { max_output_tokens_ = n; }
+  // A step that samples for this request was scheduled.
+  void add_output_placeholder();
+  // That step's token arrived: it replaces the oldest placeholder.
   void append_output_token(int32_t token_id);
   // Preemption by recompute: the KV is gone, so nothing counts as computed any more.
   void reset_for_recompute();
@@ -74,6 +92,8 @@ class Request {
   size_t num_prompt_tokens_;
   uint64_t arrival_seq_;
   int64_t num_computed_tokens_ = 0;
+  int num_output_placeholders_ = 0;
+  int64_t max_output_tokens_ = INT64_MAX;
   RequestStatus status_ = RequestStatus::kWaiting;
   int num_preemptions_ = 0;
 };

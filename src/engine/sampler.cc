@@ -34,6 +34,7 @@ backend::SamplingRow lower(const SampleRow& row, std::span<const int32_t> eos_to
   r.num_logprobs = p.logprobs ? *p.logprobs : -1;
   r.prompt_token_ids = row.prompt_token_ids;
   r.output_token_ids = row.output_token_ids;
+  r.num_output_placeholders = row.num_output_placeholders;
   r.rng_key = row.rng_key;
   return r;
 }

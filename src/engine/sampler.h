@@ -25,6 +25,7 @@ struct SampleRow {
   std::span<const int32_t> prompt_token_ids;  // for repetition_penalty
   std::span<const int32_t> output_token_ids;  // generated so far, before this step
   uint64_t rng_key = 0;                       // the sequence's stream (SequenceKeySource)
+  int64_t num_output_placeholders = 0;        // sampled by steps in flight (SamplingRow's)
 };
 
 // The lowered row's own lists: its logit_bias clamped to +-kMaxLogitBias, and the ids masked

@@ -51,6 +51,11 @@ struct SamplingParams {
 
   bool greedy() const { return temperature < kGreedyTemperature; }
   bool top_k_enabled() const { return top_k > 0; }
+  // The penalties read the ids generated so far: async scheduling cannot sample such a row
+  // while the previous token is still on the device (the engine waits for it).
+  bool reads_output_ids() const {
+    return repetition_penalty != 1.0 || presence_penalty != 0.0 || frequency_penalty != 0.0;
+  }
 
   // Checks every field against vLLM's ranges and the limits above. The message of an error
   // starts with the field's OpenAI/vLLM request name (see error_param).

@@ -56,7 +56,8 @@ Scheduler::Scheduler(const SchedulerConfig& config, const CacheConfig& cache)
   S4KV_CHECK(s.is_ok(), "unvalidated scheduler config: ", s.message());
 }
 
-Status Scheduler::add_request(RequestId id, std::vector<int32_t> prompt_token_ids) {
+Status Scheduler::add_request(RequestId id, std::vector<int32_t> prompt_token_ids,
+                              int64_t max_output_tokens) {
   if (prompt_token_ids.empty()) return invalid_argument("the prompt is empty");
   const auto num_prompt = static_cast<int64_t>(prompt_token_ids.size());
   // By validate(), every prompt within max_model_len also fits the whole KV cache alone, so this
@@ -69,7 +70,12 @@ Status Scheduler::add_request(RequestId id, std::vector<int32_t> prompt_token_id
   if (requests_.contains(id)) {
     return invalid_argument("request id " + std::to_string(id) + " is already in use");
   }
+  if (max_output_tokens < 1) {
+    return invalid_argument("max_output_tokens=" + std::to_string(max_output_tokens) +
+                            " must be >= 1");
+  }
   auto req = std::make_unique<Request>(id, std::move(prompt_token_ids), next_arrival_seq_++);
+  req->set_max_output_tokens(max_output_tokens);
   waiting_.push_back(req.get());
   requests_.emplace(id, std::move(req));
   return Status::ok();
@@ -90,9 +96,11 @@ std::vector<TokenOutput> Scheduler::update_from_output(const SchedulerOutput& ou
   S4KV_CHECK(sampled.size() == out.scheduled.size(), "sampled ", sampled.size(), " tokens for ",
              out.scheduled.size(), " scheduled requests");
   std::vector<TokenOutput> results;
+  if (out.scheduled.empty()) return results;
+  S4KV_CHECK(num_steps_in_flight_ > 0, "update_from_output() without a step in flight");
   for (size_t i = 0; i < out.scheduled.size(); ++i)
     apply_one(out.scheduled[i], sampled[i], results);
-  awaiting_update_ = false;
+  --num_steps_in_flight_;
   return results;
 }
 
@@ -100,12 +108,14 @@ void Scheduler::apply_one(const ScheduledRequest& s, int32_t sampled,
                           std::vector<TokenOutput>& results) {
   Request* req = find_live(s.request_id);
   if (req == nullptr) return;  // finished or aborted after schedule(): its blocks are gone
-  S4KV_CHECK(req->status() == RequestStatus::kRunning &&
-                 req->num_computed_tokens() == s.num_computed_tokens,
+  const int64_t end = s.num_computed_tokens + s.num_scheduled_tokens;
+  // Steps apply in schedule order, so a placeholder this step computed was replaced by the
+  // previous step's token already: every token up to `end` is known.
+  S4KV_CHECK(req->status() == RequestStatus::kRunning && req->num_computed_tokens() >= end &&
+                 req->num_tokens() >= end,
              "request ", s.request_id, " changed between schedule() and update_from_output()");
-  req->set_num_computed_tokens(s.num_computed_tokens + s.num_scheduled_tokens);
   // Only now is the KV written, so only now may other requests find these blocks.
-  kv_.cache_blocks(req->request_id(), req->all_token_ids(), req->num_computed_tokens());
+  kv_.cache_blocks(req->request_id(), req->all_token_ids(), end);
   if (!s.samples) return;  // a partial prefill chunk: its logits are not a next token
   req->append_output_token(sampled);
   TokenOutput result{s.request_id, sampled, std::nullopt};
@@ -155,10 +165,12 @@ void Scheduler::check_invariants() const {
   for (const Request* r : running_) {
     S4KV_CHECK(r->status() == RequestStatus::kRunning && kv_.has_request(r->request_id()),
                "running request ", r->request_id(), " without blocks");
-    // Between steps the table has slots for exactly the computed tokens, and every running
-    // request has at least its last token left to compute.
-    S4KV_CHECK(awaiting_update_ || (kv_.num_tokens(r->request_id()) == r->num_computed_tokens() &&
-                                    r->num_computed_tokens() < r->num_tokens()),
+    // The table has slots for exactly the scheduled tokens; with no step in flight there are
+    // no placeholders and every running request has at least its last token left to compute.
+    S4KV_CHECK(kv_.num_tokens(r->request_id()) == r->num_computed_tokens() &&
+                   r->num_computed_tokens() <= r->num_tokens_with_placeholders() &&
+                   (num_steps_in_flight_ > 0 || (r->num_output_placeholders() == 0 &&
+                                                 r->num_computed_tokens() < r->num_tokens())),
                "running request ", r->request_id(), " out of step with its blocks");
   }
   for (const Request* r : waiting_) {

@@ -21,11 +21,21 @@
 // arrived running request is running_.back() and admission is strictly first-come first-served.
 // Waiting and preempted requests hold no blocks. At most max_num_seqs requests run.
 //
-// It does not sample, stop requests on max_tokens or stop tokens (the engine calls finish), or
-// see KV bytes (block ids only). It finishes a request by itself only when its tokens reach
-// max_model_len. Thread ownership: engine thread only; nothing here locks.
+// Async scheduling (vLLM v1's): num_computed_tokens advances when a step is scheduled, and a
+// step that samples leaves an output placeholder in the request (request.h). schedule_ahead()
+// plans step N+1 while step N is in flight (scheduled, its results not yet applied): a request
+// that samples in N gets its next decode token as a placeholder (kPlaceholderTokenId in
+// token_ids, computed from N's sampled token by the backend); a request whose last token
+// (max_tokens, max_model_len) is in flight is left out; it never preempts (it refuses instead,
+// and the engine waits for N and schedules again). Results are applied in schedule order; a
+// request finished after N was scheduled ahead loses N+1's work (its token is dropped).
+//
+// It does not sample, stop requests on stop tokens (the engine calls finish), or see KV bytes
+// (block ids only). It finishes a request by itself only when its tokens reach max_model_len.
+// Thread ownership: engine thread only; nothing here locks.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -48,6 +58,9 @@ struct SchedulerConfig {
   int64_t long_prefill_token_threshold = 0;
   // Off: a request's whole remaining prefill must fit one step's budget.
   bool enable_chunked_prefill = true;
+  // --async-scheduling: the engine schedules and submits step N+1 (schedule_ahead) before it
+  // waits for step N, so host work overlaps the device's.
+  bool async_scheduling = false;
 };
 
 struct CacheConfig {
@@ -60,13 +73,18 @@ struct CacheConfig {
   int num_sink_blocks = 0;
 };
 
+// A token of ScheduledRequest::token_ids that the step in flight samples (schedule_ahead).
+inline constexpr int32_t kPlaceholderTokenId = -1;
+
 // One request's share of a step: compute the tokens at positions
 // [num_computed_tokens, num_computed_tokens + num_scheduled_tokens).
 struct ScheduledRequest {
   RequestId request_id = 0;
   int64_t num_computed_tokens = 0;  // first position to compute; KV before it is in the cache
   int64_t num_scheduled_tokens = 0;
-  std::vector<int32_t> token_ids;          // [num_scheduled_tokens]: the tokens at those positions
+  // [num_scheduled_tokens]: the tokens at those positions; the last may be kPlaceholderTokenId
+  // (schedule_ahead: the token the step in flight samples for this request).
+  std::vector<int32_t> token_ids;
   std::vector<kv::BlockId> block_table;    // the whole table, covering every position computed
   std::vector<kv::BlockId> new_block_ids;  // the table's blocks allocated by this step
   // First step since admission or resumption: the runner (re)creates its per-request state.
@@ -104,15 +122,23 @@ class Scheduler {
 
   // Queues a request (FCFS). Refuses an empty prompt, a duplicate live id, and a prompt longer
   // than max_model_len (which, by validate(), is also every prompt that cannot fit the cache).
-  Status add_request(RequestId id, std::vector<int32_t> prompt_token_ids);
+  // max_output_tokens (the engine's max_tokens): schedule_ahead never schedules past it.
+  Status add_request(RequestId id, std::vector<int32_t> prompt_token_ids,
+                     int64_t max_output_tokens = INT64_MAX);
 
-  // Plans one step. Call update_from_output before the next schedule() whenever anything was
-  // scheduled (S4KV_CHECK).
+  // Plans one step with no step in flight (S4KV_CHECK): every step scheduled before it has had
+  // its update_from_output.
   SchedulerOutput schedule();
+  // Plans the step after the one in flight (exactly one, S4KV_CHECK), on top of its
+  // placeholders. nullopt, changing nothing, when the running requests' next tokens need more
+  // blocks than are free (a synchronous schedule() would preempt).
+  std::optional<SchedulerOutput> schedule_ahead();
+  // Steps scheduled (with something in them) whose update_from_output has not run.
+  int num_steps_in_flight() const { return num_steps_in_flight_; }
 
-  // Applies a step: `sampled` has one entry per out.scheduled entry (read only where samples is
-  // true). Advances num_computed_tokens, appends sampled tokens, caches newly full blocks.
-  // Entries of requests finished or aborted since schedule() are skipped.
+  // Applies the oldest step in flight: `sampled` has one entry per out.scheduled entry (read
+  // only where samples is true). Replaces placeholders with the sampled tokens, caches newly
+  // full blocks. Entries of requests finished or aborted since schedule() are skipped.
   std::vector<TokenOutput> update_from_output(const SchedulerOutput& out,
                                               std::span<const int32_t> sampled);
 
@@ -139,12 +165,16 @@ class Scheduler {
 
  private:
   // scheduler_step.cc: one step's planning.
-  void schedule_running(SchedulerOutput& out, int64_t& budget);
+  SchedulerOutput plan(bool ahead);
+  void schedule_running(SchedulerOutput& out, int64_t& budget, bool ahead);
   void schedule_waiting(SchedulerOutput& out, int64_t& budget);
   bool allocate_or_preempt(Request& req, int64_t num_new_tokens, SchedulerOutput& out);
   void preempt_last_running(SchedulerOutput& out);
-  int64_t num_tokens_to_schedule(const Request& req, int64_t num_computed, int64_t budget) const;
-  void emit(SchedulerOutput& out, const Request& req, int64_t start, int64_t num_tokens,
+  // Tokens the request could schedule now: 0 once its last token is scheduled.
+  int64_t num_unscheduled(const Request& req) const;
+  int64_t num_tokens_to_schedule(int64_t num_unscheduled, int64_t budget) const;
+  bool running_blocks_fit() const;
+  void emit(SchedulerOutput& out, Request& req, int64_t start, int64_t num_tokens,
             size_t num_old_blocks, bool is_new);
 
   // scheduler.cc
@@ -161,7 +191,7 @@ class Scheduler {
   std::vector<RequestId> finished_since_schedule_;
   uint64_t next_arrival_seq_ = 0;
   int64_t num_preemptions_total_ = 0;
-  bool awaiting_update_ = false;
+  int num_steps_in_flight_ = 0;
 };
 
 }  // namespace s4kv::engine

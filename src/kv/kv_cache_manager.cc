@@ -147,6 +147,15 @@ int64_t KvCacheManager::num_tokens(RequestId id) const {
   return it->second.num_tokens;
 }
 
+int64_t KvCacheManager::num_new_blocks(RequestId id, int64_t num_new_tokens) const {
+  const auto it = requests_.find(id);
+  S4KV_CHECK(it != requests_.end() && !it->second.blocks.empty(), "num_new_blocks for request ", id,
+             " without blocks");
+  const RequestBlocks& r = it->second;
+  return std::max<int64_t>(0, num_blocks_for_tokens(r.num_tokens + num_new_tokens) -
+                                  static_cast<int64_t>(r.blocks.size()));
+}
+
 void KvCacheManager::check_invariants() const {
   pool_.check_invariants();
   if (sink_pool_) sink_pool_->check_invariants();

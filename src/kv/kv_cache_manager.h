@@ -78,6 +78,9 @@ class KvCacheManager {
   std::span<const BlockId> block_table(RequestId id) const;
   // Tokens the table has slots for (computed prefix plus every num_new_tokens allocated).
   int64_t num_tokens(RequestId id) const;
+  // Blocks allocate_slots(id, num_new_tokens) would take from the main pool for a request that
+  // has a table (S4KV_CHECK); it succeeds when the pool has that many free.
+  int64_t num_new_blocks(RequestId id, int64_t num_new_tokens) const;
 
   int block_size() const { return block_size_; }
   int num_requests() const { return static_cast<int>(requests_.size()); }

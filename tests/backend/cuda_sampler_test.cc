@@ -150,7 +150,7 @@ std::vector<std::vector<SampleOutput>> sample_on_gpu(const std::vector<float>& l
   d_logits.copy_from_host(logits.data(), logits.size() * 4);
   cudaStream_t stream = nullptr;
   EXPECT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  cuda::CudaSampler sampler(vocab, max_rows, max_model_len);
+  cuda::CudaSampler sampler(vocab, max_rows, max_model_len, static_cast<int64_t>(rows.size()));
   std::vector<std::vector<SampleOutput>> out(static_cast<size_t>(calls));
   for (auto& o : out) sampler.sample(static_cast<const float*>(d_logits.data()), rows, stream, o);
   EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);

@@ -112,7 +112,7 @@ def latency(tmp_path, *args, model=MODEL):
 
 def check_latency(r, report):
     lines = r.stdout.splitlines()
-    assert len(lines) == 10, r.stdout
+    assert len(lines) == 11, r.stdout
     m = re.fullmatch(rf"Avg latency: {NUMBER} seconds", lines[0])
     assert m, lines[0]
     assert float(m[1]) == pytest.approx(report["avg_latency"], abs=1e-6)
@@ -127,10 +127,19 @@ def check_latency(r, report):
                      lines[8])
     assert m, lines[8]
     assert float(m[1]) == pytest.approx(report["decode_step_ms_median"], abs=1e-3)
+    # A decode step's host time and its wait for the device (the CPU computes inside submit, so
+    # its step is host time: the wait is ~0).
+    m = re.fullmatch(rf"Decode step host time: median {NUMBER} ms outside the backend's wait "
+                     rf"\(.*\), {NUMBER} ms waiting for the device \(this backend computes "
+                     rf"inside submit: its whole step is host time\)", lines[9])
+    assert m, lines[9]
+    assert float(m[1]) == pytest.approx(report["decode_host_ms_median"], abs=1e-3)
+    assert float(m[2]) == pytest.approx(report["decode_wait_ms_median"], abs=1e-3)
+    assert report["decode_wait_ms_median"] <= report["decode_step_ms_median"]
     # The CPU backend reports its weights and measures its copy bandwidth.
     m = re.fullmatch(rf"Weights-only floor: {NUMBER} GB of weights / {NUMBER} GB/s copy bandwidth "
-                     rf"= {NUMBER} ms per step; decode step = {NUMBER} x the floor", lines[9])
-    assert m, lines[9]
+                     rf"= {NUMBER} ms per step; decode step = {NUMBER} x the floor", lines[10])
+    assert m, lines[10]
     assert float(m[1]) * 1e9 == pytest.approx(report["weight_bytes"], rel=1e-2)
     assert report["copy_bandwidth_bytes_per_s"] > 0
     assert report["floor_ms"] == pytest.approx(
@@ -153,6 +162,14 @@ def test_latency(tmp_path):
     assert report["kv_cache_dtype"] == "int4_kivi"
     # s4kv-tiny as the CPU holds it: bf16 matrices (embeddings tied), fp32 norms.
     assert 30e6 < report["weight_bytes"] < 40e6
+
+
+def test_latency_async_scheduling(tmp_path):
+    # The same steps are counted (the last step(), which only drains the step scheduled ahead
+    # for the finished requests, is neither prefill nor decode).
+    r, report = latency(tmp_path, "--async-scheduling")
+    check_latency(r, report)
+    assert report["async_scheduling"] is True
 
 
 def test_latency_dummy_weights(tmp_path):

@@ -57,7 +57,7 @@ Sizes::Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBac
   rows = T * c.hidden_size * as;
   logits = T * c.vocab_size * 4;
   sample_rows = std::min(o.max_num_seqs, T);  // one sampled row per sequence at most
-  sampler = CudaSampler::device_bytes(c.vocab_size, sample_rows, o.max_model_len);
+  sampler = CudaSampler::device_bytes(c.vocab_size, sample_rows, o.max_model_len, T);
 }
 
 int64_t Sizes::total() const {
@@ -79,6 +79,25 @@ KvParts kv_parts(const model::ModelConfig& c, const KvCacheConfig& kv,
     p.k = p.v = L * (kv.num_blocks + 1) * B * kv_dim * es;
   }
   return p;
+}
+
+int64_t weight_bytes(const model::ModelConfig& c, DType compute_dtype) {
+  const int64_t as = act_size(compute_dtype);
+  const int64_t matrices =
+      model::count_parameters(c) - c.num_hidden_layers * 2 * c.hidden_size - c.hidden_size;
+  return matrices * as + (2 * c.num_hidden_layers + 1) * c.hidden_size * 4;
+}
+
+// vLLM's capture sizes (1, 2, 4, then multiples of 8 up to 256 and of 16 beyond), up to the
+// largest decode-only step (max_num_seqs rows, within max_num_tokens), which is a size too.
+std::vector<int64_t> cuda_graph_sizes(int64_t largest) {
+  std::vector<int64_t> sizes;
+  for (int64_t s : {1, 2, 4}) {
+    if (s <= largest) sizes.push_back(s);
+  }
+  for (int64_t s = 8; s <= largest && s <= 512; s += s < 256 ? 8 : 16) sizes.push_back(s);
+  if (sizes.empty() || (sizes.back() < largest && largest <= 512)) sizes.push_back(largest);
+  return sizes;
 }
 
 }  // namespace s4kv::backend::cuda

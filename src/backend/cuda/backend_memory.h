@@ -1,11 +1,13 @@
 // What the CUDA backend allocates, as arithmetic (host-only, no CUDA types): the per-step
 // buffers of its limits (Sizes: the constructor allocates these, make_cuda_backend checks their
 // sum against free memory), the KV cache's parts (init_kv_cache), the runtime reserve profile()
-// keeps out of the cache, and the decode kernels' view of the cache shape.
+// keeps out of the cache, the decode kernels' view of the cache shape, the weights' bytes and
+// the CUDA graph capture sizes.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
@@ -26,6 +28,9 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // The CUDA runtime's own allocations beyond what the backend asks for (module images, cuBLASLt
 // handles, the stream): kept out of the KV cache.
 inline constexpr int64_t kRuntimeReserveBytes = int64_t{512} << 20;
+
+// vLLM's CUDA graph capture sizes up to `largest` (a decode-only step's most rows).
+std::vector<int64_t> cuda_graph_sizes(int64_t largest);
 
 // The decode kernels' view of the cache (decode_attention.cuh).
 DecodeShape decode_shape(const model::ModelConfig& c, const KvCacheConfig& kv, int num_sms);

@@ -65,7 +65,12 @@ bool same_shape(const KvCacheConfig& a, const KvCacheConfig& b) {
          a.int4_keys_post_rope == b.int4_keys_post_rope;
 }
 
-class CudaBackend final : public SynchronousBackend {
+// Asynchronous: submit() enqueues a step (its arena upload, the deferred tokens' resolution,
+// the forward pass eagerly or as a graph replay, sampling, the results' copy into pinned host
+// memory of the step's result slot) and records an event; wait() waits for the oldest step's
+// event. Steps alternate between two result slots (and the arenas between two host buffers),
+// so the second step in flight never writes what the first one's copies still read.
+class CudaBackend final : public Backend {
  public:
   CudaBackend(const model::ModelConfig& config, const KvCacheConfig& kv,
               const CudaBackendOptions& options, std::span<const float> inv_freq,
@@ -82,15 +87,24 @@ class CudaBackend final : public SynchronousBackend {
     return kv_;
   }
   int64_t graph_replays() const { return graph_replays_; }
+  void submit(const ForwardBatch& batch) override;
+  StepOutput wait() override;
   int64_t weight_bytes() const override { return cuda::weight_bytes(config_, act_); }
   double measure_copy_bandwidth() override;
 
   void load_weights(const model::ModelWeights& weights);
 
- protected:
-  StepOutput run(const ForwardBatch& batch) override;
-
  private:
+  // A submitted step, waiting for wait().
+  struct Pending {
+    int slot = 0;                   // its result slot and event
+    bool sampling = false;          // samples come back (in the sampler's slot)
+    std::span<const float> logits;  // [num_logits, vocab] host, when asked for
+  };
+  // Enqueues the copy of the logits rows for a step that returns them (moving an earlier
+  // in-flight step's out of the way first).
+  std::span<const float> copy_logits_out(int64_t num_logits);
+
   // Uploads a tensor (any of bf16/fp16/fp32) converted to `dtype` at dst.
   void upload(const model::TensorView& t, DType dtype, void* dst);
   // Zeroed device memory kept in `into` (owned_: for the backend's life).
@@ -189,7 +203,17 @@ class CudaBackend final : public SynchronousBackend {
   std::vector<uint8_t> slot_used_;  // check_distinct_seats scratch
 
   CudaSampler sampler_;
-  std::vector<SampleOutput> samples_;
+  std::vector<SampleOutput> samples_[2];  // per result slot, filled by wait()
+
+  // Steps in flight, oldest first; the next result slot; the last step's sampling rows (what
+  // the next step's deferred tokens may name).
+  Pending pending_[kMaxInFlight];
+  int in_flight_ = 0;
+  int next_slot_ = 0;
+  int64_t last_num_samples_ = 0;
+  cudaEvent_t done_[2] = {nullptr, nullptr};
+  std::vector<float> kept_logits_[2];  // an in-flight step's logits moved out of logits_host_
+  int next_kept_ = 0;
 
   // CUDA graphs (ascending capture sizes), each with the arena addresses it was captured with.
   std::vector<int64_t> capture_sizes_;
@@ -220,9 +244,12 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
       layout_(layout),
       ring_(1 + static_cast<int>(kv.num_window_blocks)),
       arena_(static_cast<size_t>(sizes_.arena)),
-      sampler_(config.vocab_size, sizes_.sample_rows, options.max_model_len),
+      sampler_(config.vocab_size, sizes_.sample_rows, options.max_model_len,
+               options.max_num_tokens),
       pad_builder_(kv.block_size, sizes_.max_blocks_per_seq) {
   S4KV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  for (cudaEvent_t& e : done_)
+    S4KV_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   pad_builder_.reserve(static_cast<size_t>(options.max_num_seqs),
                        static_cast<size_t>(options.max_num_seqs));
   gemm_ = std::make_unique<Gemm>(act_, stream_);
@@ -279,6 +306,9 @@ CudaBackend::~CudaBackend() {
     cudaStreamSynchronize(stream_);
     gemm_.reset();
     cudaStreamDestroy(stream_);
+  }
+  for (cudaEvent_t e : done_) {
+    if (e != nullptr) cudaEventDestroy(e);
   }
 }
 
@@ -358,7 +388,7 @@ void CudaBackend::profiling_step() {
   const std::vector<SamplingRow> rows(b.num_logits(), row);
   ForwardBatch batch = b.batch();
   batch.sampling = rows;
-  (void)run(batch);
+  (void)forward(batch);
   kv_ = shape;
   initialized_ = false;
   pool_ = nullptr;
@@ -641,9 +671,11 @@ void CudaBackend::mlp_block(int64_t layer, int64_t n) {
   gemm_->run(act_buf_, w.down, x_, n, c.intermediate_size, c.hidden_size, true);
 }
 
-StepOutput CudaBackend::run(const ForwardBatch& in) {
+void CudaBackend::submit(const ForwardBatch& in) {
   S4KV_CHECK(initialized_, "cuda backend: a step before init_kv_cache()");
-  check_forward_batch(in, kv_, config_.vocab_size);
+  S4KV_CHECK(in_flight_ < kMaxInFlight, "cuda backend: more than ", kMaxInFlight,
+             " steps submitted without wait()");
+  check_forward_batch(in, kv_, config_.vocab_size, last_num_samples_);
   const int64_t num_seqs = in.num_seqs(), num_logits = in.num_logits();
   S4KV_CHECK(in.num_tokens() <= opt_.max_num_tokens && num_seqs <= opt_.max_num_seqs &&
                  num_logits <= opt_.max_num_tokens &&
@@ -656,6 +688,11 @@ StepOutput CudaBackend::run(const ForwardBatch& in) {
   const int64_t size = graph_size(in);
   const ForwardBatch& b = size > 0 ? padded(in, size) : in;
   stage(b, size);
+  // Deferred tokens take the previous step's sampled ids on the device, before the embedding
+  // reads them (a graph reads the arena's token ids too, so replays need nothing else).
+  if (std::any_of(in.token_ids.begin(), in.token_ids.end(), [](int32_t id) { return id < 0; })) {
+    sampler_.resolve_deferred(const_cast<int32_t*>(step_.token_ids), b.num_tokens(), stream_);
+  }
   if (size > 0) {
     const auto i =
         static_cast<size_t>(std::lower_bound(capture_sizes_.begin(), capture_sizes_.end(), size) -
@@ -668,26 +705,52 @@ StepOutput CudaBackend::run(const ForwardBatch& in) {
     launch_forward(b.num_tokens(), b.num_logits());
   }
   // The logits leave the device only when asked for (eval, tests); sampling reads them there
-  // and returns the token ids (and logprobs asked for), its one wait per step. A padded step's
-  // rows past the batch's are the padding's, never read.
-  const bool sampling = !in.sampling.empty();
-  const bool logits_out = !sampling || in.return_logits;
-  const auto bytes = static_cast<size_t>(num_logits * config_.vocab_size) * 4;
-  if (logits_out && bytes > 0) {
+  // and returns the token ids (and logprobs asked for). A padded step's rows past the batch's
+  // are the padding's, never read.
+  Pending p;
+  p.slot = next_slot_;
+  next_slot_ ^= 1;
+  p.sampling = !in.sampling.empty();
+  if (!p.sampling || in.return_logits) p.logits = copy_logits_out(num_logits);
+  if (p.sampling) sampler_.submit(logits_, in.sampling, stream_, p.slot);
+  S4KV_CUDA_CHECK(cudaEventRecord(done_[p.slot], stream_));
+  last_num_samples_ = p.sampling ? num_logits : 0;
+  pending_[in_flight_++] = p;
+}
+
+std::span<const float> CudaBackend::copy_logits_out(int64_t num_logits) {
+  for (int k = 0; k < in_flight_; ++k) {
+    Pending& earlier = pending_[k];
+    if (earlier.logits.empty() ||
+        earlier.logits.data() != reinterpret_cast<const float*>(logits_host_.data())) {
+      continue;
+    }
+    // Its copy into logits_host_ must land before this step's overwrites it: keep it aside.
+    S4KV_CUDA_CHECK(cudaEventSynchronize(done_[earlier.slot]));
+    next_kept_ ^= 1;
+    kept_logits_[next_kept_].assign(earlier.logits.begin(), earlier.logits.end());
+    earlier.logits = kept_logits_[next_kept_];
+  }
+  const auto count = static_cast<size_t>(num_logits * config_.vocab_size);
+  if (count > 0) {
     S4KV_CUDA_CHECK(
-        cudaMemcpyAsync(logits_host_.data(), logits_, bytes, cudaMemcpyDeviceToHost, stream_));
+        cudaMemcpyAsync(logits_host_.data(), logits_, count * 4, cudaMemcpyDeviceToHost, stream_));
   }
-  if (sampling) {
-    sampler_.sample(logits_, in.sampling, stream_, samples_);
-  } else {
-    S4KV_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  }
+  return {reinterpret_cast<const float*>(logits_host_.data()), count};
+}
+
+StepOutput CudaBackend::wait() {
+  S4KV_CHECK(in_flight_ > 0, "cuda backend: wait() without a submitted step");
+  const Pending p = pending_[0];
+  for (int k = 1; k < in_flight_; ++k) pending_[k - 1] = pending_[k];
+  --in_flight_;
+  S4KV_CUDA_CHECK(cudaEventSynchronize(done_[p.slot]));
   StepOutput out;
-  if (logits_out) {
-    out.logits = {reinterpret_cast<const float*>(logits_host_.data()),
-                  static_cast<size_t>(num_logits * config_.vocab_size)};
+  out.logits = p.logits;
+  if (p.sampling) {
+    sampler_.collect(p.slot, samples_[p.slot]);
+    out.samples = samples_[p.slot];
   }
-  if (sampling) out.samples = samples_;
   return out;
 }
 
@@ -783,18 +846,6 @@ void CudaBackend::launch_forward(int64_t n, int64_t num_logits) {
   gemm_->run(rows_, lm_head_, logits_, num_logits, config_.hidden_size, config_.vocab_size, false);
 }
 
-// vLLM's capture sizes (1, 2, 4, then multiples of 8 up to 256 and of 16 beyond), up to the
-// largest decode-only step (max_num_seqs rows, within max_num_tokens), which is a size too.
-std::vector<int64_t> cuda_graph_sizes(int64_t largest) {
-  std::vector<int64_t> sizes;
-  for (int64_t s : {1, 2, 4}) {
-    if (s <= largest) sizes.push_back(s);
-  }
-  for (int64_t s = 8; s <= largest && s <= 512; s += s < 256 ? 8 : 16) sizes.push_back(s);
-  if (sizes.empty() || (sizes.back() < largest && largest <= 512)) sizes.push_back(largest);
-  return sizes;
-}
-
 // A decode-only step (one token per sequence, every row's logits in row order) of at most the
 // largest capture size replays the graph of the smallest size that holds it.
 int64_t CudaBackend::graph_size(const ForwardBatch& b) const {
@@ -879,13 +930,6 @@ void CudaBackend::capture_graphs() {
 int64_t cuda_graph_replays(const Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
   return cuda != nullptr ? cuda->graph_replays() : -1;
-}
-
-int64_t weight_bytes(const model::ModelConfig& c, DType compute_dtype) {
-  const int64_t as = act_size(compute_dtype);
-  const int64_t matrices =
-      model::count_parameters(c) - c.num_hidden_layers * 2 * c.hidden_size - c.hidden_size;
-  return matrices * as + (2 * c.num_hidden_layers + 1) * c.hidden_size * 4;
 }
 
 Status check_device(cudaDeviceProp& prop) {

@@ -338,6 +338,15 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Deferred tokens (backend.h): -1 - r becomes the token row r sampled.
+__global__ void resolve_deferred_kernel(int32_t* token_ids, int64_t num_tokens,
+                                        const RowResult* results) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= num_tokens) return;
+  const int32_t id = token_ids[i];
+  if (id < 0) token_ids[i] = results[-1 - static_cast<int64_t>(id)].token;
+}
+
 // Words of id lists one call may carry: any single row fits (logit_bias up to the whole
 // vocabulary, the masked ids, the distinct prompt + output ids, the distinct output ids).
 int64_t list_capacity(int64_t vocab, int64_t max_model_len) {
@@ -351,19 +360,23 @@ int64_t arena_bytes(int64_t vocab, int64_t max_rows, int64_t max_model_len) {
 
 }  // namespace
 
-int64_t CudaSampler::device_bytes(int64_t vocab_size, int64_t max_rows, int64_t max_model_len) {
+int64_t CudaSampler::device_bytes(int64_t vocab_size, int64_t max_rows, int64_t max_model_len,
+                                  int64_t max_call_rows) {
   return max_rows * vocab_size * 4 + arena_bytes(vocab_size, max_rows, max_model_len) +
-         max_rows * static_cast<int64_t>(sizeof(RowResult));
+         std::max(max_rows, max_call_rows) * static_cast<int64_t>(sizeof(RowResult));
 }
 
-CudaSampler::CudaSampler(int64_t vocab_size, int64_t max_rows, int64_t max_model_len)
+CudaSampler::CudaSampler(int64_t vocab_size, int64_t max_rows, int64_t max_model_len,
+                         int64_t max_call_rows)
     : vocab_size_(vocab_size),
       max_rows_(max_rows),
       list_capacity_(list_capacity(vocab_size, max_model_len)),
+      max_call_rows_(std::max(max_rows, max_call_rows)),
       work_(static_cast<size_t>(max_rows * vocab_size * 4)),
       arena_(static_cast<size_t>(arena_bytes(vocab_size, max_rows, max_model_len))),
-      out_device_(static_cast<size_t>(max_rows) * sizeof(RowResult)),
-      out_host_(static_cast<size_t>(max_rows) * sizeof(RowResult)),
+      out_device_(static_cast<size_t>(max_call_rows_) * sizeof(RowResult)),
+      out_host_{PinnedBuffer(static_cast<size_t>(max_call_rows_) * sizeof(RowResult)),
+                PinnedBuffer(static_cast<size_t>(max_call_rows_) * sizeof(RowResult))},
       penalties_(vocab_size) {
   // Ids travel as floats in one reduction: exact below 2^24.
   S4KV_CHECK(vocab_size > 0 && vocab_size < (int64_t{1} << 24) && max_rows > 0,
@@ -372,13 +385,23 @@ CudaSampler::CudaSampler(int64_t vocab_size, int64_t max_rows, int64_t max_model
 
 void CudaSampler::sample(const float* logits, std::span<const SamplingRow> rows,
                          cudaStream_t stream, std::vector<SampleOutput>& out) {
+  submit(logits, rows, stream, 0);
+  S4KV_CUDA_CHECK(cudaStreamSynchronize(stream));
+  collect(0, out);
+}
+
+void CudaSampler::submit(const float* logits, std::span<const SamplingRow> rows,
+                         cudaStream_t stream, int slot) {
   const auto num_rows = static_cast<int64_t>(rows.size());
-  out.resize(rows.size());
-  if (rows.empty()) return;
-  auto* results = reinterpret_cast<RowResult*>(out_host_.data());
+  S4KV_CHECK((slot == 0 || slot == 1) && num_rows <= max_call_rows_, "cuda sampler: ", num_rows,
+             " rows in slot ", slot, " (at most ", max_call_rows_, ")");
+  num_rows_[slot] = num_rows;
+  auto* results = reinterpret_cast<RowResult*>(out_host_[slot].data());
   auto* results_device = static_cast<RowResult*>(out_device_.data());
   int64_t begin = 0;
   while (begin < num_rows) {
+    // A later group reuses the arena's host memory: the copy of the one before must be done.
+    if (begin > 0) S4KV_CUDA_CHECK(cudaStreamSynchronize(stream));
     // One group: up to max_rows rows, as many as their lists fit (all of them, but for long
     // penalty lists or a batch with more logits rows than sequences).
     const int64_t group_end = std::min(num_rows, begin + max_rows_);
@@ -389,7 +412,7 @@ void CudaSampler::sample(const float* logits, std::span<const SamplingRow> rows,
     int64_t used = 0, end = begin;
     for (; end < group_end; ++end) {
       const SamplingRow& row = rows[static_cast<size_t>(end)];
-      const auto num_output = static_cast<int64_t>(row.output_token_ids.size());
+      const int64_t num_output = row.num_output_tokens();
       const bool masked = num_output < row.min_tokens;
       const PenaltyIds& touched = penalties_.collect(row);
       const int64_t need = static_cast<int64_t>(row.logit_bias.size()) +
@@ -438,26 +461,40 @@ void CudaSampler::sample(const float* logits, std::span<const SamplingRow> rows,
     sample_rows<<<static_cast<unsigned>(end - begin), kThreads, 0, stream>>>(
         arena_.device_of(params), arena_.device_of(ids), arena_.device_of(values),
         logits + begin * vocab_size_, static_cast<float*>(work_.data()), vocab_size_,
-        results_device);
+        results_device + begin);
     S4KV_CUDA_CHECK(cudaGetLastError());
-    S4KV_CUDA_CHECK(cudaMemcpyAsync(results, results_device,
+    S4KV_CUDA_CHECK(cudaMemcpyAsync(results + begin, results_device + begin,
                                     static_cast<size_t>(end - begin) * sizeof(RowResult),
                                     cudaMemcpyDeviceToHost, stream));
-    // The arena's host side is read by the copy until it completes; the results are read next.
-    S4KV_CUDA_CHECK(cudaStreamSynchronize(stream));
-    for (int64_t r = begin; r < end; ++r) {
-      const RowResult& res = results[r - begin];
-      SampleOutput& o = out[static_cast<size_t>(r)];
-      o.token_id = res.token;
-      o.logprob = res.logprob;
-      o.rank = res.rank;
-      o.top_logprobs.clear();
-      for (int32_t k = 0; k < res.num_top; ++k) {
-        o.top_logprobs.push_back({res.top_ids[k], res.top_logprobs[k]});
-      }
-    }
     begin = end;
   }
+}
+
+void CudaSampler::collect(int slot, std::vector<SampleOutput>& out) {
+  S4KV_CHECK(slot == 0 || slot == 1, "cuda sampler: slot ", slot);
+  const auto* results = reinterpret_cast<const RowResult*>(out_host_[slot].data());
+  out.resize(static_cast<size_t>(num_rows_[slot]));
+  for (int64_t r = 0; r < num_rows_[slot]; ++r) {
+    const RowResult& res = results[r];
+    SampleOutput& o = out[static_cast<size_t>(r)];
+    o.token_id = res.token;
+    o.logprob = res.logprob;
+    o.rank = res.rank;
+    o.top_logprobs.clear();
+    for (int32_t k = 0; k < res.num_top; ++k) {
+      o.top_logprobs.push_back({res.top_ids[k], res.top_logprobs[k]});
+    }
+  }
+}
+
+void CudaSampler::resolve_deferred(int32_t* token_ids, int64_t num_tokens,
+                                   cudaStream_t stream) const {
+  if (num_tokens == 0) return;
+  constexpr int kBlock = 256;
+  resolve_deferred_kernel<<<static_cast<unsigned>((num_tokens + kBlock - 1) / kBlock), kBlock, 0,
+                            stream>>>(token_ids, num_tokens,
+                                      static_cast<const RowResult*>(out_device_.data()));
+  S4KV_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace s4kv::backend::cuda

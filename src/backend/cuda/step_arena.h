@@ -44,10 +44,19 @@ class PinnedBuffer {
 };
 
 // Per-step batch arrays packed into one pinned buffer and copied with one cudaMemcpyAsync.
+// Two host buffers, used in turn (each clear() moves to the other): the copy of a step still in
+// flight reads the one its step packed while the next step packs the other. A buffer is packed
+// again two clear()s later, when the caller (at most two steps in flight, waited for in order)
+// knows that its copy is done. One device buffer: the copies and the kernels that read it are
+// in one stream's order.
 class StepArena {
  public:
-  explicit StepArena(size_t bytes) : host_(bytes), device_(bytes) {}
-  void clear() { used_ = 0; }
+  explicit StepArena(size_t bytes)
+      : host_{PinnedBuffer(bytes), PinnedBuffer(bytes)}, device_(bytes) {}
+  void clear() {
+    used_ = 0;
+    current_ ^= 1;
+  }
   // Copies n elements to the arena, in room for `room` (>= n; a captured step's arrays keep
   // the same addresses whatever this step's counts); returns their device address.
   template <typename T>
@@ -68,28 +77,31 @@ class StepArena {
   template <typename T>
   T* alloc(size_t n) {
     used_ = (used_ + 15) / 16 * 16;
-    S4KV_CHECK(used_ + n * sizeof(T) <= host_.bytes(), "cuda step arena: ", used_ + n * sizeof(T),
-               " bytes > ", host_.bytes());
-    T* p = reinterpret_cast<T*>(host_.data() + used_);
+    S4KV_CHECK(used_ + n * sizeof(T) <= host().bytes(), "cuda step arena: ", used_ + n * sizeof(T),
+               " bytes > ", host().bytes());
+    T* p = reinterpret_cast<T*>(host().data() + used_);
     used_ += n * sizeof(T);
     return p;
   }
   template <typename T>
-  const T* device_of(const T* host) const {
-    return reinterpret_cast<const T*>(static_cast<const std::byte*>(device_.data()) +
-                                      (reinterpret_cast<const std::byte*>(host) - host_.data()));
+  const T* device_of(const T* in_host) const {
+    const auto offset = reinterpret_cast<const std::byte*>(in_host) - host().data();
+    return reinterpret_cast<const T*>(static_cast<const std::byte*>(device_.data()) + offset);
   }
   void upload(cudaStream_t stream) {
     if (used_ > 0) {
       S4KV_CUDA_CHECK(
-          cudaMemcpyAsync(device_.data(), host_.data(), used_, cudaMemcpyHostToDevice, stream));
+          cudaMemcpyAsync(device_.data(), host().data(), used_, cudaMemcpyHostToDevice, stream));
     }
   }
 
  private:
-  PinnedBuffer host_;
+  const PinnedBuffer& host() const { return host_[current_]; }
+
+  PinnedBuffer host_[2];
   DeviceBuffer device_;
   size_t used_ = 0;
+  int current_ = 0;
 };
 
 }  // namespace s4kv::backend::cuda
