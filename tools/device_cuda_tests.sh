@@ -47,7 +47,8 @@ case "${1:-}" in
         -DS4KV_OPENBLAS_LIB=/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.a \
         ${S4KV_CMAKE_ARGS:-}
     fi
-    cmake --build build-device -j2 --target s4kv backend_cuda_test cuda_attention_bench
+    cmake --build build-device -j2 --target s4kv backend_cuda_test async_backend_cuda_test \
+      cuda_attention_bench
     rm -rf .devcarry && mkdir -p .devcarry/stage/bin
     # What the binaries were built from (the device's copy of the tree has no history).
     echo "built from $(git describe --always --dirty) on $(date -u +%FT%TZ)" > .devcarry/stage/BUILD_INFO
@@ -57,6 +58,8 @@ case "${1:-}" in
     if [ "${PACK_ONLY_S4KV:-0}" != 1 ]; then
       strip -o .devcarry/stage/bin/backend_cuda_test build-device/tests/backend/backend_cuda_test
       strip -o .devcarry/stage/bin/cuda_attention_bench build-device/bench/cuda_attention_bench
+      strip -o .devcarry/stage/bin/async_backend_cuda_test \
+        build-device/tests/backend/async_backend_cuda_test
     fi
     if [ "${E2E:-0}" = 1 ]; then
       mkdir -p .devcarry/stage/whl .devcarry/stage/site

@@ -50,6 +50,7 @@ case $step in
   tests)
     status=0
     backend_cuda_test > $res/tests.txt 2>&1 || status=1
+    async_backend_cuda_test >> $res/tests.txt 2>&1 || status=1
     grep -E '^\[ (cuda|golden)' $res/tests.txt | grep -v 'golden   \] .* p[0-4] ' || true
     grep -E '^\[  (PASSED|FAILED) ' $res/tests.txt
     exit $status
