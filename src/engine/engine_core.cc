@@ -133,19 +133,23 @@ std::vector<RequestOutput> EngineCore::complete_oldest() {
   const std::span<const SampleOutput> samples = runner_.wait();
   const std::vector<ScheduledRequest>& scheduled = step.out.scheduled;
   sampled_ids_.assign(scheduled.size(), -1);
-  entry_rows_.assign(scheduled.size(), -1);
-  size_t row = 0;
+  size_t num_rows = 0;
   for (size_t i = 0; i < scheduled.size(); ++i) {
     if (!scheduled[i].samples) continue;
-    S4KV_CHECK(row < samples.size(), "engine: ", samples.size(), " samples for more rows");
-    entry_rows_[i] = static_cast<int32_t>(row);
-    sampled_ids_[i] = samples[row++].token_id;
+    S4KV_CHECK(num_rows < samples.size(), "engine: ", samples.size(), " samples for more rows");
+    sampled_ids_[i] = samples[num_rows++].token_id;
   }
   std::vector<RequestOutput> outputs;
-  size_t i = 0;  // results come in scheduled order, one per request at most
+  // Results come in scheduled order, one per sampling entry at most: walk the sampling entries
+  // alongside, counting their logits rows.
+  size_t i = 0, row = 0;
   for (const TokenOutput& t : scheduler_.update_from_output(step.out, sampled_ids_)) {
-    while (scheduled[i].request_id != t.request_id || !scheduled[i].samples) ++i;
-    process_token(t, samples[static_cast<size_t>(entry_rows_[i])], outputs);
+    for (;; ++i) {
+      if (!scheduled[i].samples) continue;
+      if (scheduled[i].request_id == t.request_id) break;
+      ++row;
+    }
+    process_token(t, samples[row], outputs);
   }
   return outputs;
 }

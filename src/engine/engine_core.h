@@ -165,7 +165,6 @@ class EngineCore {
   // Per-step scratch, reused.
   std::vector<SampleRow> rows_;
   std::vector<int32_t> sampled_ids_;
-  std::vector<int32_t> entry_rows_;  // per scheduled entry: its logits row, or -1
 };
 
 }  // namespace s4kv::engine
