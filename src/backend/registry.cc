@@ -30,6 +30,19 @@ Result<std::string> resolve_device(const std::string& device) {
   return invalid_argument("--device=" + device + " (supported: auto, cpu, cuda)");
 }
 
+DeviceInfo device_info(const std::string& device) {
+  DeviceInfo info;
+#ifdef S4KV_HAVE_CUDA
+  if (device == "cuda" && cuda_available()) {
+    info.name = cuda::device_name();
+    info.total_memory_bytes = cuda::device_total_memory();
+  }
+#else
+  (void)device;
+#endif
+  return info;
+}
+
 Result<DType> resolve_dtype(const std::string& dtype, const std::string& device,
                             const model::ModelConfig& config) {
   DType want;

@@ -23,6 +23,13 @@ bool cuda_available();
 // else is kInvalidArgument naming the flag.
 Result<std::string> resolve_device(const std::string& device);
 
+// The resolved device's name and memory (empty and 0 for cpu): what vLLM's defaults depend on.
+struct DeviceInfo {
+  std::string name;
+  int64_t total_memory_bytes = 0;
+};
+DeviceInfo device_info(const std::string& device);
+
 // --dtype (vLLM's values): "auto" is the checkpoint's dtype, fp32 checkpoints computing in bf16
 // on the GPU; "bfloat16", "float16"/"half", "float32"/"float". The CPU backend always computes
 // in fp32 and accepts only auto and float32. Returns the compute dtype of the resolved device.

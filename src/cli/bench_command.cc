@@ -52,7 +52,8 @@ struct Bench {
 };
 
 Result<Bench> load_bench(const EngineFlags& flags, int64_t input_len, int64_t output_len) {
-  S4KV_ASSIGN_OR_RETURN(const engine::EngineArgs args, engine_args(flags));
+  S4KV_ASSIGN_OR_RETURN(engine::EngineArgs args, engine_args(flags));
+  args.config.offline = true;  // vLLM's benchmarks run its LLM class
   // Given explicitly, the limit is known before anything loads.
   if (flags.max_model_len > 0) {
     S4KV_RETURN_IF_ERROR(check_lengths(input_len, output_len, flags.max_model_len));

@@ -76,7 +76,10 @@ void add_engine_flags(CLI::App& sub, EngineFlags& f, bool model_required) {
       ->capture_default_str();
   sub.add_option("--max-model-len", f.max_model_len, "0: min(model, KV cache)");
   sub.add_option("--max-num-seqs", f.max_num_seqs, "0: 64 on CPU");
-  sub.add_option("--max-num-batched-tokens", f.max_num_batched_tokens)->capture_default_str();
+  sub.add_option("--max-num-batched-tokens", f.max_num_batched_tokens,
+                 "tokens per step; 0: 2048 on cpu; on cuda vLLM's defaults, 8192 for serve and "
+                 "16384 for generate / bench on GPUs of >= 70 GiB, else 2048 / 8192")
+      ->capture_default_str();
   sub.add_option("--block-size", f.block_size, "KV block size (32, 64, 128)")
       ->capture_default_str();
   sub.add_option("--kv-cache-memory", f.kv_cache_memory,

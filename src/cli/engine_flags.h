@@ -25,7 +25,7 @@ struct EngineFlags {
   std::string kv_cache_dtype = "int4_kivi";
   int64_t max_model_len = 0;
   int max_num_seqs = 0;
-  int64_t max_num_batched_tokens = engine::kDefaultMaxNumBatchedTokens;
+  int64_t max_num_batched_tokens = 0;  // 0: engine::default_max_num_batched_tokens
   int block_size = 64;
   std::string kv_cache_memory = "auto";  // cpu: 1GiB; cuda: --gpu-memory-utilization's share
   double gpu_memory_utilization = 0.9;

@@ -155,6 +155,7 @@ int run(const GenerateOptions& o) {
   if (Status s = check_options(o); !s.is_ok()) return fail(s.message());
   auto args = engine_args(o.engine);
   if (!args.is_ok()) return fail(args.status().message());
+  args->config.offline = true;  // LLM.generate's defaults
   auto requests = read_requests(o);
   if (!requests.is_ok()) return fail(requests.status().message());
   auto e = engine::load_llm_engine(*args);

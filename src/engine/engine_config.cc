@@ -21,8 +21,8 @@ int64_t bytes_per_token_16bit(const model::ModelConfig& m) {
 Status check_limits(const EngineConfig& c) {
   if (c.max_model_len < 0) return bad("--max-model-len", c.max_model_len, "must be >= 1");
   if (c.max_num_seqs < 0) return bad("--max-num-seqs", c.max_num_seqs, "must be >= 1");
-  if (c.max_num_batched_tokens < 1) {
-    return bad("--max-num-batched-tokens", c.max_num_batched_tokens, "must be >= 1");
+  if (c.max_num_batched_tokens < 0) {
+    return bad("--max-num-batched-tokens", c.max_num_batched_tokens, "must be >= 1 (0: default)");
   }
   if (c.kv_cache_memory_bytes < 1) {
     return bad("--kv-cache-memory", c.kv_cache_memory_bytes, "must be positive");
@@ -53,12 +53,23 @@ Result<kv::KvCacheDtype> parse_kv_cache_dtype(std::string_view name) {
                           " (supported: auto, fp16, bf16, fp8_e4m3, int4_kivi)");
 }
 
+int64_t default_max_num_batched_tokens(std::string_view device, bool offline,
+                                       int64_t device_memory_bytes, std::string_view device_name) {
+  if (device != "cuda") return kDefaultMaxNumBatchedTokens;
+  const bool large = device_memory_bytes >= (int64_t{70} << 30) &&
+                     device_name.find("A100") == std::string_view::npos;
+  if (large) return offline ? 16384 : 8192;
+  return offline ? 8192 : kDefaultMaxNumBatchedTokens;
+}
+
 Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
                                                    const model::ModelConfig& m) {
   S4KV_RETURN_IF_ERROR(check_limits(c));
   ResolvedEngineConfig r;
   r.seed = c.seed;
   const int max_num_seqs = c.max_num_seqs > 0 ? c.max_num_seqs : kDefaultMaxNumSeqsCpu;
+  const int64_t max_num_batched_tokens =
+      c.max_num_batched_tokens > 0 ? c.max_num_batched_tokens : kDefaultMaxNumBatchedTokens;
   const bool int4 = c.kv_cache_dtype == kv::KvCacheDtype::kInt4Kivi;
   // int4_kivi format v2 (docs/kv-format.md) keeps, outside the pool and 16-bit, each running
   // sequence's partly filled block and its last full block (the residual slot, a ring of two
@@ -81,7 +92,7 @@ Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
   S4KV_ASSIGN_OR_RETURN(const int64_t max_model_len, resolve_max_model_len(c, m, r.capacity));
 
   r.scheduler.max_num_seqs = max_num_seqs;
-  r.scheduler.max_num_batched_tokens = c.max_num_batched_tokens;
+  r.scheduler.max_num_batched_tokens = max_num_batched_tokens;
   r.scheduler.max_model_len = max_model_len;
   r.scheduler.async_scheduling = c.async_scheduling;
   r.cache.num_blocks = static_cast<int>(r.capacity.num_blocks);
@@ -98,7 +109,7 @@ Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
   r.kv.num_sink_blocks = r.cache.num_sink_blocks;
   r.kv.num_window_blocks = int4 ? v2.window_blocks : 0;
   r.kv.int4_value_hadamard = int4 && v2.value_hadamard;
-  r.runner = ModelRunnerConfig{max_num_seqs, c.max_num_batched_tokens, max_model_len};
+  r.runner = ModelRunnerConfig{max_num_seqs, max_num_batched_tokens, max_model_len};
   return r;
 }
 

@@ -22,13 +22,21 @@ namespace s4kv::engine {
 // --max-num-seqs default on CPU (vLLM's GPU default is 256; a CPU step is far slower, and
 // each running sequence of an int4_kivi cache holds a 16-bit residual block).
 inline constexpr int kDefaultMaxNumSeqsCpu = 64;
-inline constexpr int kDefaultMaxNumSeqsGpu = 256;  // vLLM's
-inline constexpr int64_t kDefaultMaxNumBatchedTokens = 2048;
+inline constexpr int kDefaultMaxNumSeqsGpu = 256;             // vLLM's
+inline constexpr int64_t kDefaultMaxNumBatchedTokens = 2048;  // cpu, and small GPUs' server
+
+// --max-num-batched-tokens 0 resolved as vLLM does: 2048 on cpu; on cuda, for GPUs of at least
+// 70 GiB (an A100 excepted) 8192 for a server and 16384 offline (generate, bench: vLLM's LLM
+// class), else 2048 and 8192.
+int64_t default_max_num_batched_tokens(std::string_view device, bool offline,
+                                       int64_t device_memory_bytes, std::string_view device_name);
 
 struct EngineConfig {
   int64_t max_model_len = 0;  // 0: min(max_position_embeddings, tokens the KV cache holds)
   int max_num_seqs = 0;       // 0: kDefaultMaxNumSeqsCpu
-  int64_t max_num_batched_tokens = kDefaultMaxNumBatchedTokens;
+  // 0: default_max_num_batched_tokens() for the device (load_llm_engine), else 2048
+  int64_t max_num_batched_tokens = 0;
+  bool offline = false;  // generate / bench rather than serve (vLLM's usage context)
   int block_size = kv::kDefaultBlockSize;
   kv::KvCacheDtype kv_cache_dtype = kv::KvCacheDtype::kInt4Kivi;
   // Pool plus residual and sink blocks. 0 (--kv-cache-memory auto): load_llm_engine sizes it,

@@ -22,6 +22,20 @@ std::string device_description() {
          std::to_string(prop.totalGlobalMem >> 30) + " GiB)";
 }
 
+std::string device_name() {
+  if (device_count() == 0) return {};
+  cudaDeviceProp prop{};
+  S4KV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  return prop.name;
+}
+
+int64_t device_total_memory() {
+  if (device_count() == 0) return 0;
+  cudaDeviceProp prop{};
+  S4KV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  return static_cast<int64_t>(prop.totalGlobalMem);
+}
+
 int device_sm_count() {
   if (device_count() == 0) return 0;
   int n = 0;

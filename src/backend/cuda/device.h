@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace s4kv::backend::cuda {
@@ -13,6 +14,9 @@ int device_count();
 std::string device_description();
 // Multiprocessors of device 0 (0 when there is none).
 int device_sm_count();
+// Device 0's name ("NVIDIA H200") and global memory in bytes (empty / 0 when there is none).
+std::string device_name();
+int64_t device_total_memory();
 
 // Owns one cudaMalloc'd buffer. Move-only.
 class DeviceBuffer {

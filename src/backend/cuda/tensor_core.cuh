@@ -52,6 +52,10 @@ __device__ inline void cp_async16(void* smem, const void* gmem) {
   const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
 }
+// The same with the destination as a shared-memory address (__cvta_generic_to_shared).
+__device__ inline void cp_async16_shared(uint32_t smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem) : "memory");
+}
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int kPending>
 __device__ inline void cp_async_wait() {
