@@ -1,13 +1,37 @@
 #include "backend/cpu/rope.h"
 
-#include "backend/rope_table.h"
-
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
+#include "backend/cpu/thread_pool.h"
+#include "backend/rope_table.h"
 #include "common/check.h"
 
 namespace s4kv::backend::cpu {
+namespace {
+
+// Values a thread rotates per work item at least: a run of tokens takes microseconds, so that
+// handing it out costs little against it; decode steps (a few tokens) stay on the caller.
+constexpr int64_t kMinItemValues = 16 * 1024;
+// Work items per thread at most: a few, so that a thread slowed by another process's work
+// does not hold up the step with a large share.
+constexpr int64_t kItemsPerThread = 4;
+
+// S4KV_CHECKs the shapes rope_ref and rope share; returns num_tokens.
+int64_t checked_tokens(const char* op, std::span<const float> x, int64_t row_stride,
+                       int64_t num_heads, int64_t head_dim, std::span<const int32_t> positions) {
+  const auto num_tokens = static_cast<int64_t>(positions.size());
+  S4KV_CHECK(head_dim > 0 && head_dim % 2 == 0 && num_heads >= 0, op, ": head_dim ", head_dim,
+             ", num_heads ", num_heads);
+  S4KV_CHECK(row_stride >= num_heads * head_dim, op, ": row_stride");
+  S4KV_CHECK(num_tokens == 0 || static_cast<int64_t>(x.size()) >=
+                                    (num_tokens - 1) * row_stride + num_heads * head_dim,
+             op, ": x too small");
+  return num_tokens;
+}
+
+}  // namespace
 
 std::vector<float> rope_inv_freq(const model::ModelConfig& config) {
   return rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling);
@@ -68,13 +92,10 @@ std::vector<float> rope_inv_freq(int64_t head_dim, double rope_theta,
 
 void rope_ref(std::span<float> x, int64_t row_stride, int64_t num_heads, int64_t head_dim,
               std::span<const int32_t> positions, std::span<const float> inv_freq) {
-  const auto num_tokens = static_cast<int64_t>(positions.size());
+  const int64_t num_tokens =
+      checked_tokens("rope_ref", x, row_stride, num_heads, head_dim, positions);
   const int64_t half = head_dim / 2;
   S4KV_CHECK(static_cast<int64_t>(inv_freq.size()) == half, "rope_ref: inv_freq size");
-  S4KV_CHECK(row_stride >= num_heads * head_dim, "rope_ref: row_stride");
-  S4KV_CHECK(num_tokens == 0 || static_cast<int64_t>(x.size()) >=
-                                    (num_tokens - 1) * row_stride + num_heads * head_dim,
-             "rope_ref: x too small");
   std::vector<float> cos(static_cast<size_t>(half)), sin(static_cast<size_t>(half));
   for (int64_t t = 0; t < num_tokens; ++t) {
     // As transformers: freqs = inv_freq * position in fp32, then cos/sin of that fp32 angle.
@@ -89,6 +110,39 @@ void rope_ref(std::span<float> x, int64_t row_stride, int64_t num_heads, int64_t
       rope_rotate(v, v, cos.data(), sin.data(), head_dim);  // in place: reads a pair, then writes
     }
   }
+}
+
+void rope(std::span<float> x, int64_t row_stride, int64_t num_heads, int64_t head_dim,
+          std::span<const int32_t> positions, const RopeTable& table, ThreadPool* pool) {
+  const int64_t num_tokens = checked_tokens("rope", x, row_stride, num_heads, head_dim, positions);
+  S4KV_CHECK(table.half_dim() == head_dim / 2, "rope: table for head_dim ", 2 * table.half_dim(),
+             ", rows of head_dim ", head_dim);
+  if (num_tokens == 0 || num_heads == 0) return;
+  // Tokens [begin, end): table.cos/sin check each position against the rows the table holds.
+  const auto rotate_tokens = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t pos = positions[static_cast<size_t>(t)];
+      const float* cos = table.cos(pos);
+      const float* sin = table.sin(pos);
+      for (int64_t h = 0; h < num_heads; ++h) {
+        float* v = x.data() + t * row_stride + h * head_dim;
+        rope_rotate(v, v, cos, sin, head_dim);
+      }
+    }
+  };
+  const int64_t threads = pool != nullptr ? pool->num_threads() : 1;
+  const int64_t values = num_tokens * num_heads * head_dim;
+  const int64_t num_items = std::clamp<int64_t>(values / kMinItemValues, 1,
+                                                std::min(num_tokens, kItemsPerThread * threads));
+  if (threads == 1 || num_items == 1) {
+    rotate_tokens(0, num_tokens);
+    return;
+  }
+  // Item i takes tokens [i * num_tokens / num_items, (i + 1) * num_tokens / num_items): the runs
+  // cover every token once and differ in length by one at most.
+  pool->parallel_for(num_items, [&](int64_t i) {
+    rotate_tokens(i * num_tokens / num_items, (i + 1) * num_tokens / num_items);
+  });
 }
 
 }  // namespace s4kv::backend::cpu
