@@ -10,6 +10,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -103,7 +104,7 @@ TEST(RopeRef, RotatesPairsByPositionTimesFrequency) {
 // rope (the forward pass's: cos/sin from a RopeTable, rows over a thread pool) against rope_ref
 // (cos/sin computed per token), bit for bit: the table holds the same fp32 angle's double cos/sin
 // rounded once, and the rotation is the same function. 1,000 tokens of 6 heads of 128 are 46
-// times rope's smallest work item, so every pool below splits them into several runs of tokens;
+// times kMinRunValues, so every pool below splits them into several runs of tokens;
 // a run skipped, rotated twice or shifted by a row leaves rows that differ (positions are
 // shuffled and mostly nonzero, so no row is left as it was). Positions reach past the table's
 // first 1,024 rows; the columns past the heads (a v head) stay untouched.
@@ -185,6 +186,20 @@ TEST(SiluMulRef, HandComputed) {
   EXPECT_NEAR(out[1], -2.0 / (1.0 + std::exp(-2.0)), 1e-6);
 }
 
+// Rows spread over a pool give the same bits as on one thread (each value is computed alone).
+TEST(SiluMulRef, ThreadPoolGivesTheSameBits) {
+  const int64_t tokens = 301, inter = 160;  // 48,160 values: a few runs
+  const auto gate_up = random_vector(static_cast<size_t>(tokens * 2 * inter), 5, 4.0f);
+  std::vector<float> want(static_cast<size_t>(tokens * inter));
+  silu_mul_ref(gate_up, inter, want);
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    std::vector<float> got(want.size(), -1.0f);
+    silu_mul_ref(gate_up, inter, got, &pool);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0) << threads;
+  }
+}
+
 TEST(KvWriteRef, RoundsToBf16AtTheSlot) {
   const int64_t kv_elems = 2, stride = 5;
   std::vector<float> k{1.00390625f, -3.0f, 9, 9, 9, 0.1f, 0.2f, 9, 9, 9};  // 2 tokens
@@ -211,6 +226,36 @@ TEST(ThreadPool, RunsEveryIndexOnce) {
 }
 
 TEST(ThreadPool, AvailableCoresIsAtLeastOne) { EXPECT_GE(available_cores(), 1); }
+
+// The row runs cover every row exactly once, contiguous and in bounds, for row counts around
+// the run boundaries; a few rows of little work stay on the caller, many are split.
+TEST(ThreadPool, ParallelForRowsCoversEveryRowOnce) {
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadPool pool(threads);
+    for (const int64_t rows : {1, 2, 3, 7, 8, 9, 15, 16, 17, 100, 1001}) {
+      for (const int64_t values_per_row : {int64_t{1}, kMinRunValues / 3, kMinRunValues}) {
+        std::vector<std::atomic<int>> seen(static_cast<size_t>(rows));
+        std::atomic<int> runs = 0;
+        parallel_for_rows(&pool, rows, values_per_row, [&](int64_t begin, int64_t end) {
+          ASSERT_TRUE(0 <= begin && begin < end && end <= rows) << begin << ".." << end;
+          for (int64_t r = begin; r < end; ++r) seen[static_cast<size_t>(r)] += 1;
+          ++runs;
+        });
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(seen[static_cast<size_t>(r)].load(), 1)
+              << "row " << r << " of " << rows << ", " << threads << " threads";
+        }
+        const int64_t values = rows * values_per_row;
+        EXPECT_LE(runs.load(), std::max<int64_t>(1, std::min(rows, kRunsPerThread * threads)));
+        if (values < 2 * kMinRunValues || threads == 1) {
+          EXPECT_EQ(runs.load(), 1) << rows << " rows of " << values_per_row;
+        } else {
+          EXPECT_GT(runs.load(), 1) << rows << " rows of " << values_per_row;
+        }
+      }
+    }
+  }
+}
 
 // linear() split into column slices over a pool (what the CPU backend runs) against the same
 // GEMM in one call and against a double-precision reference: odd shapes, bias, accumulate,

@@ -136,7 +136,7 @@ void CpuBackend::mlp_block(int64_t n, int64_t layer) {
   auto gate_up = sized(a_.gate_up, n * 2 * inter);
   linear(h, w.gate_up_proj, {}, gate_up, false, &pool_);
   auto act = sized(a_.act, n * inter);
-  silu_mul_ref(gate_up, inter, act);
+  silu_mul_ref(gate_up, inter, act, &pool_);
   linear(act, w.down_proj, {}, x, /*accumulate=*/true, &pool_);
 }
 

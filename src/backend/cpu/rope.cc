@@ -1,6 +1,5 @@
 #include "backend/cpu/rope.h"
 
-#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -10,13 +9,6 @@
 
 namespace s4kv::backend::cpu {
 namespace {
-
-// Values a thread rotates per work item at least: a run of tokens takes microseconds, so that
-// handing it out costs little against it; decode steps (a few tokens) stay on the caller.
-constexpr int64_t kMinItemValues = 16 * 1024;
-// Work items per thread at most: a few, so that a thread slowed by another process's work
-// does not hold up the step with a large share.
-constexpr int64_t kItemsPerThread = 4;
 
 // S4KV_CHECKs the shapes rope_ref and rope share; returns num_tokens.
 int64_t checked_tokens(const char* op, std::span<const float> x, int64_t row_stride,
@@ -117,9 +109,9 @@ void rope(std::span<float> x, int64_t row_stride, int64_t num_heads, int64_t hea
   const int64_t num_tokens = checked_tokens("rope", x, row_stride, num_heads, head_dim, positions);
   S4KV_CHECK(table.half_dim() == head_dim / 2, "rope: table for head_dim ", 2 * table.half_dim(),
              ", rows of head_dim ", head_dim);
-  if (num_tokens == 0 || num_heads == 0) return;
+  if (num_heads == 0) return;
   // Tokens [begin, end): table.cos/sin check each position against the rows the table holds.
-  const auto rotate_tokens = [&](int64_t begin, int64_t end) {
+  parallel_for_rows(pool, num_tokens, num_heads * head_dim, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t pos = positions[static_cast<size_t>(t)];
       const float* cos = table.cos(pos);
@@ -129,19 +121,6 @@ void rope(std::span<float> x, int64_t row_stride, int64_t num_heads, int64_t hea
         rope_rotate(v, v, cos, sin, head_dim);
       }
     }
-  };
-  const int64_t threads = pool != nullptr ? pool->num_threads() : 1;
-  const int64_t values = num_tokens * num_heads * head_dim;
-  const int64_t num_items = std::clamp<int64_t>(values / kMinItemValues, 1,
-                                                std::min(num_tokens, kItemsPerThread * threads));
-  if (threads == 1 || num_items == 1) {
-    rotate_tokens(0, num_tokens);
-    return;
-  }
-  // Item i takes tokens [i * num_tokens / num_items, (i + 1) * num_tokens / num_items): the runs
-  // cover every token once and differ in length by one at most.
-  pool->parallel_for(num_items, [&](int64_t i) {
-    rotate_tokens(i * num_tokens / num_items, (i + 1) * num_tokens / num_items);
   });
 }
 
