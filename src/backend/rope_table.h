@@ -1,7 +1,8 @@
 // The RoPE cos/sin table shared by both backends for the int4_kivi key path (DESIGN.md "The
 // int4_kivi KV format"): keys of a block that fills are rotated back to pre-RoPE with it
 // (rope_unrotate, fp32), and dequantized pre-RoPE keys are rotated again with it inside
-// attention (rope_rotate). Host-computed once per position, so CPU and CUDA see the same bits.
+// attention (rope_rotate). Both forward passes also rotate q and k with it (cpu/rope.h's rope,
+// cuda/rope.cuh). Host-computed once per position, so CPU and CUDA see the same bits.
 //
 // Entries: cos[pos][i] = float(cos(double(inv_freq[i] * float(pos)))), same for sin, i.e. the
 // fp32 angle as transformers forms it, cos/sin in double rounded once: bit for bit the values

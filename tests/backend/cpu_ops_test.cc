@@ -1,5 +1,6 @@
 // CPU reference ops against hand-computed values and independent naive implementations:
-// RoPE (inv_freq for rope_type default and llama3, the rotation), embed, SwiGLU, kv_write's
+// RoPE (inv_freq for rope_type default and llama3, the rotation, the table and thread pool of
+// the forward pass's rope against rope_ref), embed, SwiGLU, kv_write's
 // rounding, and paged attention against dense attention on random data, with the block
 // layout (shuffled block ids, several sequences, GQA) and threading shown not to matter.
 #include <gtest/gtest.h>
@@ -7,7 +8,10 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -97,6 +101,74 @@ TEST(RopeRef, RotatesPairsByPositionTimesFrequency) {
   for (int64_t c = 0; c < heads * d; ++c) EXPECT_EQ(x[c], orig[c]);
 }
 
+// rope (the forward pass's: cos/sin from a RopeTable, rows over a thread pool) against rope_ref
+// (cos/sin computed per token), bit for bit: the table holds the same fp32 angle's double cos/sin
+// rounded once, and the rotation is the same function. 1,000 tokens of 6 heads of 128 are 46
+// times kMinRunValues, so every pool below splits them into several runs of tokens;
+// a run skipped, rotated twice or shifted by a row leaves rows that differ (positions are
+// shuffled and mostly nonzero, so no row is left as it was). Positions reach past the table's
+// first 1,024 rows; the columns past the heads (a v head) stay untouched.
+TEST(Rope, TableAndThreadPoolMatchRopeRefBitForBit) {
+  const int64_t heads = 6, d = 128, stride = 7 * d;
+  model::RopeScaling llama3;
+  llama3.llama3 = true;
+  llama3.factor = 32.0;
+  llama3.low_freq_factor = 1.0;
+  llama3.high_freq_factor = 4.0;
+  llama3.original_max_position_embeddings = 8192;
+  const std::vector<std::vector<float>> inv_freqs{rope_inv_freq(d, 1e6, model::RopeScaling{}),
+                                                  rope_inv_freq(d, 5e5, llama3),
+                                                  rope_inv_freq(d, 1e4, model::RopeScaling{})};
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> pos_dist(0, 5'000);
+  std::vector<int32_t> positions(1000);
+  std::iota(positions.begin(), positions.begin() + 300, 0);  // a prompt's run, then any order
+  for (size_t t = 300; t < positions.size(); ++t) positions[t] = pos_dist(rng);
+  positions[700] = positions[701];  // the same position twice
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+  for (int threads : {1, 2, 3, 4}) pools.push_back(std::make_unique<ThreadPool>(threads));
+
+  for (const auto& inv : inv_freqs) {
+    RopeTable table(inv);
+    table.ensure(*std::max_element(positions.begin(), positions.end()) + 1);
+    for (const size_t n : {size_t{1}, size_t{7}, positions.size()}) {
+      const std::span<const int32_t> pos(positions.data(), n);
+      const auto orig = random_vector(n * stride, 11, 3.0f);
+      auto want = orig;
+      rope_ref(want, stride, heads, d, pos, inv);
+      for (size_t p = 0; p <= pools.size(); ++p) {
+        ThreadPool* pool = p == 0 ? nullptr : pools[p - 1].get();
+        auto got = orig;
+        rope(got, stride, heads, d, pos, table, pool);
+        int64_t differ = 0, first = -1;
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i])) {
+            if (differ++ == 0) first = static_cast<int64_t>(i);
+          }
+        }
+        EXPECT_EQ(differ, 0) << "n " << n << ", " << (pool ? pool->num_threads() : 0)
+                             << " threads; first at token " << first / stride << ", column "
+                             << first % stride;
+        for (size_t t = 0; t < n; ++t) {
+          for (int64_t c = heads * d; c < stride; ++c) {
+            ASSERT_EQ(got[t * stride + c], orig[t * stride + c]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// A position the table does not hold is a bug in the caller (it must grow the table first).
+TEST(RopeDeathTest, PositionPastTheTableAborts) {
+  const auto inv = rope_inv_freq(8, 1e4, model::RopeScaling{});
+  RopeTable table(inv);
+  table.ensure(10);  // rows 0..1023
+  std::vector<float> x(8);
+  const std::vector<int32_t> positions{static_cast<int32_t>(table.num_positions())};
+  EXPECT_DEATH(rope(x, 8, 1, 8, positions, table, nullptr), "RopeTable: position");
+}
+
 TEST(EmbedRef, CopiesRows) {
   const std::vector<float> table{0, 1, 10, 11, 20, 21};
   const std::vector<int32_t> ids{2, 0, 2};
@@ -112,6 +184,20 @@ TEST(SiluMulRef, HandComputed) {
   silu_mul_ref(gate_up, 2, out);
   EXPECT_EQ(out[0], 0.0f);
   EXPECT_NEAR(out[1], -2.0 / (1.0 + std::exp(-2.0)), 1e-6);
+}
+
+// Rows spread over a pool give the same bits as on one thread (each value is computed alone).
+TEST(SiluMulRef, ThreadPoolGivesTheSameBits) {
+  const int64_t tokens = 301, inter = 160;  // 48,160 values: a few runs
+  const auto gate_up = random_vector(static_cast<size_t>(tokens * 2 * inter), 5, 4.0f);
+  std::vector<float> want(static_cast<size_t>(tokens * inter));
+  silu_mul_ref(gate_up, inter, want);
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    std::vector<float> got(want.size(), -1.0f);
+    silu_mul_ref(gate_up, inter, got, &pool);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0) << threads;
+  }
 }
 
 TEST(KvWriteRef, RoundsToBf16AtTheSlot) {
@@ -140,6 +226,36 @@ TEST(ThreadPool, RunsEveryIndexOnce) {
 }
 
 TEST(ThreadPool, AvailableCoresIsAtLeastOne) { EXPECT_GE(available_cores(), 1); }
+
+// The row runs cover every row exactly once, contiguous and in bounds, for row counts around
+// the run boundaries; a few rows of little work stay on the caller, many are split.
+TEST(ThreadPool, ParallelForRowsCoversEveryRowOnce) {
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadPool pool(threads);
+    for (const int64_t rows : {1, 2, 3, 7, 8, 9, 15, 16, 17, 100, 1001}) {
+      for (const int64_t values_per_row : {int64_t{1}, kMinRunValues / 3, kMinRunValues}) {
+        std::vector<std::atomic<int>> seen(static_cast<size_t>(rows));
+        std::atomic<int> runs = 0;
+        parallel_for_rows(&pool, rows, values_per_row, [&](int64_t begin, int64_t end) {
+          ASSERT_TRUE(0 <= begin && begin < end && end <= rows) << begin << ".." << end;
+          for (int64_t r = begin; r < end; ++r) seen[static_cast<size_t>(r)] += 1;
+          ++runs;
+        });
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(seen[static_cast<size_t>(r)].load(), 1)
+              << "row " << r << " of " << rows << ", " << threads << " threads";
+        }
+        const int64_t values = rows * values_per_row;
+        EXPECT_LE(runs.load(), std::max<int64_t>(1, std::min(rows, kRunsPerThread * threads)));
+        if (values < 2 * kMinRunValues || threads == 1) {
+          EXPECT_EQ(runs.load(), 1) << rows << " rows of " << values_per_row;
+        } else {
+          EXPECT_GT(runs.load(), 1) << rows << " rows of " << values_per_row;
+        }
+      }
+    }
+  }
+}
 
 // linear() split into column slices over a pool (what the CPU backend runs) against the same
 // GEMM in one call and against a double-precision reference: odd shapes, bias, accumulate,

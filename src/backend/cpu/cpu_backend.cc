@@ -45,6 +45,7 @@ class CpuBackend final : public HostSamplingBackend {
         config_(config),
         weights_(convert_weights(config, weights)),
         inv_freq_(rope_inv_freq(config)),
+        rope_table_(inv_freq_),
         pool_(options.num_threads) {
     use_own_threads_for_blas();  // GEMMs run on pool_ too: one set of threads, never two
   }
@@ -71,6 +72,7 @@ class CpuBackend final : public HostSamplingBackend {
   KvCacheConfig kv_config_;
   CpuWeights weights_;
   std::vector<float> inv_freq_;        // [head_dim / 2]
+  RopeTable rope_table_;               // q/k cos/sin; grown in run_logits, before the layers
   std::unique_ptr<CpuKvCache> cache_;  // the --kv-cache-dtype's store (cpu_kv_cache.h)
   ThreadPool pool_;
   Activations a_;
@@ -94,9 +96,9 @@ void CpuBackend::attention_block(const ForwardBatch& batch, int64_t layer) {
   auto qkv = sized(a_.qkv, n * qkv_dim);
   linear(h, w.qkv_proj, w.qkv_bias, qkv, false, &pool_);
 
-  rope_ref(qkv, qkv_dim, config_.num_attention_heads, d, batch.positions, inv_freq_);
-  rope_ref(qkv.subspan(static_cast<size_t>(q_dim)), qkv_dim, config_.num_key_value_heads, d,
-           batch.positions, inv_freq_);
+  // q heads, then k heads: adjacent in a qkv row, so one call rotates both.
+  rope(qkv, qkv_dim, config_.num_attention_heads + config_.num_key_value_heads, d, batch.positions,
+       rope_table_, &pool_);
 
   cache_->write(layer, batch, qkv.subspan(static_cast<size_t>(q_dim)),
                 qkv.subspan(static_cast<size_t>(q_dim + kv_dim)), qkv_dim);
@@ -134,7 +136,7 @@ void CpuBackend::mlp_block(int64_t n, int64_t layer) {
   auto gate_up = sized(a_.gate_up, n * 2 * inter);
   linear(h, w.gate_up_proj, {}, gate_up, false, &pool_);
   auto act = sized(a_.act, n * inter);
-  silu_mul_ref(gate_up, inter, act);
+  silu_mul_ref(gate_up, inter, act, &pool_);
   linear(act, w.down_proj, {}, x, /*accumulate=*/true, &pool_);
 }
 
@@ -146,6 +148,8 @@ std::span<const float> CpuBackend::run_logits(const ForwardBatch& batch) {
   const int64_t vocab = config_.vocab_size;
 
   cache_->begin_step(batch);
+  // Grown here, on this thread alone, before rope() hands rows to the pool.
+  rope_table_.ensure(*std::max_element(batch.positions.begin(), batch.positions.end()) + 1);
   embed(weights_.embed_tokens, batch.token_ids, sized(a_.x, n * hidden));
   for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
     attention_block(batch, layer);

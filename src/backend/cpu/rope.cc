@@ -1,13 +1,29 @@
 #include "backend/cpu/rope.h"
 
-#include "backend/rope_table.h"
-
 #include <cmath>
 #include <numbers>
 
+#include "backend/cpu/thread_pool.h"
+#include "backend/rope_table.h"
 #include "common/check.h"
 
 namespace s4kv::backend::cpu {
+namespace {
+
+// S4KV_CHECKs the shapes rope_ref and rope share; returns num_tokens.
+int64_t checked_tokens(const char* op, std::span<const float> x, int64_t row_stride,
+                       int64_t num_heads, int64_t head_dim, std::span<const int32_t> positions) {
+  const auto num_tokens = static_cast<int64_t>(positions.size());
+  S4KV_CHECK(head_dim > 0 && head_dim % 2 == 0 && num_heads >= 0, op, ": head_dim ", head_dim,
+             ", num_heads ", num_heads);
+  S4KV_CHECK(row_stride >= num_heads * head_dim, op, ": row_stride");
+  S4KV_CHECK(num_tokens == 0 || static_cast<int64_t>(x.size()) >=
+                                    (num_tokens - 1) * row_stride + num_heads * head_dim,
+             op, ": x too small");
+  return num_tokens;
+}
+
+}  // namespace
 
 std::vector<float> rope_inv_freq(const model::ModelConfig& config) {
   return rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling);
@@ -68,13 +84,10 @@ std::vector<float> rope_inv_freq(int64_t head_dim, double rope_theta,
 
 void rope_ref(std::span<float> x, int64_t row_stride, int64_t num_heads, int64_t head_dim,
               std::span<const int32_t> positions, std::span<const float> inv_freq) {
-  const auto num_tokens = static_cast<int64_t>(positions.size());
+  const int64_t num_tokens =
+      checked_tokens("rope_ref", x, row_stride, num_heads, head_dim, positions);
   const int64_t half = head_dim / 2;
   S4KV_CHECK(static_cast<int64_t>(inv_freq.size()) == half, "rope_ref: inv_freq size");
-  S4KV_CHECK(row_stride >= num_heads * head_dim, "rope_ref: row_stride");
-  S4KV_CHECK(num_tokens == 0 || static_cast<int64_t>(x.size()) >=
-                                    (num_tokens - 1) * row_stride + num_heads * head_dim,
-             "rope_ref: x too small");
   std::vector<float> cos(static_cast<size_t>(half)), sin(static_cast<size_t>(half));
   for (int64_t t = 0; t < num_tokens; ++t) {
     // As transformers: freqs = inv_freq * position in fp32, then cos/sin of that fp32 angle.
@@ -89,6 +102,26 @@ void rope_ref(std::span<float> x, int64_t row_stride, int64_t num_heads, int64_t
       rope_rotate(v, v, cos.data(), sin.data(), head_dim);  // in place: reads a pair, then writes
     }
   }
+}
+
+void rope(std::span<float> x, int64_t row_stride, int64_t num_heads, int64_t head_dim,
+          std::span<const int32_t> positions, const RopeTable& table, ThreadPool* pool) {
+  const int64_t num_tokens = checked_tokens("rope", x, row_stride, num_heads, head_dim, positions);
+  S4KV_CHECK(table.half_dim() == head_dim / 2, "rope: table for head_dim ", 2 * table.half_dim(),
+             ", rows of head_dim ", head_dim);
+  if (num_heads == 0) return;
+  // Tokens [begin, end): table.cos/sin check each position against the rows the table holds.
+  parallel_for_rows(pool, num_tokens, num_heads * head_dim, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t pos = positions[static_cast<size_t>(t)];
+      const float* cos = table.cos(pos);
+      const float* sin = table.sin(pos);
+      for (int64_t h = 0; h < num_heads; ++h) {
+        float* v = x.data() + t * row_stride + h * head_dim;
+        rope_rotate(v, v, cos, sin, head_dim);
+      }
+    }
+  });
 }
 
 }  // namespace s4kv::backend::cpu

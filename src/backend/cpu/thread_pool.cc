@@ -14,6 +14,23 @@ int available_cores() {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
+// Run i takes rows [i * num_rows / num_runs, (i + 1) * num_rows / num_runs): the runs cover
+// every row once and differ in length by one row at most.
+void parallel_for_rows(ThreadPool* pool, int64_t num_rows, int64_t values_per_row,
+                       const std::function<void(int64_t, int64_t)>& part) {
+  if (num_rows <= 0) return;
+  const int64_t threads = pool != nullptr ? pool->num_threads() : 1;
+  const int64_t values = num_rows * std::max<int64_t>(values_per_row, 1);
+  const int64_t num_runs =
+      std::clamp<int64_t>(values / kMinRunValues, 1, std::min(num_rows, kRunsPerThread * threads));
+  if (threads == 1 || num_runs == 1) {
+    part(0, num_rows);
+    return;
+  }
+  pool->parallel_for(
+      num_runs, [&](int64_t i) { part(i * num_rows / num_runs, (i + 1) * num_rows / num_runs); });
+}
+
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = available_cores();
   for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { worker_loop(); });

@@ -2,7 +2,8 @@
 // chunks, and GEMMs in column slices (linear.h; OpenBLAS then runs no threads of its own). One
 // parallel_for at a time; the caller blocks until every index has run and takes part in the
 // work itself.
-// Owned by one CpuBackend (engine thread only).
+// Owned by one CpuBackend (engine thread only). parallel_for_rows splits row-wise ops (RoPE,
+// SwiGLU) into contiguous runs of rows over a pool.
 //
 // A step makes ~30 parallel_for calls a few hundred microseconds apart; waking a thread blocked
 // on a condition variable takes tens of microseconds each time. So a worker that has finished
@@ -23,6 +24,17 @@ namespace s4kv::backend::cpu {
 
 // The cores this process may run on (its CPU affinity: taskset, cgroup cpusets), at least 1.
 int available_cores();
+
+class ThreadPool;
+
+// Calls part(begin, end) on contiguous runs of rows that cover [0, num_rows) exactly once,
+// spread over pool's threads (nullptr: all on the caller). A run holds kMinRunValues values at
+// least (values_per_row each), so a decode step's few rows stay on the caller, and each thread
+// gets kRunsPerThread runs at most. part must be safe to run concurrently on distinct rows.
+inline constexpr int64_t kMinRunValues = 16 * 1024;
+inline constexpr int64_t kRunsPerThread = 4;
+void parallel_for_rows(ThreadPool* pool, int64_t num_rows, int64_t values_per_row,
+                       const std::function<void(int64_t, int64_t)>& part);
 
 class ThreadPool {
  public:
