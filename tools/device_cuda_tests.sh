@@ -26,6 +26,8 @@
 #   perf      s4kv bench latency / throughput of every format on the full Qwen2.5-7B config
 #             (bench/gpu_perf.py; PERF_SUITES, PERF_LONG_PROMPTS)
 #   profile   per-kernel GPU time of decode steps, every format (bench/gpu_profile.py; PROFILE_ARGS)
+#   serve_bench  bench/serve_bench.py against s4kv serve --device cuda, 7B config, dummy weights
+#             (SERVE_BENCH_FORMATS, SERVE_BENCH_ARGS, SERVE_BENCH_SERVE_ARGS)
 #   attention decode attention of every format beside torch SDPA (bench/attention_bench.py;
 #             ATTENTION_ARGS, e.g. --quick)
 # Everything lands in $OUT/summary.txt and $OUT/results.tar.gz.

@@ -217,6 +217,22 @@ case $step in
       python3 bench/gpu_profile.py --bin /tmp/s4kv/bin/s4kv --out $res/profile${PROFILE_TAG:-}.txt \
       ${PROFILE_ARGS:-}
     ;;
+  serve_bench)
+    # bench/serve_bench.py against `s4kv serve --device cuda` on the full Qwen2.5-7B config
+    # (dummy weights), one server per format: SERVE_BENCH_FORMATS, SERVE_BENCH_ARGS (serve_bench
+    # flags), SERVE_BENCH_SERVE_ARGS (more serve flags, e.g. --async-scheduling).
+    d=$(python3 -c "import sys, tempfile; sys.path.insert(0, 'bench'); import gpu_capacity; \
+print(gpu_capacity.model_dir(tempfile.mkdtemp(), 'qwen2.5-7b-instruct'))")
+    for fmt in $(echo "${SERVE_BENCH_FORMATS:-16bit,int4_kivi}" | tr ',' ' '); do
+      kv=$fmt && [ "$fmt" = 16bit ] && kv=auto
+      python3 bench/serve_bench.py --serve "/tmp/s4kv/bin/s4kv serve $d --load-format dummy \
+--device cuda --kv-cache-dtype $kv ${SERVE_BENCH_SERVE_ARGS:-}" \
+        ${SERVE_BENCH_ARGS:---concurrency 1,16,64 --input-len 1024 --output-len 128 --num-prompts 64} \
+        --json $res/serve_bench_$fmt.json > $res/serve_bench_$fmt.txt 2>&1 || {
+        tail -n 20 $res/serve_bench_$fmt.txt; exit 1; }
+      echo "== $fmt" && cat $res/serve_bench_$fmt.txt
+    done
+    ;;
   attention)
     # Decode attention, every format, beside torch SDPA fp16 (bench/attention_bench.py).
     S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/s4kv/BUILD_INFO) \
