@@ -17,9 +17,9 @@ case "${1:-}" in
   build)
     mkdir -p build-attn .devcarry
     nvcc -std=c++20 -O3 -arch=sm_90 -Isrc -o build-attn/cuda_attention_bench \
-      bench/cuda_attention_bench.cu bench/cuda_prefill_bench.cu src/backend/cuda/decode_attention.cu \
+      bench/cuda_attention_bench.cu bench/cuda_prefill_bench.cu src/backend/cuda/decode_attention.cu src/backend/cuda/decode_int4.cu \
       src/backend/cuda/prefill_attention.cu src/backend/cuda/paged_attention.cu src/backend/cuda/device.cu src/backend/rope_table.cc \
-      src/backend/cpu/rope.cc src/backend/forward_batch_builder.cc src/common/check.cc src/common/dtype.cc \
+      src/backend/cpu/rope.cc src/backend/forward_batch_builder.cc src/common/check.cc src/common/dtype.cc src/backend/cpu/gemm16.cc src/backend/cpu/gemm16_packed.cc \
       src/kv/int4_kivi_layout.cc src/kv/kv_format.cc
     strip build-attn/cuda_attention_bench
     echo "built from $(git describe --always --dirty) on $(date -u +%FT%TZ)" > build-attn/BUILD_INFO

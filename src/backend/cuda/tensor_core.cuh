@@ -1,6 +1,7 @@
-// Device helpers of the tensor-core attention kernels (decode_attention.cu, prefill_attention.cu):
-// 16-bit pair packing, the m16n8k16 MMA with fp32 accumulation, cp.async (sm_80+), ex2 and the
-// exact fp8_e4m3 pair widening. Each is one PTX instruction or a conversion intrinsic.
+// Device helpers of the tensor-core attention kernels (decode_attention.cu, decode_int4.cu,
+// prefill_attention.cu): 16-bit pair packing, the m16n8k16 MMA with fp32 accumulation, cp.async
+// (sm_80+), ex2 and the exact fp8_e4m3 pair widening. Each is one PTX instruction or a conversion
+// intrinsic.
 #pragma once
 
 #include <cuda_bf16.h>

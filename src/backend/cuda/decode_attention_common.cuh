@@ -1,0 +1,224 @@
+// Device pieces shared by the decode kernels (decode_attention.cu: 16-bit and fp8 rows, merge;
+// decode_int4.cu: int4_kivi pool blocks): the MMA fragment layout, the online softmax of a
+// warp, the epilogue that writes an item's partial, the query's load.
+//
+// Fragments of mma.sync.m16n8k16 (lane = 4 r + i): A rows r and r + 8, columns 2i, 2i + 1 and
+// 2i + 8, 2i + 9; B columns (n) r, rows (k) the same four; C rows r and r + 8, columns 2i, 2i + 1.
+// QK^T: A = Q (rows: the group's query heads, at most 8, so rows 8..15 stay zero), B = K^T
+// (n: 8 positions). Any order of the 128 channels along k gives the same dot products, so lane i
+// takes the channel pairs m = 0..15 of its own: channels 16i + 64 (m / 8) + 2 (m % 8) + {0, 1}
+// (RoPE's partners c and c + 64 are pairs m and m + 8 of one lane, and an int4 code word holds
+// pairs m % 4 of word m / 4 of the lane's four words 2i, 2i + 1, 2i + 8, 2i + 9); k-tile t
+// takes pairs 2t and 2t + 1.
+// PV: O^T = V^T P^T, A = V^T (rows: 16 channels per m-tile, k: 16 positions), B = P^T, whose
+// fragment is the score C fragment as it stands. M-tile mt = 2 g + h holds channels of one
+// 32-channel group g (so one value scale per position multiplies the B fragment): row r + 8 hi
+// is nibble 4 hi + h + 2 (r % 2) of word 4 g + r / 2 (int4_kivi_layout.h's nibble order), the
+// channel phys_channel() below.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/decode_attention.cuh"
+#include "backend/cuda/tensor_core.cuh"
+
+namespace s4kv::backend::cuda::decode_detail {
+
+constexpr int kD = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <bool kBf16>
+__device__ inline void mma_rows8(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0,
+                                 uint32_t b1) {
+  if constexpr (kBf16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+  }
+}
+// Two 4-bit codes (bits 0..3 and 16..19 of x) as an fp16 pair of exact integers 0..15.
+__device__ inline uint32_t codes_to_f16x2(uint32_t x) {
+  uint32_t y;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(y) : "r"(x), "r"(0x000f000fu), "r"(0x64006400u));
+  const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&y),
+                            __halves2half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400)));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Two 4-bit codes (bits 4..7 and 20..23 of x) as an fp16 pair of exact integers 0..15: under
+// the exponent of 64 (0x5400) those bits weigh 1..8.
+__device__ inline uint32_t codes_hi_to_f16x2(uint32_t x) {
+  uint32_t y;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(y) : "r"(x), "r"(0x00f000f0u), "r"(0x54005400u));
+  const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&y),
+                            __halves2half2(__ushort_as_half(0x5400), __ushort_as_half(0x5400)));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// The cache channel of PV m-tile mt, row rho (0..15).
+__device__ inline int phys_channel(int mt, int rho) {
+  const int g = mt / 2, h = mt % 2, rr = rho % 8, hi = rho / 8;
+  const int nibble = 4 * hi + h + 2 * (rr % 2);
+  const int e = nibble < 4 ? 2 * nibble : 2 * (nibble - 4) + 1;
+  return 8 * (4 * g + rr / 2) + e;
+}
+
+// One warp's online softmax over its positions, for the group's query heads (row r of the
+// lane; rows >= the group size compute unused values).
+template <int kZ>  // value groups (int4_kivi's kG; 1 for the rows, whose zeros stay 0)
+struct WarpSoftmax {
+  float m = -INFINITY;  // row r's running max (log2 units), equal in the four lanes of r
+  float l = 0.0f;       // this lane's part of row r's sum
+  float acc[8][4];      // O^T m-tiles: [0], [1] row r, heads 2i, 2i + 1; [2], [3] row r + 8
+  float z[kZ] = {};     // int4: this lane's part of sum(p * value zero) per value group, row r
+
+  __device__ WarpSoftmax() {
+#pragma unroll
+    for (int mt = 0; mt < 8; ++mt) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[mt][j] = 0.0f;
+    }
+  }
+
+  // s: scores (log2 units) of positions 2i, 2i + 1, 2i + 8, 2i + 9 of the tile for row r;
+  // turns them into probabilities and rescales the sums.
+  __device__ void update(float (&s)[4], int lane) {
+    float mx = fmaxf(fmaxf(s[0], s[1]), fmaxf(s[2], s[3]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m, mx);
+    float corr = 1.0f;
+    if (m_new == -INFINITY) {  // nothing seen yet
+#pragma unroll
+      for (int j = 0; j < 4; ++j) s[j] = 0.0f;
+    } else {
+      corr = fast_exp2(m - m_new);  // 0 when m is -inf
+#pragma unroll
+      for (int j = 0; j < 4; ++j) s[j] = fast_exp2(s[j] - m_new);
+    }
+    const bool moved = m_new != m;
+    m = m_new;
+    l = l * corr + ((s[0] + s[1]) + (s[2] + s[3]));
+    // Rescale only when some row's max moved (corr is 1 otherwise): after the first blocks of
+    // a context the max rarely moves, and the sums are 36 registers.
+    if (!__any_sync(0xffffffffu, moved)) return;
+#pragma unroll
+    for (int g = 0; g < kZ; ++g) z[g] *= corr;
+    const int i = lane % 4;
+    const float ca = __shfl_sync(0xffffffffu, corr, 8 * i);  // head 2i lives in lanes 8i..
+    const float cb = __shfl_sync(0xffffffffu, corr, 8 * i + 4);
+#pragma unroll
+    for (int mt = 0; mt < 8; ++mt) {
+      acc[mt][0] *= ca;
+      acc[mt][1] *= cb;
+      acc[mt][2] *= ca;
+      acc[mt][3] *= cb;
+    }
+  }
+};
+
+// Shared memory of the epilogue: each warp's sums, then one item's result.
+struct EpilogueSmem {
+  float acc[8][kD];  // per warp: [head][channel]
+};
+
+// Combines the warps' softmax states and writes the item's partial for the group's heads.
+template <int kWarps, int kZ>
+__device__ void write_partial(const WarpSoftmax<kZ>& st, float* smem, float* partial, int group,
+                              int value_group_size) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
+  float* s_acc = smem;                  // [kWarps][8][128]
+  float* s_m = smem + kWarps * 8 * kD;  // [kWarps][8]
+  float* s_l = s_m + kWarps * 8;        // [kWarps][8]
+  float* s_z = s_l + kWarps * 8;        // [kWarps][8][kZ]
+  float l = st.l;
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  float z[kZ];
+#pragma unroll
+  for (int g = 0; g < kZ; ++g) {
+    z[g] = st.z[g];
+    z[g] += __shfl_xor_sync(0xffffffffu, z[g], 1);
+    z[g] += __shfl_xor_sync(0xffffffffu, z[g], 2);
+  }
+  float* wa = s_acc + warp * 8 * kD;
+#pragma unroll
+  for (int mt = 0; mt < 8; ++mt) {
+    const int c0 = phys_channel(mt, r), c1 = phys_channel(mt, r + 8);
+    wa[(2 * i) * kD + c0] = st.acc[mt][0];
+    wa[(2 * i + 1) * kD + c0] = st.acc[mt][1];
+    wa[(2 * i) * kD + c1] = st.acc[mt][2];
+    wa[(2 * i + 1) * kD + c1] = st.acc[mt][3];
+  }
+  if (i == 0) {
+    s_m[warp * 8 + r] = st.m;
+    s_l[warp * 8 + r] = l;
+#pragma unroll
+    for (int g = 0; g < kZ; ++g) s_z[(warp * 8 + r) * kZ + g] = z[g];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < group * kD; idx += kWarps * 32) {
+    const int hh = idx / kD, c = idx % kD, vg = c / value_group_size;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w * 8 + hh]);
+    float o = 0.0f, sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float mw = s_m[w * 8 + hh];
+      if (mw == -INFINITY) continue;  // a warp that saw no position
+      const float f = fast_exp2(mw - mx);
+      o += f * (s_acc[(w * 8 + hh) * kD + c] + s_z[(w * 8 + hh) * kZ + vg]);
+      sum += f * s_l[w * 8 + hh];
+    }
+    float* out = partial + static_cast<int64_t>(hh) * kDecodePartialFloats;
+    out[2 + c] = o;
+    if (c == 0) {
+      out[0] = mx;
+      out[1] = sum;
+    }
+  }
+}
+
+// The query of head r of the group (zeros past the group), scaled into log2 units: the lane's
+// channel pairs m = 0..15 (fp32, [m][2]).
+__device__ inline void load_query(const PagedAttentionArgs& a, int token, int g, int group,
+                                  float (&q)[16][2]) {
+  const int lane = threadIdx.x % 32, r = lane / 4, i = lane % 4;
+  const float f = a.scale * kLog2e;
+#pragma unroll
+  for (int m = 0; m < 16; ++m) {
+    q[m][0] = q[m][1] = 0.0f;
+  }
+  if (r >= group) return;
+  const float* row = a.q + static_cast<int64_t>(token) * a.q_stride + (g * group + r) * kD;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float4* p = reinterpret_cast<const float4*>(row + 64 * half + 16 * i);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float4 v = p[j];
+      q[8 * half + 2 * j][0] = v.x * f;
+      q[8 * half + 2 * j][1] = v.y * f;
+      q[8 * half + 2 * j + 1][0] = v.z * f;
+      q[8 * half + 2 * j + 1][1] = v.w * f;
+    }
+  }
+}
+
+// The int4_kivi kernel's launch for the step's int4 items (decode_int4.cu).
+void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream);
+
+}  // namespace s4kv::backend::cuda::decode_detail
