@@ -24,19 +24,13 @@ TEST(EngineConfigDefaults, MaxNumBatchedTokensFollowsDeviceAndUse) {
   EXPECT_EQ(default_max_num_batched_tokens("cuda", true, 79 * kGiB, "NVIDIA A100-SXM4-80GB"), 8192);
 }
 
+// What resolve_engine_config reads of a model: KV bytes per token and its positions.
 model::ModelConfig small_model() {
   model::ModelConfig c;
-  c.model_type = model::ModelType::kQwen2;
-  c.model_type_name = "qwen2";
-  c.hidden_size = 256;
-  c.intermediate_size = 512;
   c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
   c.num_key_value_heads = 1;
   c.head_dim = 128;
-  c.vocab_size = 64;
   c.max_position_embeddings = 4096;
-  c.dtype = DType::kBF16;
   return c;
 }
 

@@ -48,23 +48,23 @@ __device__ inline void mma_rows8(float (&c)[4], uint32_t a0, uint32_t a2, uint32
         : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
   }
 }
-// Two 4-bit codes (bits 0..3 and 16..19 of x) as an fp16 pair of exact integers 0..15.
-__device__ inline uint32_t codes_to_f16x2(uint32_t x) {
+// Two 4-bit codes of x as an fp16 pair of exact integers 0..15: those in bits 0..3 and 16..19
+// under the exponent of 1024 (0x6400, where those bits weigh 1..8), or those in bits 4..7 and
+// 20..23 under the exponent of 64 (0x5400), minus the exponent's value.
+template <uint32_t kMask, uint32_t kMagic>
+__device__ inline uint32_t codes_under_f16x2(uint32_t x) {
   uint32_t y;
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(y) : "r"(x), "r"(0x000f000fu), "r"(0x64006400u));
-  const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&y),
-                            __halves2half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400)));
+  const uint32_t magic = kMagic;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(y) : "r"(x), "r"(kMask), "r"(magic));
+  const __half2 h =
+      __hsub2(*reinterpret_cast<const __half2*>(&y), *reinterpret_cast<const __half2*>(&magic));
   return *reinterpret_cast<const uint32_t*>(&h);
 }
-
-// Two 4-bit codes (bits 4..7 and 20..23 of x) as an fp16 pair of exact integers 0..15: under
-// the exponent of 64 (0x5400) those bits weigh 1..8.
+__device__ inline uint32_t codes_to_f16x2(uint32_t x) {
+  return codes_under_f16x2<0x000f000fu, 0x64006400u>(x);
+}
 __device__ inline uint32_t codes_hi_to_f16x2(uint32_t x) {
-  uint32_t y;
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(y) : "r"(x), "r"(0x00f000f0u), "r"(0x54005400u));
-  const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&y),
-                            __halves2half2(__ushort_as_half(0x5400), __ushort_as_half(0x5400)));
-  return *reinterpret_cast<const uint32_t*>(&h);
+  return codes_under_f16x2<0x00f000f0u, 0x54005400u>(x);
 }
 
 // The cache channel of PV m-tile mt, row rho (0..15).
