@@ -31,23 +31,14 @@ namespace s4kv::backend::cuda::decode_detail {
 constexpr int kD = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 
+// c += A B with A's rows 8..15 zero (the query side of QK^T: at most 8 heads).
 template <bool kBf16>
 __device__ inline void mma_rows8(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0,
                                  uint32_t b1) {
-  if constexpr (kBf16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
-  }
+  const uint32_t a[4] = {a0, 0u, a2, 0u};
+  mma_m16n8k16<kBf16>(c, a, b0, b1);
 }
+
 // Two 4-bit codes of x as an fp16 pair of exact integers 0..15: those in bits 0..3 and 16..19
 // under the exponent of 1024 (0x6400, where those bits weigh 1..8), or those in bits 4..7 and
 // 20..23 under the exponent of 64 (0x5400), minus the exponent's value.
