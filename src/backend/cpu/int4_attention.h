@@ -9,8 +9,9 @@
 // dequantize_keys_block / rope_rotate / dequantize_values_block rows (code * scale, then + zero;
 // the rotation's two rounded products and their sum; the dot product's eight partial sums in
 // channel order added as a tree; o += w * v in position order; no FMA), so both give the same
-// bits (tests/backend/int4_attention_test.cc). Scalar kernels are the reference; AVX2 ones run
-// where cpu_isa() has AVX2 (AVX-512 uses them too: the dot's eight lanes fix the register width).
+// bits (tests/backend/int4_attention_test.cc). Scalar kernels are the reference; AVX2 and
+// AVX-512 ones run as cpu_isa() (or the caller's isa) says. The dot's eight partial sums fix
+// its lane count: AVX-512 puts two key rows side by side in a register.
 #pragma once
 
 #include <cstddef>
