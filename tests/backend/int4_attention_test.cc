@@ -4,7 +4,8 @@
 //   "dequantize, o += w * v in position order" bit for bit, for every instruction set, block
 //   size, value group size and number of queries, with keys before and after RoPE;
 //   a whole cache's attention (decode and multi-token steps, partial blocks, GQA ratios 1 to 7,
-//   format v1 and v2: sink block, window and Hadamard values; keys after RoPE) equals
+//   format v1 and v2: sink block, window and Hadamard values, a window block read from the pool
+//   after a prefix-cache hit; keys after RoPE) equals
 //   context_attention_ref over the cache's gather bit for bit, and never gathers a position of
 //   the run (no dequantized copy of it is made).
 #include <gtest/gtest.h>
@@ -127,6 +128,7 @@ struct Seq {
   std::vector<float> k, v;  // [len, kv_heads * D] fp32, keys after RoPE
   std::vector<int32_t> table;
   int32_t slot = 0;
+  int64_t seat_start = 0;  // tokens it had when it took its slot (as after a prefix-cache hit)
 };
 
 class CacheRun {
@@ -172,7 +174,7 @@ class CacheRun {
     for (size_t i = 0; i < seqs.size(); ++i) {
       const auto [b, e] = ranges[i];
       builder.add(std::vector<int32_t>(static_cast<size_t>(e - b), 0), b, seqs[i]->table,
-                  seqs[i]->slot);
+                  seqs[i]->slot, std::min(b, seqs[i]->seat_start));
       k.insert(k.end(), seqs[i]->k.begin() + b * elems_, seqs[i]->k.begin() + e * elems_);
       v.insert(v.end(), seqs[i]->v.begin() + b * elems_, seqs[i]->v.begin() + e * elems_);
     }
@@ -264,6 +266,9 @@ void run_case(const Case& c) {
     more.push_back({len, len + 37});  // a multi-token step: two query chunks, causal in them
   }
   cr.step(ptrs, prefill, false);
+  // From here on the second sequence's slot holds only positions >= 3B, so with the window its
+  // block 2 is read from the pool, not from the ring.
+  seqs[1].seat_start = 3 * B;
   EXPECT_GT(cr.step(ptrs, decode, true), 0);
   EXPECT_GT(cr.step(ptrs, more, true), 0);
 }
