@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "backend/cpu/gemm16.h"
+#include "backend/cpu/int4_attention.h"
 #include "backend/cpu/paged_kv_cache.h"
 #include "backend/cpu/thread_pool.h"
 #include "common/check.h"
 #include "kv/hadamard.h"
+#include "kv/int4_kivi_layout.h"
 
 namespace s4kv::backend::cpu {
 namespace {
@@ -169,7 +171,14 @@ Kernels kernels(CpuIsa isa) {
                                 : Kernels{&dots4_avx2, &weighted_sum_avx2};
 }
 
-void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& w) {
+// Positions [c0, c1) in chunks of kAttentionChunk.
+template <typename F>
+void for_chunks(int64_t c0, int64_t c1, F&& f) {
+  for (int64_t c = c0; c < c1; c += kAttentionChunk) f(c, std::min(c1, c + kAttentionChunk));
+}
+
+void run_item(const AttentionArgs& a, const KvGatherFn& gather, const Int4BlockRun& run,
+              const WorkItem& w) {
   const int64_t d = a.head_dim;
   const int64_t q_begin = a.query_start_loc[w.seq];
   const int64_t q_len = a.query_start_loc[w.seq + 1] - q_begin;
@@ -177,8 +186,14 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& 
   const int64_t ctx_end = seq_len - q_len + w.j_end;  // positions the last query sees
   const int64_t group = a.num_heads / a.num_kv_heads;
   const int64_t nj = w.j_end - w.j_begin;
-  const Kernels k = kernels(a.isa.value_or(cpu_isa()));
+  const CpuIsa isa = a.isa.value_or(cpu_isa());
+  const Kernels k = kernels(isa);
   constexpr int64_t C = kAttentionChunk;
+  // Positions [i0, i1) are the int4 run's, read in place; the rest is gathered.
+  const int64_t bs = run.empty() ? 0 : run.layout->block_size;
+  const int64_t i0 = run.empty() ? 0 : run.first * bs, i1 = run.empty() ? 0 : run.end * bs;
+  S4KV_CHECK(i0 >= 0 && i1 <= seq_len - q_len, "attention: int4 run [", i0, ", ", i1,
+             ") past the step's start");
 
   // One chunk of keys or values at a time.
   thread_local std::vector<float> buf;
@@ -190,11 +205,37 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& 
   auto sc_row = [&](int64_t hh, int64_t j) {
     return scores.data() + (hh * nj + (j - w.j_begin)) * ctx_end;
   };
+  auto out_row = [&](int64_t hh, int64_t j) {
+    return a.out.data() + (q_begin + j) * a.num_heads * d + (w.kv_head * group + hh) * d;
+  };
+  // The int4 run's operands, one row per (head, query): queries, then per block the score rows
+  // (its weights in the values pass) and the outputs.
+  thread_local std::vector<const float*> run_q;
+  thread_local std::vector<float*> run_s, run_o;
+  if (!run.empty()) {
+    run_q.clear(), run_s.clear(), run_o.clear();
+    for (int64_t hh = 0; hh < group; ++hh) {
+      for (int64_t j = w.j_begin; j < w.j_end; ++j) {
+        run_q.push_back(a.q.data() + (q_begin + j) * a.q_stride + (w.kv_head * group + hh) * d);
+        run_s.push_back(nullptr);
+        run_o.push_back(out_row(hh, j));
+      }
+    }
+  }
+  auto for_run_blocks = [&](auto f) {  // f(block bytes), run_s pointing at the block's scores
+    for (int64_t i = run.first; i < run.end; ++i) {
+      for (size_t r = 0; r < run_s.size(); ++r) {
+        run_s[r] = sc_row(static_cast<int64_t>(r) / nj, w.j_begin + static_cast<int64_t>(r) % nj);
+        run_s[r] += i * bs;
+      }
+      f(run.base + static_cast<size_t>(run.table[i]) * run.block_stride, i * bs);
+    }
+  };
 
   // Keys: the scores, chunk by chunk; the gather says where the rotated values are.
   RotatedValues rot{};
-  for (int64_t c0 = 0; c0 < ctx_end; c0 += C) {
-    const int64_t c1 = std::min(ctx_end, c0 + C);
+  if (!run.empty() && run.values_rotated) rot = {i0, i1};
+  auto score_chunk = [&](int64_t c0, int64_t c1) {
     const RotatedValues r = gather(w.seq, w.kv_head, c0, c1, buf.data(), nullptr);
     S4KV_CHECK(r.begin <= r.end && (r.begin == r.end || (r.begin >= c0 && r.end <= c1)),
                "attention: rotated values [", r.begin, ", ", r.end, ") outside [", c0, ", ", c1,
@@ -220,7 +261,12 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& 
         k.dots4(qs, nq, buf.data(), ctx_max - c0, d, a.scale, sc_row(hh, j0) + c0, ctx_end);
       }
     }
-  }
+  };
+  for_chunks(0, i0, score_chunk);
+  for_run_blocks([&](const std::byte* block, int64_t pos0) {
+    int4_block_scores(isa, *run.layout, block, run.rope, pos0, run_q, a.scale, run_s);
+  });
+  for_chunks(i1, ctx_end, score_chunk);
 
   // Softmax per (head, query) over its own context.
   thread_local std::vector<float> inv_sums;
@@ -243,9 +289,6 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& 
   // Values. Hadamard-domain values first: their weighted sum, rotated back once, starts each
   // output; then the plain values before and after them (all of them when there are none), each
   // sum in position order.
-  auto out_row = [&](int64_t hh, int64_t j) {
-    return a.out.data() + (q_begin + j) * a.num_heads * d + (w.kv_head * group + hh) * d;
-  };
   for (int64_t hh = 0; hh < group; ++hh) {
     for (int64_t j = w.j_begin; j < w.j_end; ++j) std::fill_n(out_row(hh, j), d, 0.0f);
   }
@@ -267,12 +310,22 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& 
       }
     }
   };
+  auto run_values = [&] {
+    for_run_blocks([&](const std::byte* block, int64_t) {
+      int4_block_values(isa, *run.layout, block,
+                        std::span<const float* const>(run_s.data(), run_s.size()), run_o);
+    });
+  };
   using Runs = std::array<std::pair<int64_t, int64_t>, 2>;
   if (rot.begin < rot.end) {
-    for (int64_t c0 = rot.begin / C * C; c0 < rot.end; c0 += C) {
-      accumulate(c0, std::min(ctx_end, c0 + C), [&](int64_t ctx) {
-        return Runs{{{rot.begin, std::min(rot.end, ctx)}, {0, 0}}};
-      });
+    if (!run.empty() && run.values_rotated) {
+      run_values();
+    } else {
+      for (int64_t c0 = rot.begin / C * C; c0 < rot.end; c0 += C) {
+        accumulate(c0, std::min(ctx_end, c0 + C), [&](int64_t ctx) {
+          return Runs{{{rot.begin, std::min(rot.end, ctx)}, {0, 0}}};
+        });
+      }
     }
     thread_local std::vector<float> o_rot;
     o_rot.resize(static_cast<size_t>(d));
@@ -285,13 +338,16 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& 
       }
     }
   }
-  for (int64_t c0 = 0; c0 < ctx_end; c0 += C) {
-    accumulate(c0, std::min(ctx_end, c0 + C), [&](int64_t ctx) {
+  auto plain_chunk = [&](int64_t c0, int64_t c1) {
+    accumulate(c0, c1, [&](int64_t ctx) {
       const int64_t rot_end = std::min(rot.end, ctx);
       const int64_t plain_end = rot.begin < rot_end ? rot.begin : ctx;
       return Runs{{{0, plain_end}, {std::max(plain_end, rot_end), ctx}}};
     });
-  }
+  };
+  for_chunks(0, i0, plain_chunk);
+  if (!run.empty() && !run.values_rotated) run_values();
+  for_chunks(i1, ctx_end, plain_chunk);
   for (int64_t hh = 0; hh < group; ++hh) {
     for (int64_t j = w.j_begin; j < w.j_end; ++j) {
       float* o = out_row(hh, j);
@@ -304,29 +360,37 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const WorkItem& 
 }  // namespace
 
 void context_attention_ref(const AttentionArgs& a, const KvGatherFn& gather, ThreadPool* pool) {
+  context_attention(a, gather, Int4RunFn{}, pool);
+}
+
+void context_attention(const AttentionArgs& a, const KvGatherFn& gather, const Int4RunFn& int4_run,
+                       ThreadPool* pool) {
   const auto num_seqs = static_cast<int64_t>(a.seq_lens.size());
   S4KV_CHECK(static_cast<int64_t>(a.query_start_loc.size()) == num_seqs + 1,
-             "context_attention_ref: query_start_loc size");
-  S4KV_CHECK(a.head_dim > 0 && a.head_dim % 8 == 0, "context_attention_ref: head_dim ", a.head_dim);
+             "context_attention: query_start_loc size");
+  S4KV_CHECK(a.head_dim > 0 && a.head_dim % 8 == 0, "context_attention: head_dim ", a.head_dim);
   S4KV_CHECK(a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0,
-             "context_attention_ref: num_heads must be a multiple of num_kv_heads");
+             "context_attention: num_heads must be a multiple of num_kv_heads");
   const int64_t num_tokens = num_seqs == 0 ? 0 : a.query_start_loc[num_seqs];
   S4KV_CHECK(static_cast<int64_t>(a.out.size()) == num_tokens * a.num_heads * a.head_dim,
-             "context_attention_ref: out size");
+             "context_attention: out size");
   S4KV_CHECK(num_tokens == 0 || static_cast<int64_t>(a.q.size()) >=
                                     (num_tokens - 1) * a.q_stride + a.num_heads * a.head_dim,
-             "context_attention_ref: q too small");
+             "context_attention: q too small");
   std::vector<WorkItem> items;
   for (int64_t s = 0; s < num_seqs; ++s) {
     const int64_t q_len = a.query_start_loc[s + 1] - a.query_start_loc[s];
-    S4KV_CHECK(q_len >= 0 && a.seq_lens[s] >= q_len, "context_attention_ref: seq ", s);
+    S4KV_CHECK(q_len >= 0 && a.seq_lens[s] >= q_len, "context_attention: seq ", s);
     for (int64_t g = 0; g < a.num_kv_heads; ++g) {
       for (int64_t j = 0; j < q_len; j += kQueryChunk) {
         items.push_back({s, g, j, std::min(q_len, j + kQueryChunk)});
       }
     }
   }
-  const auto run = [&](int64_t i) { run_item(a, gather, items[static_cast<size_t>(i)]); };
+  const auto run = [&](int64_t i) {
+    const WorkItem& w = items[static_cast<size_t>(i)];
+    run_item(a, gather, int4_run ? int4_run(w.seq, w.kv_head) : Int4BlockRun{}, w);
+  };
   if (pool != nullptr) {
     pool->parallel_for(static_cast<int64_t>(items.size()), run);
   } else {

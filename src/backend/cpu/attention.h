@@ -6,9 +6,12 @@
 // bits kv_write stored; fp8 / int4_kivi: dequantized, int4 keys re-rotated), then the same fp32
 // math runs. Softmax in fp32 with max subtraction; scores scaled by `scale` (1/sqrt(head_dim)).
 // Values the gather marks as rotated (RotatedValues) are accumulated apart and rotated back.
-// paged_attention_ref is the 16-bit paged cache's wrapper around it.
+// A cache may instead hand over a run of int4_kivi pool blocks (Int4BlockRun), which attention
+// reads in place (int4_attention.h) with the same operations, so the same bits, as on gathered
+// rows. paged_attention_ref is the 16-bit paged cache's wrapper around it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -16,6 +19,13 @@
 
 #include "backend/cpu/gemm16.h"
 #include "common/dtype.h"
+
+namespace s4kv::backend {
+class RopeTable;
+}
+namespace s4kv::kv {
+struct Int4KiviLayout;
+}
 
 namespace s4kv::backend::cpu {
 
@@ -36,6 +46,23 @@ struct RotatedValues {
 // Called from pool threads concurrently (distinct outputs): it must not mutate shared state.
 using KvGatherFn = std::function<RotatedValues(int64_t seq, int64_t kv_head, int64_t begin,
                                                int64_t end, float* keys, float* values)>;
+
+// Blocks [first, end) of a sequence's block table (positions [first * B, end * B), all before
+// the step's first new token) that attention reads in place from an int4_kivi pool of one layer,
+// for one kv head; the rest of the context still comes from the gather. Empty: none.
+struct Int4BlockRun {
+  const kv::Int4KiviLayout* layout = nullptr;
+  const std::byte* base = nullptr;  // block id's bytes (this kv head) at base + id * block_stride
+  size_t block_stride = 0;
+  const int32_t* table = nullptr;  // the sequence's block table (ids < the pool's blocks)
+  int64_t first = 0, end = 0;
+  const RopeTable* rope = nullptr;  // keys stored before RoPE, rotated with it; null: after
+  bool values_rotated = false;      // values in the Hadamard domain (as RotatedValues)
+  bool empty() const { return first >= end; }
+};
+
+// Sequence seq's run for kv head kv_head. Called from pool threads concurrently: read-only.
+using Int4RunFn = std::function<Int4BlockRun(int64_t seq, int64_t kv_head)>;
 
 inline constexpr int64_t kAttentionChunk = 256;
 
@@ -61,6 +88,12 @@ struct AttentionArgs {
 // rotated values). The result does not depend on the pool or the chunking: every sum runs in
 // position order.
 void context_attention_ref(const AttentionArgs& args, const KvGatherFn& gather, ThreadPool* pool);
+
+// The same with the int4 pool blocks that int4_run names read in place (never gathered); every
+// other position is gathered as above. The same bits as context_attention_ref over a gather
+// that dequantizes those blocks (int4_dequant.h) and rotates their keys (rope_rotate).
+void context_attention(const AttentionArgs& args, const KvGatherFn& gather,
+                       const Int4RunFn& int4_run, ThreadPool* pool);
 
 struct PagedAttentionArgs {
   std::span<const float> q;  // [num_tokens, q_stride] fp32, heads first: num_heads * head_dim

@@ -118,7 +118,10 @@ void CpuBackend::attention_block(const ForwardBatch& batch, int64_t layer) {
                                 float* v) {
     return cache_->gather_range(layer, batch, seq, kv_head, begin, end, k, v);
   };
-  context_attention_ref(args, gather, &pool_);
+  const Int4RunFn int4_run = [&](int64_t seq, int64_t kv_head) {
+    return cache_->int4_run(layer, batch, seq, kv_head);
+  };
+  context_attention(args, gather, int4_run, &pool_);
   cache_->commit(layer, batch, &pool_);
 
   linear(attn, w.o_proj, {}, x, /*accumulate=*/true, &pool_);

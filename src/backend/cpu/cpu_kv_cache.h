@@ -60,6 +60,15 @@ class CpuKvCache {
   virtual RotatedValues gather_range(int64_t layer, const ForwardBatch& batch, int64_t seq,
                                      int64_t kv_head, int64_t begin, int64_t end, float* keys,
                                      float* values) const = 0;
+  // The blocks of sequence seq (kv head kv_head) that attention may read in place instead of
+  // gathering them (attention.h): int4_kivi's pool blocks before the step; empty for the other
+  // dtypes. Thread-safe.
+  virtual Int4BlockRun int4_run(int64_t layer, const ForwardBatch& batch, int64_t seq,
+                                int64_t kv_head) const {
+    (void)layer, (void)batch, (void)seq, (void)kv_head;
+    return {};
+  }
+
   // Positions [0, num_positions).
   RotatedValues gather(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
                        int64_t num_positions, float* keys, float* values) const {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backend/cpu/int4_simd.h"
 #include "common/check.h"
 #include "common/half.h"
 #include "kv/int4_kivi_ref.h"
@@ -12,20 +13,9 @@
 namespace s4kv::backend::cpu {
 namespace {
 
-#define S4KV_AVX2 __attribute__((target("avx2,f16c")))
-
-// The 8 codes of a word in channel order as floats: element j sits in nibble
-// int4_nibble_of(j) = (j % 2) * 4 + j / 2.
-S4KV_AVX2 inline __m256 codes8(uint32_t word) {
-  const __m256i shifts = _mm256_setr_epi32(0, 16, 4, 20, 8, 24, 12, 28);
-  const __m256i q = _mm256_and_si256(
-      _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)), shifts), _mm256_set1_epi32(0xf));
-  return _mm256_cvtepi32_ps(q);
-}
-
-S4KV_AVX2 inline __m256 fp16x8(const std::byte* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
+#define S4KV_AVX2 S4KV_INT4_AVX2
+using simd::codes8;
+using simd::fp16x8;
 
 S4KV_AVX2 void keys_avx2(const kv::Int4KiviLayout& l, const std::byte* b, float* out) {
   const int words = l.words_per_token();

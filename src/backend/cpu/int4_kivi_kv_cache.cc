@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backend/cpu/gemm16.h"
+#include "backend/cpu/int4_attention.h"
 #include "backend/cpu/int4_dequant.h"
 #include "backend/cpu/paged_kv_cache.h"
 #include "common/check.h"
@@ -128,6 +129,30 @@ RotatedValues Int4KiviKvCache::gather_range(int64_t layer, const ForwardBatch& b
   const int64_t rb = std::max(begin, num_sink * B);
   const int64_t re = std::min(end, std::max(num_sink, from_pool_end) * B);
   return rb < re ? RotatedValues{rb, re} : RotatedValues{};
+}
+
+Int4BlockRun Int4KiviKvCache::int4_run(int64_t layer, const ForwardBatch& batch, int64_t seq,
+                                       int64_t kv_head) const {
+  S4KV_CHECK(layer >= 0 && layer < num_layers_ && kv_head >= 0 && kv_head < num_kv_heads_,
+             "int4_kivi int4_run: layer ", layer, " head ", kv_head);
+  if (head_dim_ > kInt4AttentionMaxHeadDim) return {};
+  const int32_t* table = batch.block_tables.data() + seq * batch.max_num_blocks_per_seq;
+  const int64_t end = int4_pool_end(batch, seq, block_size_, static_cast<int>(ring_), num_blocks_);
+  const int64_t first = end > 0 && is_sink(table[0]) ? 1 : 0;
+  for (int64_t i = first; i < end; ++i) {
+    S4KV_CHECK(table[i] >= 0, "int4_kivi int4_run: block id ", table[i]);
+    if (is_sink(table[i])) return {};
+  }
+  const size_t stride = static_cast<size_t>(num_kv_heads_) * layout_.block_bytes;
+  return {.layout = &layout_,
+          .base = pool_.data() + static_cast<size_t>(layer * num_blocks_) * stride +
+                  static_cast<size_t>(kv_head) * layout_.block_bytes,
+          .block_stride = stride,
+          .table = table,
+          .first = first,
+          .end = end,
+          .rope = keys_post_rope_ ? nullptr : &rope_,
+          .values_rotated = value_hadamard_};
 }
 
 const uint16_t* Int4KiviKvCache::k_row(int64_t layer, const ForwardBatch& batch, int64_t seq,

@@ -23,10 +23,11 @@
 // gather leaves them rotated (it returns their positions; attention rotates its output back).
 //
 // A step of q_len tokens, start = seq_len - q_len: attention reads blocks i < start / B from the
-// pool (keys dequantized, rotated with the RoPE table), positions [start / B * B, start) from the
-// residual and [start, seq_len) from staging; kv_commit then quantizes every block that is full
-// at seq_len and was not at start (keys rotated back in fp32 with the same table, from their
-// 16-bit post-RoPE bits) and writes positions [seq_len / B * B, seq_len) to the residual.
+// pool (keys dequantized, rotated with the RoPE table; in place, int4_run, or via gather_range),
+// positions [start / B * B, start) from the residual and [start, seq_len) from staging; kv_commit
+// then quantizes every block that is full at seq_len and was not at start (keys rotated back in
+// fp32 with the same table, from their 16-bit post-RoPE bits) and writes positions [seq_len / B *
+// B, seq_len) to the residual.
 #pragma once
 
 #include <cstddef>
@@ -55,6 +56,11 @@ class Int4KiviKvCache final : public CpuKvCache {
              std::span<const float> v, int64_t row_stride) override;
   RotatedValues gather_range(int64_t layer, const ForwardBatch& batch, int64_t seq, int64_t kv_head,
                              int64_t begin, int64_t end, float* keys, float* values) const override;
+  // The pool blocks after the sink block, up to the window (int4_pool_end): what gather_range
+  // would dequantize. Empty where a sink id sits elsewhere (gather_range reads it) or head_dim
+  // exceeds kInt4AttentionMaxHeadDim.
+  Int4BlockRun int4_run(int64_t layer, const ForwardBatch& batch, int64_t seq,
+                        int64_t kv_head) const override;
   void commit(int64_t layer, const ForwardBatch& batch, ThreadPool* pool) override;
   int64_t num_bytes() const override;
   KvStorageView storage(int64_t layer) const override;
