@@ -194,31 +194,47 @@ S4KV_AVX2 void values_tile_avx2(const kv::Int4KiviLayout& l, const std::byte* b,
   }
 }
 
-S4KV_AVX2 void values_avx2(const kv::Int4KiviLayout& l, const std::byte* b,
-                           std::span<const float* const> w, std::span<float* const> o) {
-  alignas(32) float vs[kMaxParams], vz[kMaxParams];
-  value_params(l, b, vs, vz);
+// An instruction set's value tiles (Tiles::run<NR>: NR <= 4 weight rows, kWords code words from
+// w0) over every row and word of a block.
+template <class Tiles, int kWords>
+void values_by_tiles(const kv::Int4KiviLayout& l, const std::byte* b, const float* vs,
+                     const float* vz, std::span<const float* const> w, std::span<float* const> o) {
   for (size_t r0 = 0; r0 < w.size(); r0 += 4) {
     const size_t nr = std::min<size_t>(4, w.size() - r0);
     const float* const* wr = w.data() + r0;
     float* const* orow = o.data() + r0;
-    for (int w0 = 0; w0 < l.words_per_token(); w0 += 2) {
+    for (int w0 = 0; w0 < l.words_per_token(); w0 += kWords) {
       switch (nr) {
         case 1:
-          values_tile_avx2<1>(l, b, vs, vz, w0, wr, orow);
+          Tiles::template run<1>(l, b, vs, vz, w0, wr, orow);
           break;
         case 2:
-          values_tile_avx2<2>(l, b, vs, vz, w0, wr, orow);
+          Tiles::template run<2>(l, b, vs, vz, w0, wr, orow);
           break;
         case 3:
-          values_tile_avx2<3>(l, b, vs, vz, w0, wr, orow);
+          Tiles::template run<3>(l, b, vs, vz, w0, wr, orow);
           break;
         default:
-          values_tile_avx2<4>(l, b, vs, vz, w0, wr, orow);
+          Tiles::template run<4>(l, b, vs, vz, w0, wr, orow);
           break;
       }
     }
   }
+}
+
+struct Avx2Tiles {
+  template <int NR>
+  static void run(const kv::Int4KiviLayout& l, const std::byte* b, const float* vs, const float* vz,
+                  int w0, const float* const* w, float* const* o) {
+    values_tile_avx2<NR>(l, b, vs, vz, w0, w, o);
+  }
+};
+
+S4KV_AVX2 void values_avx2(const kv::Int4KiviLayout& l, const std::byte* b,
+                           std::span<const float* const> w, std::span<float* const> o) {
+  alignas(32) float vs[kMaxParams], vz[kMaxParams];
+  value_params(l, b, vs, vz);
+  values_by_tiles<Avx2Tiles, 2>(l, b, vs, vz, w, o);
 }
 
 // ---- AVX-512: two key rows per register, 16 value channels per register -----------------
@@ -344,31 +360,19 @@ S4KV_AVX512 void values_tile_avx512(const kv::Int4KiviLayout& l, const std::byte
   }
 }
 
+struct Avx512Tiles {
+  template <int NR>
+  static void run(const kv::Int4KiviLayout& l, const std::byte* b, const float* vs, const float* vz,
+                  int w0, const float* const* w, float* const* o) {
+    values_tile_avx512<NR>(l, b, vs, vz, w0, w, o);
+  }
+};
+
 S4KV_AVX512 void values_avx512(const kv::Int4KiviLayout& l, const std::byte* b,
                                std::span<const float* const> w, std::span<float* const> o) {
   alignas(32) float vs[kMaxParams], vz[kMaxParams];
   value_params(l, b, vs, vz);
-  for (size_t r0 = 0; r0 < w.size(); r0 += 4) {
-    const size_t nr = std::min<size_t>(4, w.size() - r0);
-    const float* const* wr = w.data() + r0;
-    float* const* orow = o.data() + r0;
-    for (int w0 = 0; w0 < l.words_per_token(); w0 += 4) {
-      switch (nr) {
-        case 1:
-          values_tile_avx512<1>(l, b, vs, vz, w0, wr, orow);
-          break;
-        case 2:
-          values_tile_avx512<2>(l, b, vs, vz, w0, wr, orow);
-          break;
-        case 3:
-          values_tile_avx512<3>(l, b, vs, vz, w0, wr, orow);
-          break;
-        default:
-          values_tile_avx512<4>(l, b, vs, vz, w0, wr, orow);
-          break;
-      }
-    }
-  }
+  values_by_tiles<Avx512Tiles, 4>(l, b, vs, vz, w, o);
 }
 
 // The vector kernels need whole channel pairs of 8 (head_dim % 16) and, for AVX-512, four
