@@ -210,8 +210,8 @@ class CacheRun {
         std::vector<float> got(q.size(), -1.0f);
         a.out = got;
         a.isa = isa;
-        const Int4RunFn run = [&](int64_t s, int64_t g) {
-          return cache_->int4_run(0, batch, s, g);
+        const KvInPlaceRunFn run = [&](int64_t s, int64_t g) {
+          return KvInPlaceRun{.int4 = cache_->int4_run(0, batch, s, g)};
         };
         context_attention(a, gather, run, &pool);
         EXPECT_EQ(got, want) << cpu_isa_name(isa);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm16.h"
+#include "backend/cpu/gemm16_simd.h"
 #include "backend/cpu/int4_attention.h"
 #include "backend/cpu/paged_kv_cache.h"
 #include "backend/cpu/thread_pool.h"
@@ -32,24 +33,40 @@ struct WorkItem {
 // The reference's two inner loops, q.k over a run of keys and the values' weighted sum, each
 // in a scalar form and an AVX2 form that performs the same operations in the same order
 // (multiply, then add: no FMA), so that the result is bit for bit the same on every x86-64.
+// Rows are fp32 (gathered) or 16-bit bits read in place from the paged cache (Row below), row
+// p at rows + p * row_stride; a 16-bit element is widened exactly to fp32 first, so both give
+// the same bits on the same values.
 //
 // dots: scores[p] = (q . keys[p]) * scale for p < n, each dot as eight partial sums (lane u
 // takes elements u, u + 8, ...; head_dim % 8 == 0, checked) added as
 // ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)).
-void dots_scalar(const float* q, const float* keys, int64_t n, int64_t d, float scale,
-                 float* scores) {
+
+// A row element type: T, one element widened (one) and eight (eight, AVX2).
+struct F32Row {
+  using T = float;
+  static float one(float x) { return x; }
+  S4KV_AVX2 static __m256 eight(const float* p) { return _mm256_loadu_ps(p); }
+};
+template <bool BF16>
+struct Half16Row {
+  using T = uint16_t;
+  static float one(uint16_t h) { return simd::widen1(h, BF16); }
+  S4KV_AVX2 static __m256 eight(const uint16_t* p) { return simd::widen8<BF16>(p); }
+};
+
+template <class Row>
+void dots_scalar(const float* q, const typename Row::T* keys, int64_t ks, int64_t n, int64_t d,
+                 float scale, float* scores) {
   for (int64_t p = 0; p < n; ++p) {
-    const float* k = keys + p * d;
+    const typename Row::T* k = keys + p * ks;
     float acc[8] = {};
     for (int64_t i = 0; i < d; i += 8) {
-      for (int u = 0; u < 8; ++u) acc[u] += q[i + u] * k[i + u];
+      for (int u = 0; u < 8; ++u) acc[u] += q[i + u] * Row::one(k[i + u]);
     }
     scores[p] =
         (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) * scale;
   }
 }
-
-#define S4KV_AVX2 __attribute__((target("avx2")))
 
 S4KV_AVX2 inline float tree8(__m256 v) {
   const __m256 h = _mm256_hadd_ps(v, v);   // s0+s1, s2+s3, ., . | s4+s5, s6+s7, ., .
@@ -57,18 +74,19 @@ S4KV_AVX2 inline float tree8(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h2), _mm256_extractf128_ps(h2, 1)));
 }
 
-S4KV_AVX2 void dots_avx2(const float* q, const float* keys, int64_t n, int64_t d, float scale,
-                         float* scores) {
+template <class Row>
+S4KV_AVX2 void dots_avx2(const float* q, const typename Row::T* keys, int64_t ks, int64_t n,
+                         int64_t d, float scale, float* scores) {
   int64_t p = 0;
   for (; p + 4 <= n; p += 4) {  // four keys per pass over q
-    const float* k = keys + p * d;
+    const typename Row::T* k = keys + p * ks;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (int64_t i = 0; i < d; i += 8) {
       const __m256 qv = _mm256_loadu_ps(q + i);
-      a0 = _mm256_add_ps(a0, _mm256_mul_ps(qv, _mm256_loadu_ps(k + i)));
-      a1 = _mm256_add_ps(a1, _mm256_mul_ps(qv, _mm256_loadu_ps(k + d + i)));
-      a2 = _mm256_add_ps(a2, _mm256_mul_ps(qv, _mm256_loadu_ps(k + 2 * d + i)));
-      a3 = _mm256_add_ps(a3, _mm256_mul_ps(qv, _mm256_loadu_ps(k + 3 * d + i)));
+      a0 = _mm256_add_ps(a0, _mm256_mul_ps(qv, Row::eight(k + i)));
+      a1 = _mm256_add_ps(a1, _mm256_mul_ps(qv, Row::eight(k + ks + i)));
+      a2 = _mm256_add_ps(a2, _mm256_mul_ps(qv, Row::eight(k + 2 * ks + i)));
+      a3 = _mm256_add_ps(a3, _mm256_mul_ps(qv, Row::eight(k + 3 * ks + i)));
     }
     scores[p] = tree8(a0) * scale;
     scores[p + 1] = tree8(a1) * scale;
@@ -76,10 +94,10 @@ S4KV_AVX2 void dots_avx2(const float* q, const float* keys, int64_t n, int64_t d
     scores[p + 3] = tree8(a3) * scale;
   }
   for (; p < n; ++p) {
-    const float* k = keys + p * d;
+    const typename Row::T* k = keys + p * ks;
     __m256 a = _mm256_setzero_ps();
     for (int64_t i = 0; i < d; i += 8) {
-      a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i)));
+      a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(q + i), Row::eight(k + i)));
     }
     scores[p] = tree8(a) * scale;
   }
@@ -88,21 +106,23 @@ S4KV_AVX2 void dots_avx2(const float* q, const float* keys, int64_t n, int64_t d
 // dots for up to 4 queries at once (prefill: each key row is loaded once for the 4):
 // scores[r * stride + p] = (qs[r] . keys[p]) * scale, p < n, r < nq; every dot the same
 // operations in the same order as dots_avx2's, so the same bits.
-S4KV_AVX2 void dots4_avx2(const float* const* qs, int nq, const float* keys, int64_t n, int64_t d,
-                          float scale, float* scores, int64_t stride) {
+template <class Row>
+S4KV_AVX2 void dots4_avx2(const float* const* qs, int nq, const void* rows, int64_t ks, int64_t n,
+                          int64_t d, float scale, float* scores, int64_t stride) {
+  const auto* keys = static_cast<const typename Row::T*>(rows);
   if (nq != 4) {
-    for (int r = 0; r < nq; ++r) dots_avx2(qs[r], keys, n, d, scale, scores + r * stride);
+    for (int r = 0; r < nq; ++r) dots_avx2<Row>(qs[r], keys, ks, n, d, scale, scores + r * stride);
     return;
   }
   int64_t p = 0;
   for (; p + 2 <= n; p += 2) {
-    const float* k0 = keys + p * d;
-    const float* k1 = k0 + d;
+    const typename Row::T* k0 = keys + p * ks;
+    const typename Row::T* k1 = k0 + ks;
     __m256 a[4][2];
     for (int r = 0; r < 4; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
     for (int64_t i = 0; i < d; i += 8) {
-      const __m256 kv0 = _mm256_loadu_ps(k0 + i);
-      const __m256 kv1 = _mm256_loadu_ps(k1 + i);
+      const __m256 kv0 = Row::eight(k0 + i);
+      const __m256 kv1 = Row::eight(k1 + i);
       for (int r = 0; r < 4; ++r) {
         const __m256 qv = _mm256_loadu_ps(qs[r] + i);
         a[r][0] = _mm256_add_ps(a[r][0], _mm256_mul_ps(qv, kv0));
@@ -116,36 +136,42 @@ S4KV_AVX2 void dots4_avx2(const float* const* qs, int nq, const float* keys, int
   }
   for (; p < n; ++p) {
     for (int r = 0; r < 4; ++r)
-      dots_avx2(qs[r], keys + p * d, 1, d, scale, scores + r * stride + p);
+      dots_avx2<Row>(qs[r], keys + p * ks, ks, 1, d, scale, scores + r * stride + p);
   }
 }
 
-void dots4_scalar(const float* const* qs, int nq, const float* keys, int64_t n, int64_t d,
-                  float scale, float* scores, int64_t stride) {
-  for (int r = 0; r < nq; ++r) dots_scalar(qs[r], keys, n, d, scale, scores + r * stride);
+template <class Row>
+void dots4_scalar(const float* const* qs, int nq, const void* rows, int64_t ks, int64_t n,
+                  int64_t d, float scale, float* scores, int64_t stride) {
+  const auto* keys = static_cast<const typename Row::T*>(rows);
+  for (int r = 0; r < nq; ++r) dots_scalar<Row>(qs[r], keys, ks, n, d, scale, scores + r * stride);
 }
 
 // weighted_sum: o[i] += w[p] * values[p][i] for p in [p0, p1), p ascending (each o[i] the
 // reference's sequential sum).
-void weighted_sum_scalar(const float* w, const float* values, int64_t p0, int64_t p1, int64_t d,
-                         float* o) {
+template <class Row>
+void weighted_sum_scalar(const float* w, const void* rows, int64_t vs, int64_t p0, int64_t p1,
+                         int64_t d, float* o) {
+  const auto* values = static_cast<const typename Row::T*>(rows);
   for (int64_t p = p0; p < p1; ++p) {
-    const float* v = values + p * d;
-    for (int64_t i = 0; i < d; ++i) o[i] += w[p] * v[i];
+    const typename Row::T* v = values + p * vs;
+    for (int64_t i = 0; i < d; ++i) o[i] += w[p] * Row::one(v[i]);
   }
 }
 
-S4KV_AVX2 void weighted_sum_avx2(const float* w, const float* values, int64_t p0, int64_t p1,
-                                 int64_t d, float* o) {
+template <class Row>
+S4KV_AVX2 void weighted_sum_avx2(const float* w, const void* rows, int64_t vs, int64_t p0,
+                                 int64_t p1, int64_t d, float* o) {
+  const auto* values = static_cast<const typename Row::T*>(rows);
   int64_t c = 0;
   for (; c + 64 <= d; c += 64) {  // 64 dims in 8 registers across all positions
     __m256 acc[8];
     for (int r = 0; r < 8; ++r) acc[r] = _mm256_loadu_ps(o + c + 8 * r);
     for (int64_t p = p0; p < p1; ++p) {
       const __m256 wp = _mm256_set1_ps(w[p]);
-      const float* v = values + p * d + c;
+      const typename Row::T* v = values + p * vs + c;
       for (int r = 0; r < 8; ++r) {
-        acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(wp, _mm256_loadu_ps(v + 8 * r)));
+        acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(wp, Row::eight(v + 8 * r)));
       }
     }
     for (int r = 0; r < 8; ++r) _mm256_storeu_ps(o + c + 8 * r, acc[r]);
@@ -153,22 +179,38 @@ S4KV_AVX2 void weighted_sum_avx2(const float* w, const float* values, int64_t p0
   for (; c < d; c += 8) {
     __m256 acc = _mm256_loadu_ps(o + c);
     for (int64_t p = p0; p < p1; ++p) {
-      acc = _mm256_add_ps(acc,
-                          _mm256_mul_ps(_mm256_set1_ps(w[p]), _mm256_loadu_ps(values + p * d + c)));
+      acc =
+          _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w[p]), Row::eight(values + p * vs + c)));
     }
     _mm256_storeu_ps(o + c, acc);
   }
 }
 
+// An instruction set's kernels over one row type; rows: const Row::T*.
 struct Kernels {
-  void (*dots4)(const float* const*, int, const float*, int64_t, int64_t, float, float*, int64_t);
-  void (*weighted_sum)(const float*, const float*, int64_t, int64_t, int64_t, float*);
+  void (*dots4)(const float* const* qs, int nq, const void* rows, int64_t row_stride, int64_t n,
+                int64_t d, float scale, float* scores, int64_t stride);
+  void (*weighted_sum)(const float* w, const void* rows, int64_t row_stride, int64_t p0, int64_t p1,
+                       int64_t d, float* o);
 };
 
-Kernels kernels(CpuIsa isa) {
+template <class Row>
+Kernels kernels_of(CpuIsa isa) {
+  return isa == CpuIsa::kScalar ? Kernels{&dots4_scalar<Row>, &weighted_sum_scalar<Row>}
+                                : Kernels{&dots4_avx2<Row>, &weighted_sum_avx2<Row>};
+}
+
+// Rows of dtype (kF32: gathered rows; kBF16 / kF16: the paged 16-bit cache's).
+Kernels kernels(CpuIsa isa, DType dtype) {
   S4KV_CHECK(cpu_supports(isa), "attention: this processor lacks ", cpu_isa_name(isa));
-  return isa == CpuIsa::kScalar ? Kernels{&dots4_scalar, &weighted_sum_scalar}
-                                : Kernels{&dots4_avx2, &weighted_sum_avx2};
+  switch (dtype) {
+    case DType::kBF16:
+      return kernels_of<Half16Row<true>>(isa);
+    case DType::kF16:
+      return kernels_of<Half16Row<false>>(isa);
+    default:
+      return kernels_of<F32Row>(isa);
+  }
 }
 
 // Positions [c0, c1) in chunks of kAttentionChunk.
@@ -177,8 +219,10 @@ void for_chunks(int64_t c0, int64_t c1, F&& f) {
   for (int64_t c = c0; c < c1; c += kAttentionChunk) f(c, std::min(c1, c + kAttentionChunk));
 }
 
-void run_item(const AttentionArgs& a, const KvGatherFn& gather, const Int4BlockRun& run,
+void run_item(const AttentionArgs& a, const KvGatherFn& gather, const KvInPlaceRun& in_place,
               const WorkItem& w) {
+  const Int4BlockRun& run = in_place.int4;
+  const Paged16BitRun& p16 = in_place.paged16;
   const int64_t d = a.head_dim;
   const int64_t q_begin = a.query_start_loc[w.seq];
   const int64_t q_len = a.query_start_loc[w.seq + 1] - q_begin;
@@ -187,8 +231,12 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const Int4BlockR
   const int64_t group = a.num_heads / a.num_kv_heads;
   const int64_t nj = w.j_end - w.j_begin;
   const CpuIsa isa = a.isa.value_or(cpu_isa());
-  const Kernels k = kernels(isa);
+  const Kernels kf = kernels(isa, DType::kF32);
+  const Kernels kp = p16.empty() ? kf : kernels(isa, p16.dtype);
   constexpr int64_t C = kAttentionChunk;
+  S4KV_CHECK(
+      p16.empty() || (run.empty() && (p16.dtype == DType::kBF16 || p16.dtype == DType::kF16)),
+      "attention: a 16-bit run with an int4 run or of dtype ", dtype_name(p16.dtype));
   // Positions [i0, i1) are the int4 run's, read in place; the rest is gathered.
   const int64_t bs = run.empty() ? 0 : run.layout->block_size;
   const int64_t i0 = run.empty() ? 0 : run.first * bs, i1 = run.empty() ? 0 : run.end * bs;
@@ -198,6 +246,25 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const Int4BlockR
   // One chunk of keys or values at a time.
   thread_local std::vector<float> buf;
   buf.resize(static_cast<size_t>(C * d));
+  // f(rows, row stride, kernels, p0, p1) over [c0, c1) cut at p0 < p1: position p's keys
+  // (values) at rows + (p - p0) * row stride. Gathered into buf in one piece, or the 16-bit
+  // cache's rows in place, a piece per block.
+  auto for_rows = [&](int64_t c0, int64_t c1, bool keys, auto f) {
+    if (p16.empty()) {
+      const RotatedValues r = gather(w.seq, w.kv_head, c0, c1, keys ? buf.data() : nullptr,
+                                     keys ? nullptr : buf.data());
+      f(static_cast<const void*>(buf.data()), d, kf, c0, c1);
+      return r;
+    }
+    const int64_t bs16 = p16.block_size;
+    for (int64_t p0 = c0, p1; p0 < c1; p0 = p1) {
+      p1 = std::min(c1, (p0 / bs16 + 1) * bs16);
+      const int64_t slot = p16.table[p0 / bs16] * bs16 + p0 % bs16;
+      f(static_cast<const void*>((keys ? p16.k : p16.v) + slot * p16.slot_elems), p16.slot_elems,
+        kp, p0, p1);
+    }
+    return RotatedValues{};
+  };
   // Scores of every (head of the group, query) over the item's context: row (h, j) at
   // ((h - first head) * nj + j - j_begin) * ctx_end.
   thread_local std::vector<float> scores;
@@ -235,8 +302,25 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const Int4BlockR
   // Keys: the scores, chunk by chunk; the gather says where the rotated values are.
   RotatedValues rot{};
   if (!run.empty() && run.values_rotated) rot = {i0, i1};
+  auto score_rows = [&](const void* rows, int64_t rs, const Kernels& k, int64_t p0, int64_t p1) {
+    for (int64_t hh = 0; hh < group; ++hh) {
+      const int64_t h = w.kv_head * group + hh;
+      for (int64_t j0 = w.j_begin; j0 < w.j_end; j0 += 4) {
+        // Up to 4 queries' scores at once, each over the keys the last of them sees (a query's
+        // scores past its own context are computed and ignored).
+        const int nq = static_cast<int>(std::min<int64_t>(4, w.j_end - j0));
+        const int64_t ctx_max = std::min(p1, seq_len - q_len + j0 + nq);
+        if (ctx_max <= p0) continue;
+        const float* qs[4];
+        for (int r4 = 0; r4 < nq; ++r4) {
+          qs[r4] = a.q.data() + (q_begin + j0 + r4) * a.q_stride + h * d;
+        }
+        k.dots4(qs, nq, rows, rs, ctx_max - p0, d, a.scale, sc_row(hh, j0) + p0, ctx_end);
+      }
+    }
+  };
   auto score_chunk = [&](int64_t c0, int64_t c1) {
-    const RotatedValues r = gather(w.seq, w.kv_head, c0, c1, buf.data(), nullptr);
+    const RotatedValues r = for_rows(c0, c1, true, score_rows);
     S4KV_CHECK(r.begin <= r.end && (r.begin == r.end || (r.begin >= c0 && r.end <= c1)),
                "attention: rotated values [", r.begin, ", ", r.end, ") outside [", c0, ", ", c1,
                ")");
@@ -245,21 +329,6 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const Int4BlockR
                  "attention: rotated values in two runs");
       if (rot.begin == rot.end) rot.begin = r.begin;
       rot.end = r.end;
-    }
-    for (int64_t hh = 0; hh < group; ++hh) {
-      const int64_t h = w.kv_head * group + hh;
-      for (int64_t j0 = w.j_begin; j0 < w.j_end; j0 += 4) {
-        // Up to 4 queries' scores at once, each over the keys the last of them sees (a query's
-        // scores past its own context are computed and ignored).
-        const int nq = static_cast<int>(std::min<int64_t>(4, w.j_end - j0));
-        const int64_t ctx_max = std::min(c1, seq_len - q_len + j0 + nq);
-        if (ctx_max <= c0) continue;
-        const float* qs[4];
-        for (int r4 = 0; r4 < nq; ++r4) {
-          qs[r4] = a.q.data() + (q_begin + j0 + r4) * a.q_stride + h * d;
-        }
-        k.dots4(qs, nq, buf.data(), ctx_max - c0, d, a.scale, sc_row(hh, j0) + c0, ctx_end);
-      }
     }
   };
   for_chunks(0, i0, score_chunk);
@@ -293,22 +362,27 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const Int4BlockR
     for (int64_t j = w.j_begin; j < w.j_end; ++j) std::fill_n(out_row(hh, j), d, 0.0f);
   }
   auto accumulate = [&](int64_t c0, int64_t c1, auto range_of) {
-    // range_of(ctx) -> the part of [0, ctx) this pass sums, {p0, p1}.
-    bool gathered = false;
-    for (int64_t hh = 0; hh < group; ++hh) {
-      for (int64_t j = w.j_begin; j < w.j_end; ++j) {
-        const int64_t ctx = seq_len - q_len + j + 1;
-        for (const auto& [r0, r1] : range_of(ctx)) {
-          const int64_t p0 = std::max(r0, c0), p1 = std::min(r1, c1);
-          if (p0 >= p1) continue;
-          if (!gathered) {
-            gather(w.seq, w.kv_head, c0, c1, nullptr, buf.data());
-            gathered = true;
+    // range_of(ctx) -> the part of [0, ctx) this pass sums, {p0, p1}. for_parts calls
+    // f(p0, p1, hh, j) for each (head, query) and part [p0, p1) of [s0, s1) it sums.
+    auto for_parts = [&](int64_t s0, int64_t s1, auto f) {
+      for (int64_t hh = 0; hh < group; ++hh) {
+        for (int64_t j = w.j_begin; j < w.j_end; ++j) {
+          for (const auto& [r0, r1] : range_of(seq_len - q_len + j + 1)) {
+            const int64_t p0 = std::max(r0, s0), p1 = std::min(r1, s1);
+            if (p0 < p1) f(p0, p1, hh, j);
           }
-          k.weighted_sum(sc_row(hh, j) + c0, buf.data(), p0 - c0, p1 - c0, d, out_row(hh, j));
         }
       }
-    }
+    };
+    bool needed = false;
+    for_parts(c0, c1, [&](int64_t, int64_t, int64_t, int64_t) { needed = true; });
+    if (!needed) return;
+    for_rows(c0, c1, false,
+             [&](const void* rows, int64_t rs, const Kernels& k, int64_t s0, int64_t s1) {
+               for_parts(s0, s1, [&](int64_t p0, int64_t p1, int64_t hh, int64_t j) {
+                 k.weighted_sum(sc_row(hh, j) + s0, rows, rs, p0 - s0, p1 - s0, d, out_row(hh, j));
+               });
+             });
   };
   auto run_values = [&] {
     for_run_blocks([&](const std::byte* block, int64_t) {
@@ -360,11 +434,11 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const Int4BlockR
 }  // namespace
 
 void context_attention_ref(const AttentionArgs& a, const KvGatherFn& gather, ThreadPool* pool) {
-  context_attention(a, gather, Int4RunFn{}, pool);
+  context_attention(a, gather, KvInPlaceRunFn{}, pool);
 }
 
-void context_attention(const AttentionArgs& a, const KvGatherFn& gather, const Int4RunFn& int4_run,
-                       ThreadPool* pool) {
+void context_attention(const AttentionArgs& a, const KvGatherFn& gather,
+                       const KvInPlaceRunFn& in_place, ThreadPool* pool) {
   const auto num_seqs = static_cast<int64_t>(a.seq_lens.size());
   S4KV_CHECK(static_cast<int64_t>(a.query_start_loc.size()) == num_seqs + 1,
              "context_attention: query_start_loc size");
@@ -389,7 +463,7 @@ void context_attention(const AttentionArgs& a, const KvGatherFn& gather, const I
   }
   const auto run = [&](int64_t i) {
     const WorkItem& w = items[static_cast<size_t>(i)];
-    run_item(a, gather, int4_run ? int4_run(w.seq, w.kv_head) : Int4BlockRun{}, w);
+    run_item(a, gather, in_place ? in_place(w.seq, w.kv_head) : KvInPlaceRun{}, w);
   };
   if (pool != nullptr) {
     pool->parallel_for(static_cast<int64_t>(items.size()), run);

@@ -8,7 +8,9 @@
 // Values the gather marks as rotated (RotatedValues) are accumulated apart and rotated back.
 // A cache may instead hand over a run of int4_kivi pool blocks (Int4BlockRun), which attention
 // reads in place (int4_attention.h) with the same operations, so the same bits, as on gathered
-// rows. paged_attention_ref is the 16-bit paged cache's wrapper around it.
+// rows; or a sequence's whole context in a paged 16-bit cache (Paged16BitRun), whose rows the
+// same dot and weighted-sum kernels read in place, widening each element exactly in registers.
+// paged_attention_ref is the 16-bit paged cache's wrapper around it (gathered).
 #pragma once
 
 #include <cstddef>
@@ -61,8 +63,28 @@ struct Int4BlockRun {
   bool empty() const { return first >= end; }
 };
 
+// A sequence's whole context of one kv head in a paged 16-bit cache of one layer (all of its
+// seq_len positions, the step's new tokens included: kv_write ran), read in place, never
+// gathered. Position p's row: head_dim elements at k (v) + slot * slot_elems, slot =
+// table[p / block_size] * block_size + p % block_size. Empty: none.
+struct Paged16BitRun {
+  const uint16_t* k = nullptr;  // the layer's K bits at this kv head's offset
+  const uint16_t* v = nullptr;  // like k
+  int64_t slot_elems = 0;       // num_kv_heads * head_dim
+  int64_t block_size = 0;
+  const int32_t* table = nullptr;  // the sequence's block table (ids checked by the cache)
+  DType dtype = DType::kBF16;      // kBF16 or kF16
+  bool empty() const { return k == nullptr; }
+};
+
+// What attention reads in place for one (sequence, kv head); at most one of them non-empty.
+struct KvInPlaceRun {
+  Int4BlockRun int4;
+  Paged16BitRun paged16;
+};
+
 // Sequence seq's run for kv head kv_head. Called from pool threads concurrently: read-only.
-using Int4RunFn = std::function<Int4BlockRun(int64_t seq, int64_t kv_head)>;
+using KvInPlaceRunFn = std::function<KvInPlaceRun(int64_t seq, int64_t kv_head)>;
 
 inline constexpr int64_t kAttentionChunk = 256;
 
@@ -89,11 +111,11 @@ struct AttentionArgs {
 // position order.
 void context_attention_ref(const AttentionArgs& args, const KvGatherFn& gather, ThreadPool* pool);
 
-// The same with the int4 pool blocks that int4_run names read in place (never gathered); every
-// other position is gathered as above. The same bits as context_attention_ref over a gather
-// that dequantizes those blocks (int4_dequant.h) and rotates their keys (rope_rotate).
+// The same with what in_place names read in place (never gathered); every other position is
+// gathered as above. The same bits as context_attention_ref over a gather that dequantizes the
+// int4 blocks (int4_dequant.h) and rotates their keys (rope_rotate), or widens the 16-bit rows.
 void context_attention(const AttentionArgs& args, const KvGatherFn& gather,
-                       const Int4RunFn& int4_run, ThreadPool* pool);
+                       const KvInPlaceRunFn& in_place, ThreadPool* pool);
 
 struct PagedAttentionArgs {
   std::span<const float> q;  // [num_tokens, q_stride] fp32, heads first: num_heads * head_dim

@@ -118,10 +118,11 @@ void CpuBackend::attention_block(const ForwardBatch& batch, int64_t layer) {
                                 float* v) {
     return cache_->gather_range(layer, batch, seq, kv_head, begin, end, k, v);
   };
-  const Int4RunFn int4_run = [&](int64_t seq, int64_t kv_head) {
-    return cache_->int4_run(layer, batch, seq, kv_head);
+  const KvInPlaceRunFn in_place = [&](int64_t seq, int64_t kv_head) {
+    return KvInPlaceRun{cache_->int4_run(layer, batch, seq, kv_head),
+                        cache_->paged16_run(layer, batch, seq, kv_head)};
   };
-  context_attention(args, gather, int4_run, &pool_);
+  context_attention(args, gather, in_place, &pool_);
   cache_->commit(layer, batch, &pool_);
 
   linear(attn, w.o_proj, {}, x, /*accumulate=*/true, &pool_);

@@ -42,6 +42,26 @@ class Paged16BitKvCache final : public CpuKvCache {
     return {};
   }
 
+  Paged16BitRun paged16_run(int64_t layer, const ForwardBatch& batch, int64_t seq,
+                            int64_t kv_head) const override {
+    const KvCacheShape& s = cache_.shape();
+    S4KV_CHECK(layer >= 0 && layer < s.num_layers && kv_head >= 0 && kv_head < s.num_kv_heads,
+               "16-bit paged16_run: layer ", layer, " head ", kv_head);
+    const int32_t* table = table_of(batch, seq);
+    const int64_t num_blocks_used = (batch.seq_lens[seq] + s.block_size - 1) / s.block_size;
+    S4KV_CHECK(num_blocks_used <= batch.max_num_blocks_per_seq, "16-bit paged16_run: seq ", seq);
+    for (int64_t i = 0; i < num_blocks_used; ++i) {
+      S4KV_CHECK(table[i] >= 0 && table[i] < s.num_blocks, "16-bit paged16_run: block id ",
+                 table[i]);
+    }
+    return {.k = cache_.k(layer).data() + kv_head * s.head_dim,
+            .v = cache_.v(layer).data() + kv_head * s.head_dim,
+            .slot_elems = s.slot_elems(),
+            .block_size = s.block_size,
+            .table = table,
+            .dtype = s.dtype};
+  }
+
   int64_t num_bytes() const override { return cache_.num_bytes(); }
   KvStorageView storage(int64_t layer) const override {
     return {.k = std::as_bytes(cache_.k(layer)), .v = std::as_bytes(cache_.v(layer))};

@@ -1,10 +1,11 @@
 // The CPU backend's KV cache of any --kv-cache-dtype, as the forward recipe sees it: per layer,
 // kv_write stores the step's new keys (after RoPE) and values, attention gathers each
-// sequence's context as fp32 rows, and kv_commit runs after the layer's attention (int4_kivi:
-// quantize the blocks that filled, keep the tail 16-bit). One implementation per dtype, chosen
-// once by make_cpu_kv_cache (the one dtype switch). docs/kv-format.md "The CPU backend" has the
-// step order and what each dtype stores. Engine thread only, except gather (pool threads,
-// read-only). Memory is allocated at construction; the engine owns which blocks are live.
+// sequence's context as fp32 rows (or reads what paged16_run / int4_run name in place), and
+// kv_commit runs after the layer's attention (int4_kivi: quantize the blocks that filled, keep the
+// tail 16-bit). One implementation per dtype, chosen once by make_cpu_kv_cache (the one dtype
+// switch). docs/kv-format.md "The CPU backend" has the step order and what each dtype stores.
+// Engine thread only, except gather (pool threads, read-only). Memory is allocated at construction;
+// the engine owns which blocks are live.
 #pragma once
 
 #include <cstdint>
@@ -65,6 +66,13 @@ class CpuKvCache {
   // dtypes. Thread-safe.
   virtual Int4BlockRun int4_run(int64_t layer, const ForwardBatch& batch, int64_t seq,
                                 int64_t kv_head) const {
+    (void)layer, (void)batch, (void)seq, (void)kv_head;
+    return {};
+  }
+  // The same for a paged 16-bit cache: the sequence's whole context. Empty for other dtypes.
+  // Thread-safe.
+  virtual Paged16BitRun paged16_run(int64_t layer, const ForwardBatch& batch, int64_t seq,
+                                    int64_t kv_head) const {
     (void)layer, (void)batch, (void)seq, (void)kv_head;
     return {};
   }
