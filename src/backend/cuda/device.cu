@@ -14,26 +14,32 @@ int device_count() {
   return n;
 }
 
-std::string device_description() {
-  if (device_count() == 0) return {};
-  cudaDeviceProp prop{};
+namespace {
+
+// Device 0's properties; false when there is no device.
+bool device0_properties(cudaDeviceProp& prop) {
+  if (device_count() == 0) return false;
   S4KV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  return true;
+}
+
+}  // namespace
+
+std::string device_description() {
+  cudaDeviceProp prop{};
+  if (!device0_properties(prop)) return {};
   return std::string(prop.name) + " (sm_" + std::to_string(prop.major * 10 + prop.minor) + ", " +
          std::to_string(prop.totalGlobalMem >> 30) + " GiB)";
 }
 
 std::string device_name() {
-  if (device_count() == 0) return {};
   cudaDeviceProp prop{};
-  S4KV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  return prop.name;
+  return device0_properties(prop) ? std::string(prop.name) : std::string();
 }
 
 int64_t device_total_memory() {
-  if (device_count() == 0) return 0;
   cudaDeviceProp prop{};
-  S4KV_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  return static_cast<int64_t>(prop.totalGlobalMem);
+  return device0_properties(prop) ? static_cast<int64_t>(prop.totalGlobalMem) : 0;
 }
 
 int device_sm_count() {
