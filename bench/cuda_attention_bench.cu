@@ -180,6 +180,7 @@ int run(int argc, char** argv) {
           ds.ring = int4 ? ring : 1;
           ds.num_kv_heads = sh.kv_heads;
           ds.num_sms = num_sms;
+          ds.blocks_per_sm = decode_blocks_per_sm(ds.cache, B, int4 ? Gv : 128);
           DecodePlan plan;
           plan_attention(fb, ds, true, plan);
 

@@ -31,6 +31,7 @@ DecodeShape decode_shape(const model::ModelConfig& c, const KvCacheConfig& kv, i
   d.ring = 1 + static_cast<int>(kv.num_window_blocks);
   d.num_kv_heads = static_cast<int>(c.num_key_value_heads);
   d.num_sms = std::max(1, num_sms);
+  d.blocks_per_sm = std::max(1, decode_blocks_per_sm(kv.dtype, d.block_size, kv.value_group_size));
   return d;
 }
 

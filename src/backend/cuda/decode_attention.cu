@@ -244,8 +244,9 @@ __global__ void __launch_bounds__(kRowWarps * 32)
       group, kD);
 }
 
+// The row kernel for F with its shared memory attribute set (once): its shared memory bytes.
 template <RowFormat F>
-void launch_rows(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream) {
+int configured_rows_kernel() {
   constexpr int kSmem = rows_smem_bytes<F>();
   static_assert(kSmem >= (kRowWarps * 8 * kD + kRowWarps * 8 * 6) * 4, "epilogue");
   static const bool attribute_set = [] {
@@ -254,37 +255,94 @@ void launch_rows(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_
     return true;
   }();
   (void)attribute_set;
+  return kSmem;
+}
+
+template <RowFormat F>
+void launch_rows(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream) {
+  const int smem = configured_rows_kernel<F>();
   const dim3 grid(static_cast<unsigned>(d.num_items - d.num_int4_items),
                   static_cast<unsigned>(a.num_kv_heads));
-  decode_rows_kernel<F><<<grid, kRowWarps * 32, kSmem, stream>>>(a, d);
+  decode_rows_kernel<F><<<grid, kRowWarps * 32, smem, stream>>>(a, d);
+}
+
+template <RowFormat F>
+int rows_blocks_per_sm() {
+  static const int blocks = [] {
+    const int smem = configured_rows_kernel<F>();
+    int n = 0;
+    S4KV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_rows_kernel<F>,
+                                                                  kRowWarps * 32, smem));
+    return n;
+  }();
+  return blocks;
 }
 
 // ---- merge --------------------------------------------------------------------------------
 
+// The maximum (kMax) or the sum of v over the block's kD threads, in every thread.
+template <bool kMax>
+__device__ float block_reduce(float v, float* scratch) {
+  for (int o = 16; o > 0; o /= 2) {
+    const float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = kMax ? fmaxf(v, w) : v + w;
+  }
+  __syncthreads();  // scratch is free
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = scratch[0];
+#pragma unroll
+  for (int w = 1; w < kD / 32; ++w) v = kMax ? fmaxf(v, scratch[w]) : v + scratch[w];
+  return v;
+}
+
+// One thread block of kD threads per (sequence, query head): the items' maxima and weights
+// computed kD items at a time (a thread each), then each thread sums its channel over them.
 template <typename T>
 __global__ void __launch_bounds__(kD) decode_merge_kernel(PagedAttentionArgs a, DecodeLaunch d) {
   __shared__ float row[kD];
+  __shared__ float weight[kD];
+  __shared__ float scratch[kD / 32];
   const DecodeSeq sq = d.seqs[blockIdx.x];
   const int h = blockIdx.y, c = threadIdx.x;
   const int group = a.num_heads / a.num_kv_heads, g = h / group, hh = h % group;
-  auto part = [&](int item) {
+  const int n4 = sq.int4_end - sq.int4_begin, n = n4 + sq.rows_end - sq.rows_begin;
+  auto part = [&](int j) {  // the sequence's j-th item: its int4 items, then its row items
+    const int item = j < n4 ? sq.int4_begin + j : sq.rows_begin + (j - n4);
     return d.partials +
            ((static_cast<int64_t>(item) * a.num_kv_heads + g) * group + hh) * kDecodePartialFloats;
   };
   float mx = -INFINITY;
-  for (int it = sq.int4_begin; it < sq.int4_end; ++it) mx = fmaxf(mx, part(it)[0]);
-  for (int it = sq.rows_begin; it < sq.rows_end; ++it) mx = fmaxf(mx, part(it)[0]);
+  for (int j = c; j < n; j += kD) mx = fmaxf(mx, part(j)[0]);
+  mx = block_reduce<true>(mx, scratch);
+  // int4_kivi v2's pool values are in the Hadamard domain: summed apart.
   float plain = 0.0f, had = 0.0f, sum = 0.0f;
-  auto add = [&](int it, float& into) {
-    const float* p = part(it);
-    if (p[0] == -INFINITY) return;
-    const float f = fast_exp2(p[0] - mx);
-    sum += f * p[1];
-    into += f * p[2 + c];
-  };
-  // int4_kivi v2's pool values are in the Hadamard domain.
-  for (int it = sq.int4_begin; it < sq.int4_end; ++it) add(it, a.value_hadamard ? had : plain);
-  for (int it = sq.rows_begin; it < sq.rows_end; ++it) add(it, plain);
+  for (int j0 = 0; j0 < n; j0 += kD) {
+    float f = 0.0f;
+    if (j0 + c < n) {
+      const float* p = part(j0 + c);
+      if (p[0] != -INFINITY) {
+        f = fast_exp2(p[0] - mx);
+        sum += f * p[1];
+      }
+    }
+    __syncthreads();  // the previous round's weights are read
+    weight[c] = f;
+    __syncthreads();
+    const int m = min(kD, n - j0);
+#pragma unroll 4
+    for (int k = 0; k < m; ++k) {
+      const float w = weight[k];
+      if (w == 0.0f) continue;  // an item without positions (the same for every thread)
+      const float v = w * part(j0 + k)[2 + c];
+      if (j0 + k < n4 && a.value_hadamard) {
+        had += v;
+      } else {
+        plain += v;
+      }
+    }
+  }
+  sum = block_reduce<false>(sum, scratch);
   float o = plain / sum;
   if (a.value_hadamard) {  // uniform over the block
     row[c] = had / sum;
@@ -308,12 +366,76 @@ bool decode_kernels_support(int num_heads, int num_kv_heads, const PagedAttentio
   return true;
 }
 
+namespace {
+
+// Thread blocks a KV head's items get in one wave over the device.
+int64_t items_per_wave(const DecodeShape& shape) {
+  return std::max<int64_t>(
+      1, int64_t{shape.num_sms} * std::max(1, shape.blocks_per_sm) / shape.num_kv_heads);
+}
+
+// The split of decode contexts of n[s] blocks into items of `chunk` blocks (none shorter than
+// kMinItemPositions but a context's last): the chunk that ends soonest when the items fill one
+// or two whole waves (a wave: `wave` items), counting kMinItemPositions of fixed cost an item;
+// when the contexts outnumber two waves, items of total / (2 waves) blocks.
+constexpr int64_t kMinItemPositions = 64;  // one tile of the row kernel
+int64_t split_chunk(const std::vector<int64_t>& n, int64_t B, int64_t wave) {
+  const int64_t min_chunk = std::max<int64_t>(1, (kMinItemPositions + B - 1) / B);
+  const int64_t longest = std::max<int64_t>(min_chunk, *std::max_element(n.begin(), n.end()));
+  auto items = [&](int64_t chunk) {
+    int64_t k = 0;
+    for (const int64_t x : n) k += (x + chunk - 1) / chunk;
+    return k;
+  };
+  int64_t best = 0, best_cost = 0;
+  for (int64_t waves = 1; waves <= 2; ++waves) {
+    if (items(longest) > waves * wave) continue;
+    int64_t lo = min_chunk, hi = longest;  // the least chunk whose items fit
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (items(mid) <= waves * wave) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    const int64_t cost = waves * (lo * B + kMinItemPositions);
+    if (best == 0 || cost < best_cost) {
+      best = lo;
+      best_cost = cost;
+    }
+  }
+  if (best > 0) return best;
+  int64_t total = 0;
+  for (const int64_t x : n) total += x;
+  return std::max(min_chunk, (total + 2 * wave - 1) / (2 * wave));
+}
+
+}  // namespace
+
+int decode_blocks_per_sm(kv::KvCacheDtype cache, int block_size, int64_t value_group_size) {
+  switch (cache) {
+    case kv::KvCacheDtype::kInt4Kivi: {
+      const bool served =
+          (block_size == 32 || block_size == 64 || block_size == 128) &&
+          (value_group_size == 32 || value_group_size == 64 || value_group_size == 128);
+      return served ? int4_blocks_per_sm(block_size, static_cast<int>(kD / value_group_size))
+                    : DecodeShape{}.blocks_per_sm;
+    }
+    case kv::KvCacheDtype::kFp8E4M3:
+      return rows_blocks_per_sm<RowFormat::kFp8>();
+    default:
+      return rows_blocks_per_sm<RowFormat::kBf16>();  // kF16: the same shared memory
+  }
+}
+
 DecodeCapacity decode_capacity(int64_t num_seqs, const DecodeShape& shape) {
-  // plan_attention: at most target + one per sequence of split items (int4 items, or the row
-  // items of the other formats), plus two row items per int4_kivi sequence.
-  const int64_t target = (4 * int64_t{shape.num_sms} + shape.num_kv_heads - 1) / shape.num_kv_heads;
-  if (shape.cache == kv::KvCacheDtype::kInt4Kivi) return {target + num_seqs, 2 * num_seqs};
-  return {0, target + num_seqs};
+  // plan_attention: at most two waves of split items or, past that, two waves + one per
+  // sequence (int4 items, or the row items of the other formats), plus two row items per
+  // int4_kivi sequence.
+  const int64_t split = 2 * items_per_wave(shape) + num_seqs;
+  if (shape.cache == kv::KvCacheDtype::kInt4Kivi) return {split, 2 * num_seqs};
+  return {0, split};
 }
 
 int64_t max_decode_items(int64_t max_num_seqs, const DecodeShape& shape) {
@@ -340,7 +462,6 @@ void plan_attention(const ForwardBatch& b, const DecodeShape& shape, bool decode
     }
   }
   std::vector<int64_t> main_blocks;  // per decode sequence: blocks of its main range
-  int64_t total = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {
     const int32_t q0 = b.query_start_loc[s], q1 = b.query_start_loc[s + 1];
     if (!decode || q1 - q0 != 1) {
@@ -354,13 +475,9 @@ void plan_attention(const ForwardBatch& b, const DecodeShape& shape, bool decode
       n = pool_end > 0 && table[0] >= shape.num_pool_blocks ? pool_end - 1 : pool_end;
     }
     main_blocks.push_back(n);
-    total += n;
   }
   if (main_blocks.empty()) return;
-  // Items of `chunk` blocks: about four thread blocks per multiprocessor in all, none shorter
-  // than 256 positions.
-  const int64_t target = (4 * int64_t{shape.num_sms} + shape.num_kv_heads - 1) / shape.num_kv_heads;
-  const int64_t chunk = std::max<int64_t>({1, (256 + B - 1) / B, (total + target - 1) / target});
+  const int64_t chunk = split_chunk(main_blocks, B, items_per_wave(shape));
   std::vector<DecodeItem> rows;
   size_t d = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {

@@ -50,7 +50,13 @@ struct DecodeShape {
   int ring = 1;                 // int4_kivi: residual ring blocks (1 + window blocks)
   int num_kv_heads = 0;
   int num_sms = 0;  // the device's multiprocessors: how finely contexts split
+  // Thread blocks of the split items' kernel (int4_kivi: the int4 kernel; else the row kernel)
+  // resident on one multiprocessor at once: a wave is num_sms * blocks_per_sm blocks.
+  int blocks_per_sm = 4;
 };
+
+// blocks_per_sm of a device and cache (the occupancy of the kernel that runs the split items).
+int decode_blocks_per_sm(kv::KvCacheDtype cache, int block_size, int64_t value_group_size);
 
 // The host's plan of a step's attention rows.
 struct DecodePlan {

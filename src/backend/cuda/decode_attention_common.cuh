@@ -211,5 +211,7 @@ __device__ inline void load_query(const PagedAttentionArgs& a, int token, int g,
 
 // The int4_kivi kernel's launch for the step's int4 items (decode_int4.cu).
 void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream);
+// Resident thread blocks a multiprocessor of the int4 kernel for a block size and value groups.
+int int4_blocks_per_sm(int block_size, int value_groups);
 
 }  // namespace s4kv::backend::cuda::decode_detail

@@ -298,8 +298,9 @@ __global__ void __launch_bounds__(kWarps * 32, kInt4MinBlocks)
                         group, kD / kG);
 }
 
+// The kernel for kWarps and kG with its attributes set (once): its shared memory bytes.
 template <int kWarps, int kG>
-void launch_int4_groups(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream) {
+int configured_int4_kernel() {
   constexpr int kSmem = int4_smem_bytes<kWarps, kG>();
   static const bool attribute_set = [] {
     S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_int4_kernel<kWarps, kG>,
@@ -312,46 +313,68 @@ void launch_int4_groups(const PagedAttentionArgs& a, const DecodeLaunch& d, cuda
     return true;
   }();
   (void)attribute_set;
-  constexpr int kBlockBytes = int4_block_bytes<kWarps * 16, kG>();
-  S4KV_CHECK(static_cast<int>(a.layout.block_bytes) == kBlockBytes,
-             "decode attention: int4_kivi block of ", a.layout.block_bytes, " bytes");
-  const dim3 grid(static_cast<unsigned>(d.num_int4_items), static_cast<unsigned>(a.num_kv_heads));
-  decode_int4_kernel<kWarps, kG><<<grid, kWarps * 32, kSmem, stream>>>(a, d);
+  return kSmem;
 }
 
-template <int kWarps>
-void launch_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream) {
-  switch (a.layout.num_value_groups()) {
-    case 1:
-      launch_int4_groups<kWarps, 1>(a, d, stream);
+// f.template operator()<kWarps, kG>() for a block size and a count of value groups.
+template <typename F>
+void with_int4_kernel(int block_size, int value_groups, F&& f) {
+  auto groups = [&]<int kWarps>() {
+    switch (value_groups) {
+      case 1:
+        f.template operator()<kWarps, 1>();
+        break;
+      case 2:
+        f.template operator()<kWarps, 2>();
+        break;
+      case 4:
+        f.template operator()<kWarps, 4>();
+        break;
+      default:
+        S4KV_CHECK(false, "decode attention: ", value_groups, " value groups");
+    }
+  };
+  switch (block_size) {
+    case 32:
+      groups.template operator()<2>();
       break;
-    case 2:
-      launch_int4_groups<kWarps, 2>(a, d, stream);
+    case 64:
+      groups.template operator()<4>();
       break;
-    case 4:
-      launch_int4_groups<kWarps, 4>(a, d, stream);
+    case 128:
+      groups.template operator()<8>();
       break;
     default:
-      S4KV_CHECK(false, "decode attention: ", a.layout.num_value_groups(), " value groups");
+      S4KV_CHECK(false, "decode attention: int4_kivi block size ", block_size);
   }
 }
 
 }  // namespace
 
 void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream) {
-  switch (a.block_size) {
-    case 32:
-      launch_int4<2>(a, d, stream);
-      break;
-    case 64:
-      launch_int4<4>(a, d, stream);
-      break;
-    case 128:
-      launch_int4<8>(a, d, stream);
-      break;
-    default:
-      S4KV_CHECK(false, "decode attention: int4_kivi block size ", a.block_size);
-  }
+  with_int4_kernel(a.block_size, a.layout.num_value_groups(), [&]<int kWarps, int kG>() {
+    const int smem = configured_int4_kernel<kWarps, kG>();
+    constexpr int kBlockBytes = int4_block_bytes<kWarps * 16, kG>();
+    S4KV_CHECK(static_cast<int>(a.layout.block_bytes) == kBlockBytes,
+               "decode attention: int4_kivi block of ", a.layout.block_bytes, " bytes");
+    const dim3 grid(static_cast<unsigned>(d.num_int4_items), static_cast<unsigned>(a.num_kv_heads));
+    decode_int4_kernel<kWarps, kG><<<grid, kWarps * 32, smem, stream>>>(a, d);
+  });
+}
+
+int int4_blocks_per_sm(int block_size, int value_groups) {
+  int blocks = 0;
+  with_int4_kernel(block_size, value_groups, [&]<int kWarps, int kG>() {
+    static const int n = [] {
+      const int smem = configured_int4_kernel<kWarps, kG>();
+      int r = 0;
+      S4KV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &r, decode_int4_kernel<kWarps, kG>, kWarps * 32, smem));
+      return r;
+    }();
+    blocks = n;
+  });
+  return blocks;
 }
 
 }  // namespace s4kv::backend::cuda::decode_detail
