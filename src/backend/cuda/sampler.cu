@@ -1,11 +1,15 @@
 #include "backend/cuda/sampler.h"
 
+#include <cooperative_groups.h>
+
 #include <cub/block/block_reduce.cuh>
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string_view>
 
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
@@ -13,7 +17,10 @@
 namespace s4kv::backend::cuda {
 namespace {
 
-constexpr int kThreads = 1024;  // one block per row
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 1024;     // threads of a block
+constexpr int kClusterBlocks = 8;  // blocks of a row on sm_90: one thread block cluster
 constexpr int kWarps = kThreads / 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -69,101 +76,204 @@ __device__ float from_key(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) != 0 ? (k & 0x7fffffffu) : ~k);
 }
 
+template <int kCl>
 struct Shared {
   union {
     cub::BlockReduce<double, kThreads>::TempStorage dsum;
     cub::BlockReduce<int, kThreads>::TempStorage isum;
     cub::BlockReduce<Best, kThreads>::TempStorage best;
   } tmp;
-  double ranges[kWarps];  // the draw's per-warp sums
+  // Each block's part of a reduction, double-buffered by the reductions' parity: the next
+  // reduction's barrier orders every block's reads of a buffer before its next write.
+  double dpart[2];
+  int ipart[2];
+  Best bpart[2];
+  double ranges[kWarps];            // the draw: this block's warps' sums
+  double all_ranges[kWarps * kCl];  // the draw: every warp's sum of the row, gathered
   double d;
   int i;
   Best b;
 };
 
-// Block-wide reductions over 0..n-1, every thread calling with the same arguments; each thread
-// sums its own indices in order, then a fixed tree: the same result on every run.
-template <class F>
-__device__ double block_sum(Shared& s, int64_t n, F f) {
-  double acc = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) acc += f(i);
-  const double r = cub::BlockReduce<double, kThreads>(s.tmp.dsum).Sum(acc);
-  if (threadIdx.x == 0) s.d = r;
-  __syncthreads();
-  const double out = s.d;
-  __syncthreads();
-  return out;
-}
+// A row's kCl blocks of kThreads (kCl > 1: one thread block cluster, sm_90 only); thread t of
+// block `rank` is the row's thread rank * kThreads + t. Reductions over 0..n-1: each thread sums
+// its own indices in order, its block reduces in a fixed tree, the blocks' parts are combined in
+// rank order: the same result on every run and in every block. Every block of a row makes the
+// same reductions in the same order (control flow depends only on the row's settings and on
+// reduction results).
+template <int kCl>
+struct RowCtx {
+  static constexpr int kSpan = kThreads * kCl;  // threads of a row
+  Shared<kCl>& s;
+  unsigned rank;
+  int64_t first;  // the row's thread index
+  int parity = 0;
 
-template <class F>
-__device__ int block_count(Shared& s, int64_t n, F f) {
-  int acc = 0;
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) acc += f(i) ? 1 : 0;
-  const int r = cub::BlockReduce<int, kThreads>(s.tmp.isum).Sum(acc);
-  if (threadIdx.x == 0) s.i = r;
-  __syncthreads();
-  const int out = s.i;
-  __syncthreads();
-  return out;
-}
-
-// f(i) -> Best (id < 0: not eligible).
-template <class F>
-__device__ Best block_best(Shared& s, int64_t n, F f) {
-  Best acc{0.0f, -1};
-  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
-    const Best c = f(i);
-    if (better(c, acc)) acc = c;
+  // Every thread of the row's blocks; their shared and global writes before it are seen after.
+  __device__ void sync() const {
+    if constexpr (kCl == 1) {
+      __syncthreads();
+    } else {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+      cg::this_cluster().sync();
+#else
+      __trap();  // never launched below sm_90 (CudaSampler takes one block a row there)
+#endif
+    }
   }
-  const Best r = cub::BlockReduce<Best, kThreads>(s.tmp.best).Reduce(acc, BestOp());
-  if (threadIdx.x == 0) s.b = r;
+  // p, an address in this block's shared memory, in block b's.
+  template <class T>
+  __device__ T* remote(T* p, unsigned b) const {
+    if constexpr (kCl == 1) {
+      return p;
+    } else {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+      return cg::this_cluster().map_shared_rank(p, b);
+#else
+      __trap();
+      return p;
+#endif
+    }
+  }
+};
+
+template <int kCl>
+__device__ unsigned rank_in_row() {
+  if constexpr (kCl == 1) {
+    return 0;
+  } else {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+    return cg::this_cluster().block_rank();
+#else
+    __trap();
+    return 0;
+#endif
+  }
+}
+
+template <int kCl, class F>
+__device__ double block_sum(RowCtx<kCl>& c, int64_t n, F f) {
+  double acc = 0.0;
+  for (int64_t i = c.first; i < n; i += c.kSpan) acc += f(i);
+  const double r = cub::BlockReduce<double, kThreads>(c.s.tmp.dsum).Sum(acc);
+  c.parity ^= 1;
+  if (threadIdx.x == 0) c.s.dpart[c.parity] = r;
+  c.sync();
+  if (threadIdx.x == 0) {
+    double t = 0.0;
+    for (unsigned b = 0; b < kCl; ++b) t += *c.remote(&c.s.dpart[c.parity], b);
+    c.s.d = t;
+  }
   __syncthreads();
-  const Best out = s.b;
+  const double out = c.s.d;
   __syncthreads();
   return out;
 }
 
+template <int kCl, class F>
+__device__ int block_count(RowCtx<kCl>& c, int64_t n, F f) {
+  int acc = 0;
+  for (int64_t i = c.first; i < n; i += c.kSpan) acc += f(i) ? 1 : 0;
+  const int r = cub::BlockReduce<int, kThreads>(c.s.tmp.isum).Sum(acc);
+  c.parity ^= 1;
+  if (threadIdx.x == 0) c.s.ipart[c.parity] = r;
+  c.sync();
+  if (threadIdx.x == 0) {
+    int t = 0;
+    for (unsigned b = 0; b < kCl; ++b) t += *c.remote(&c.s.ipart[c.parity], b);
+    c.s.i = t;
+  }
+  __syncthreads();
+  const int out = c.s.i;
+  __syncthreads();
+  return out;
+}
+
+// f(i) -> Best (id < 0: not eligible). Over the row's threads' own values when n is the row's
+// thread count and f ignores i (the draw's hits).
+template <int kCl, class F>
+__device__ Best block_best(RowCtx<kCl>& c, int64_t n, F f) {
+  Best acc{0.0f, -1};
+  for (int64_t i = c.first; i < n; i += c.kSpan) {
+    const Best x = f(i);
+    if (better(x, acc)) acc = x;
+  }
+  const Best r = cub::BlockReduce<Best, kThreads>(c.s.tmp.best).Reduce(acc, BestOp());
+  c.parity ^= 1;
+  if (threadIdx.x == 0) c.s.bpart[c.parity] = r;
+  c.sync();
+  if (threadIdx.x == 0) {
+    Best t{0.0f, -1};
+    for (unsigned b = 0; b < kCl; ++b) {
+      const Best x = *c.remote(&c.s.bpart[c.parity], b);
+      if (better(x, t)) t = x;
+    }
+    c.s.b = t;
+  }
+  __syncthreads();
+  const Best out = c.s.b;
+  __syncthreads();
+  return out;
+}
+
+// One row per kCl blocks (kCl > 1: a thread block cluster of that size, launched with the
+// cluster attribute). Block `rank` owns the ids i with (i % kSpan) / kThreads == rank: it writes
+// them in the processed row (so no 128-byte line of it is written by two blocks) and its
+// threads' strided loops read only them; the draw, which walks id ranges, reads the others'
+// after a barrier of the row.
+template <int kCl>
 __global__ void __launch_bounds__(kThreads)
     sample_rows(const RowParams* params, const int32_t* ids, const float* values,
                 const float* logits, float* work, int64_t vocab, RowResult* results) {
-  __shared__ Shared s;
-  const RowParams p = params[blockIdx.x];
-  const float* raw = logits + blockIdx.x * vocab;
-  float* w = work + blockIdx.x * vocab;
+  constexpr int kSpan = kThreads * kCl;
+  constexpr int kRowWarps = kWarps * kCl;
+  __shared__ Shared<kCl> s;
+  const unsigned rank = rank_in_row<kCl>();
   const int tid = static_cast<int>(threadIdx.x);
+  RowCtx<kCl> rc{s, rank, static_cast<int64_t>(rank) * kThreads + tid};
+  const int64_t row = blockIdx.x / kCl;
+  const RowParams p = params[row];
+  const float* raw = logits + row * vocab;
+  float* w = work + row * vocab;
+  const auto owned = [&](int32_t t) { return (t % kSpan) / kThreads == static_cast<int>(rank); };
 
   // The processed row: bias, min_tokens mask, penalties, each rounded as the reference does.
-  for (int64_t i = tid; i < vocab; i += kThreads) w[i] = raw[i];
+  for (int64_t i = rc.first; i < vocab; i += kSpan) w[i] = raw[i];
   __syncthreads();
   if (tid == 0) {  // in list order, as the reference (an id listed twice gets both)
     for (int j = 0; j < p.bias_count; ++j) {
       const int32_t t = ids[p.bias_begin + j];
-      w[t] = __fadd_rn(w[t], values[p.bias_begin + j]);
+      if (owned(t)) w[t] = __fadd_rn(w[t], values[p.bias_begin + j]);
     }
   }
   __syncthreads();
-  for (int j = tid; j < p.mask_count; j += kThreads) w[ids[p.mask_begin + j]] = kNegInf;
+  for (int j = tid; j < p.mask_count; j += kThreads) {
+    const int32_t t = ids[p.mask_begin + j];
+    if (owned(t)) w[t] = kNegInf;
+  }
   __syncthreads();
   for (int j = tid; j < p.repeat_count; j += kThreads) {  // distinct ids
     const int32_t t = ids[p.repeat_begin + j];
+    if (!owned(t)) continue;
     const float x = w[t];
     w[t] = x > 0.0f ? __fdiv_rn(x, p.repetition_penalty) : __fmul_rn(x, p.repetition_penalty);
   }
   __syncthreads();
   for (int j = tid; j < p.count_count; j += kThreads) {  // distinct ids, values: counts
     const int32_t t = ids[p.count_begin + j];
+    if (!owned(t)) continue;
     w[t] = __fsub_rn(w[t], __fadd_rn(__fmul_rn(p.frequency_penalty, values[p.count_begin + j]),
                                      p.presence_penalty));
   }
-  __syncthreads();
+  rc.sync();  // the whole processed row, for the draw's ranges
 
   const auto all = [&](int64_t i) { return Best{w[i], static_cast<int32_t>(i)}; };
   int32_t token = -1;
   if (p.greedy != 0) {
-    token = block_best(s, vocab, all).id;
+    token = block_best(rc, vocab, all).id;
   } else {
-    const int num_candidates = block_count(s, vocab, [&](int64_t i) { return w[i] > kNegInf; });
-    const Best top = block_best(s, vocab, all);
+    const int num_candidates = block_count(rc, vocab, [&](int64_t i) { return w[i] > kNegInf; });
+    const Best top = block_best(rc, vocab, all);
     if (num_candidates == 0) {
       token = top.id;  // everything masked: the plain argmax, as the reference
     } else {
@@ -177,7 +287,7 @@ __global__ void __launch_bounds__(kThreads)
         while (hi - lo > 1) {
           const uint64_t mid = (lo + hi) / 2;
           const int c = block_count(
-              s, vocab, [&](int64_t i) { return w[i] > kNegInf && order_key(w[i]) >= mid; });
+              rc, vocab, [&](int64_t i) { return w[i] > kNegInf && order_key(w[i]) >= mid; });
           if (c >= p.top_k) {
             lo = mid;
           } else {
@@ -200,12 +310,12 @@ __global__ void __launch_bounds__(kThreads)
       int32_t id_cut = INT_MAX;
       if (use_p) {
         const double total =
-            block_sum(s, vocab, [&](int64_t i) { return kept_k(i) ? prob(w[i]) : 0.0; });
+            block_sum(rc, vocab, [&](int64_t i) { return kept_k(i) ? prob(w[i]) : 0.0; });
         const double target = p.top_p * total;
         uint64_t lo = 0, hi = uint64_t{1} << 32;
         while (hi - lo > 1) {
           const uint64_t mid = (lo + hi) / 2;
-          const double g = block_sum(s, vocab, [&](int64_t i) {
+          const double g = block_sum(rc, vocab, [&](int64_t i) {
             return kept_k(i) && order_key(w[i]) >= mid ? prob(w[i]) : 0.0;
           });
           if (g >= target) {
@@ -215,11 +325,11 @@ __global__ void __launch_bounds__(kThreads)
           }
         }
         cut = static_cast<uint32_t>(lo);
-        const double above = block_sum(s, vocab, [&](int64_t i) {
+        const double above = block_sum(rc, vocab, [&](int64_t i) {
           return kept_k(i) && order_key(w[i]) > cut ? prob(w[i]) : 0.0;
         });
         const auto at_cut = [&](int64_t i) { return kept_k(i) && order_key(w[i]) == cut; };
-        const int num_at_cut = block_count(s, vocab, at_cut);
+        const int num_at_cut = block_count(rc, vocab, at_cut);
         const double p_cut = prob(from_key(cut));
         int n = 0;
         for (double cum = above; cum < target && n < num_at_cut; ++n) cum += p_cut;
@@ -228,7 +338,7 @@ __global__ void __launch_bounds__(kThreads)
           int64_t lo_id = -1, hi_id = vocab - 1;
           while (hi_id - lo_id > 1) {
             const int64_t mid = (lo_id + hi_id) / 2;
-            const int c = block_count(s, vocab, [&](int64_t i) { return i <= mid && at_cut(i); });
+            const int c = block_count(rc, vocab, [&](int64_t i) { return i <= mid && at_cut(i); });
             if (c >= n) {
               hi_id = mid;
             } else {
@@ -248,15 +358,16 @@ __global__ void __launch_bounds__(kThreads)
         return p.min_p <= 0.0 || prob(w[i]) >= p.min_p;
       };
       const double total =
-          block_sum(s, vocab, [&](int64_t i) { return kept(i) ? prob(w[i]) : 0.0; });
+          block_sum(rc, vocab, [&](int64_t i) { return kept(i) ? prob(w[i]) : 0.0; });
       // The draw: the first id whose cumulative normalized probability exceeds u. Warp j owns
       // the j-th range of ids: it sums its range's probabilities (lane order, then a fixed
       // tree), every warp starts from the sum of the ranges before its own and walks its range
       // 32 ids at a time (a warp scan per step, no block barrier); the lowest id that crosses
       // u wins. Fixed orders throughout: the same token on every run.
       const int lane = tid % 32, warp = tid / 32;
-      const int64_t range = (vocab + kWarps - 1) / kWarps;
-      const int64_t first = warp * range;
+      const int64_t gw = static_cast<int64_t>(rank) * kWarps + warp;  // the row's warp
+      const int64_t range = (vocab + kRowWarps - 1) / kRowWarps;
+      const int64_t first = gw * range;
       const int64_t last = first + range < vocab ? first + range : vocab;
       const auto q_of = [&](int64_t i) {
         return i < last && kept(i) ? __ddiv_rn(prob(w[i]), total) : 0.0;
@@ -265,9 +376,11 @@ __global__ void __launch_bounds__(kThreads)
       for (int64_t i = first + lane; i < last; i += 32) part += q_of(i);
       for (int off = 16; off > 0; off /= 2) part += __shfl_down_sync(kFullMask, part, off);
       if (lane == 0) s.ranges[warp] = part;
+      rc.sync();
+      if (tid < kRowWarps) s.all_ranges[tid] = *rc.remote(&s.ranges[tid % kWarps], tid / kWarps);
       __syncthreads();
       double carry = 0.0;
-      for (int j = 0; j < warp; ++j) carry += s.ranges[j];
+      for (int64_t j = 0; j < gw; ++j) carry += s.all_ranges[j];
       Best hit{0.0f, -1};
       for (int64_t base = first; base < last; base += 32) {
         const double q = q_of(base + lane);
@@ -283,9 +396,9 @@ __global__ void __launch_bounds__(kThreads)
         }
         carry += __shfl_sync(kFullMask, inclusive, 31);
       }
-      token = block_best(s, kThreads, [&](int64_t) { return hit; }).id;
+      token = block_best(rc, kSpan, [&](int64_t) { return hit; }).id;
       if (token < 0) {  // rounding left u above the total: the last candidate owns the gap
-        token = block_best(s, vocab, [&](int64_t i) {
+        token = block_best(rc, vocab, [&](int64_t i) {
                   return kept(i) ? Best{static_cast<float>(i), static_cast<int32_t>(i)}
                                  : Best{0.0f, -1};
                 }).id;
@@ -293,49 +406,52 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  RowResult* out = results + blockIdx.x;
+  RowResult* out = results + row;
+  const bool writer = rank == 0 && tid == 0;
   if (p.num_logprobs < 0) {
-    if (tid == 0) {
+    if (writer) {
       out->token = token;
       out->logprob = 0.0f;
       out->rank = 0;
       out->num_top = 0;
     }
+    rc.sync();  // no block leaves while another may read its shared memory
     return;
   }
   // Raw logprobs: log_softmax of the model's logits, before any processing.
-  const Best raw_top = block_best(s, vocab, [&](int64_t i) {
+  const Best raw_top = block_best(rc, vocab, [&](int64_t i) {
     return Best{raw[i], static_cast<int32_t>(i)};
   });
   const float mr = raw_top.v;
-  const double sum = block_sum(s, vocab, [&](int64_t i) {
+  const double sum = block_sum(rc, vocab, [&](int64_t i) {
     return exp(__dsub_rn(static_cast<double>(raw[i]), static_cast<double>(mr)));
   });
   const double lse = __dadd_rn(static_cast<double>(mr), log(sum));
   const float chosen = raw[token];
-  const int larger = block_count(s, vocab, [&](int64_t i) { return raw[i] > chosen; });
+  const int larger = block_count(rc, vocab, [&](int64_t i) { return raw[i] > chosen; });
   Best prev{0.0f, -1};
   int num_top = 0;
   for (; num_top < p.num_logprobs; ++num_top) {
-    const Best b = block_best(s, vocab, [&](int64_t i) {
+    const Best b = block_best(rc, vocab, [&](int64_t i) {
       const float x = raw[i];
       const bool after =
           prev.id < 0 || x < prev.v || (x == prev.v && i > static_cast<int64_t>(prev.id));
       return after ? Best{x, static_cast<int32_t>(i)} : Best{0.0f, -1};
     });
     if (b.id < 0) break;
-    if (tid == 0) {
+    if (writer) {
       out->top_ids[num_top] = b.id;
       out->top_logprobs[num_top] = static_cast<float>(__dsub_rn(static_cast<double>(b.v), lse));
     }
     prev = b;
   }
-  if (tid == 0) {
+  if (writer) {
     out->token = token;
     out->logprob = static_cast<float>(__dsub_rn(static_cast<double>(chosen), lse));
     out->rank = 1 + larger;
     out->num_top = num_top;
   }
+  rc.sync();  // no block leaves while another may read its shared memory
 }
 
 // Deferred tokens (backend.h): -1 - r becomes the token row r sampled.
@@ -378,6 +494,15 @@ CudaSampler::CudaSampler(int64_t vocab_size, int64_t max_rows, int64_t max_model
       out_host_{PinnedBuffer(static_cast<size_t>(max_call_rows_) * sizeof(RowResult)),
                 PinnedBuffer(static_cast<size_t>(max_call_rows_) * sizeof(RowResult))},
       penalties_(vocab_size) {
+  // A thread block cluster per row where the device has them (sm_90); S4KV_SAMPLER_CLUSTER=0
+  // keeps one block per row (for comparisons).
+  int device = 0, major = 0, cluster_launch = 0;
+  S4KV_CUDA_CHECK(cudaGetDevice(&device));
+  S4KV_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  S4KV_CUDA_CHECK(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device));
+  const char* env = std::getenv("S4KV_SAMPLER_CLUSTER");
+  const bool off = env != nullptr && std::string_view(env) == "0";
+  cluster_blocks_ = major >= 9 && cluster_launch != 0 && !off ? kClusterBlocks : 1;
   // Ids travel as floats in one reduction: exact below 2^24.
   S4KV_CHECK(vocab_size > 0 && vocab_size < (int64_t{1} << 24) && max_rows > 0,
              "cuda sampler: vocab_size ", vocab_size, ", max_rows ", max_rows);
@@ -458,10 +583,31 @@ void CudaSampler::submit(const float* logits, std::span<const SamplingRow> rows,
       }
     }
     arena_.upload(stream);
-    sample_rows<<<static_cast<unsigned>(end - begin), kThreads, 0, stream>>>(
-        arena_.device_of(params), arena_.device_of(ids), arena_.device_of(values),
-        logits + begin * vocab_size_, static_cast<float*>(work_.data()), vocab_size_,
-        results_device + begin);
+    const RowParams* d_params = arena_.device_of(params);
+    const int32_t* d_ids = arena_.device_of(ids);
+    const float* d_values = arena_.device_of(values);
+    const float* d_logits = logits + begin * vocab_size_;
+    auto* d_work = static_cast<float*>(work_.data());
+    const auto group_rows = static_cast<unsigned>(end - begin);
+    if (cluster_blocks_ > 1) {
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(group_rows * kClusterBlocks);
+      config.blockDim = dim3(kThreads);
+      config.stream = stream;
+      cudaLaunchAttribute cluster{};
+      cluster.id = cudaLaunchAttributeClusterDimension;
+      cluster.val.clusterDim.x = kClusterBlocks;
+      cluster.val.clusterDim.y = 1;
+      cluster.val.clusterDim.z = 1;
+      config.attrs = &cluster;
+      config.numAttrs = 1;
+      S4KV_CUDA_CHECK(cudaLaunchKernelEx(&config, sample_rows<kClusterBlocks>, d_params, d_ids,
+                                         d_values, d_logits, d_work, vocab_size_,
+                                         results_device + begin));
+    } else {
+      sample_rows<1><<<group_rows, kThreads, 0, stream>>>(
+          d_params, d_ids, d_values, d_logits, d_work, vocab_size_, results_device + begin);
+    }
     S4KV_CUDA_CHECK(cudaGetLastError());
     S4KV_CUDA_CHECK(cudaMemcpyAsync(results + begin, results_device + begin,
                                     static_cast<size_t>(end - begin) * sizeof(RowResult),

@@ -7,8 +7,10 @@
 // uniform01). Raw logprobs: log_softmax of the unmodified row, rank, top-N (lower id first
 // among equals).
 //
-// One block per row walks the whole vocabulary (selections by bisection over the ordered bits
-// of the logits, sums by fixed-order block reductions: deterministic run to run). Where the
+// The blocks of a row walk the whole vocabulary (selections by bisection over the ordered bits
+// of the logits, sums by fixed-order reductions: deterministic run to run): on sm_90 a thread
+// block cluster of 8 per row, whose blocks combine their parts through distributed shared
+// memory in rank order; one block per row on older devices. Where the
 // reference sums probabilities one by one, the GPU sums them in another order: a draw or a
 // top_p cut can differ only when u or the cut lies within rounding (~1e-15) of a boundary.
 // Correct first; the next issue makes it fast.
@@ -69,6 +71,7 @@ class CudaSampler {
   DeviceBuffer out_device_;   // [max_call_rows] RowResult: the last submit's, by row
   PinnedBuffer out_host_[2];  // [max_call_rows] RowResult per result slot
   int64_t num_rows_[2] = {0, 0};
+  int cluster_blocks_ = 1;    // blocks per row: 8 (a cluster) on sm_90, else 1
   PenaltyScratch penalties_;  // each row's distinct penalty ids, on the host
 };
 
