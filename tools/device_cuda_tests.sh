@@ -35,6 +35,7 @@
 #   E2E=1 bash tools/device_cuda_tests.sh pack      # here; lists the parts
 #   device run, carry [".devcarry/<part>"]: bash tools/device_cuda_tests.sh stash   (per part)
 #   device run, carry [last part, ".devcarry/sums"]: bash tools/device_cuda_tests.sh run tests serve ...
+#   (a NAME=VALUE among the steps is exported for the steps after it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -100,6 +101,11 @@ case "${1:-}" in
     tee -a $res/gpu.txt < /tmp/s4kv/BUILD_INFO
     status=0
     for step in "$@"; do
+      # NAME=VALUE between steps: set for the steps after it (e.g. a second perf run with
+      # S4KV_SAMPLER_CLUSTER=0 PERF_TAG=_nocluster).
+      if [[ "$step" == *=* ]]; then
+        export "${step?}" && echo "== set $step" | tee -a $res/summary.txt && continue
+      fi
       echo "== $step" | tee -a $res/summary.txt
       if ! bash tools/device_steps.sh "$step" $res >> $res/summary.txt 2>&1; then
         echo "STEP FAILED: $step" | tee -a $res/summary.txt

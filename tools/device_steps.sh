@@ -203,9 +203,10 @@ case $step in
   perf)
     # s4kv bench latency / throughput of every format on the full Qwen2.5-7B config (dummy
     # weights): PERF_SUITES (bench/gpu_perf.py's --suites), PERF_LONG_PROMPTS, PERF_FORMATS,
-    # PERF_EXTRA_ARGS (more s4kv bench flags, e.g. --async-scheduling).
+    # PERF_EXTRA_ARGS (more s4kv bench flags, e.g. --async-scheduling); PERF_TAG names the
+    # output (perf_h200$PERF_TAG.json).
     S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/s4kv/BUILD_INFO) \
-      python3 bench/gpu_perf.py --bin /tmp/s4kv/bin/s4kv --out $res/perf_h200.json \
+      python3 bench/gpu_perf.py --bin /tmp/s4kv/bin/s4kv --out $res/perf_h200${PERF_TAG:-}.json \
       --suites "${PERF_SUITES:-latency,short}" --long-prompts "${PERF_LONG_PROMPTS:-512}" \
       --formats "${PERF_FORMATS:-16bit,fp8_e4m3,int4_kivi}" --timeout "${PERF_TIMEOUT:-600}" \
       --extra-args="${PERF_EXTRA_ARGS:-}"
