@@ -13,6 +13,7 @@
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/decode_attention_common.cuh"
 #include "backend/cuda/hadamard.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/tensor_core.cuh"
 #include "common/check.h"
 
@@ -92,6 +93,8 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   constexpr int kChunks = (kRowBytes - 16) / 16;
   constexpr int kStageBytes = 2 * kTile * kRowBytes;
   extern __shared__ __align__(16) unsigned char dsmem[];
+  allow_dependent_launch();
+  grid_dependency_wait();
   // Graph replay: the grid is the plan's capacity; the step's counts are in d.live.
   const int item = (d.live != nullptr ? d.live[0] : d.num_int4_items) + blockIdx.x;
   if (d.live != nullptr && item >= d.live[1]) return;
@@ -263,7 +266,7 @@ void launch_rows(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_
   const int smem = configured_rows_kernel<F>();
   const dim3 grid(static_cast<unsigned>(d.num_items - d.num_int4_items),
                   static_cast<unsigned>(a.num_kv_heads));
-  decode_rows_kernel<F><<<grid, kRowWarps * 32, smem, stream>>>(a, d);
+  launch_dependent(decode_rows_kernel<F>, grid, kRowWarps * 32, smem, stream, a, d);
 }
 
 template <RowFormat F>
@@ -303,6 +306,8 @@ __global__ void __launch_bounds__(kD) decode_merge_kernel(PagedAttentionArgs a, 
   __shared__ float row[kD];
   __shared__ float weight[kD];
   __shared__ float scratch[kD / 32];
+  allow_dependent_launch();
+  grid_dependency_wait();
   const DecodeSeq sq = d.seqs[blockIdx.x];
   const int h = blockIdx.y, c = threadIdx.x;
   const int group = a.num_heads / a.num_kv_heads, g = h / group, hh = h % group;
@@ -552,7 +557,7 @@ void launch_decode_attention(const PagedAttentionArgs& a, const DecodeLaunch& d,
   }
   const dim3 grid(static_cast<unsigned>(d.num_seqs), static_cast<unsigned>(a.num_heads));
   with_act_type(a.out_dtype, [&](auto zero) {
-    decode_merge_kernel<decltype(zero)><<<grid, kD, 0, stream>>>(a, d);
+    launch_dependent(decode_merge_kernel<decltype(zero)>, grid, kD, 0, stream, a, d);
   });
   S4KV_CUDA_CHECK(cudaGetLastError());
 }

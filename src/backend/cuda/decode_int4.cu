@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_attention_common.cuh"
+#include "backend/cuda/launch.cuh"
 #include "common/check.h"
 
 namespace s4kv::backend::cuda::decode_detail {
@@ -49,6 +50,8 @@ __global__ void __launch_bounds__(kWarps * 32, kInt4MinBlocks)
   extern __shared__ __align__(16) unsigned char dsmem[];
   unsigned char* stages = dsmem;
   uint32_t* turned = reinterpret_cast<uint32_t*>(dsmem + kInt4Stages * kBlockBytes);
+  allow_dependent_launch();
+  grid_dependency_wait();
   if (d.live != nullptr && static_cast<int>(blockIdx.x) >= d.live[0]) return;  // graph replay
   const DecodeItem it = d.items[blockIdx.x];
   const int g = blockIdx.y;
@@ -358,7 +361,7 @@ void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cuda
     S4KV_CHECK(static_cast<int>(a.layout.block_bytes) == kBlockBytes,
                "decode attention: int4_kivi block of ", a.layout.block_bytes, " bytes");
     const dim3 grid(static_cast<unsigned>(d.num_int4_items), static_cast<unsigned>(a.num_kv_heads));
-    decode_int4_kernel<kWarps, kG><<<grid, kWarps * 32, smem, stream>>>(a, d);
+    launch_dependent(decode_int4_kernel<kWarps, kG>, grid, kWarps * 32, smem, stream, a, d);
   });
 }
 

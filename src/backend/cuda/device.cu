@@ -1,7 +1,10 @@
+#include <cstdlib>
+#include <string_view>
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device.h"
+#include "backend/cuda/launch.cuh"
 
 namespace s4kv::backend::cuda {
 
@@ -40,6 +43,16 @@ std::string device_name() {
 int64_t device_total_memory() {
   cudaDeviceProp prop{};
   return device0_properties(prop) ? static_cast<int64_t>(prop.totalGlobalMem) : 0;
+}
+
+bool dependent_launch_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("S4KV_PDL");
+    if (env != nullptr && std::string_view(env) == "0") return false;
+    cudaDeviceProp prop{};
+    return device0_properties(prop) && prop.major >= 9;
+  }();
+  return enabled;
 }
 
 int device_sm_count() {

@@ -8,6 +8,7 @@
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/forward_kernels.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace s4kv::backend::cuda {
 namespace {
@@ -19,6 +20,8 @@ unsigned grid_of(int64_t n) {
 
 template <typename T>
 __global__ void embed_kernel(const T* table, const int32_t* ids, float* x, int64_t hidden) {
+  allow_dependent_launch();
+  grid_dependency_wait();
   const T* src = table + static_cast<int64_t>(ids[blockIdx.x]) * hidden;
   float* dst = x + blockIdx.x * hidden;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = to_f32(src[i]);
@@ -40,6 +43,8 @@ __global__ void __launch_bounds__(kNormThreads)
     row_rmsnorm_kernel(const float* x, const int32_t* rows, const float* w, T* out, int64_t hidden,
                        float eps) {
   __shared__ float partial[kNormThreads / 32];
+  allow_dependent_launch();
+  grid_dependency_wait();
   const int64_t src_row = rows != nullptr ? rows[blockIdx.x] : blockIdx.x;
   const float* row = x + src_row * hidden;
   float sum = 0.0f;
@@ -62,6 +67,8 @@ __global__ void __launch_bounds__(kNormThreads)
 __global__ void __launch_bounds__(kEltThreads)
     add_bias_kernel(float* __restrict__ y, const float* __restrict__ bias, int64_t width,
                     int64_t chunks) {
+  allow_dependent_launch();
+  grid_dependency_wait();
   float* row = y + static_cast<int64_t>(blockIdx.x) / chunks * width;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) % chunks * kSpan + threadIdx.x;
 #pragma unroll
@@ -75,6 +82,8 @@ template <typename T>
 __global__ void __launch_bounds__(kEltThreads)
     silu_mul_kernel(const float* __restrict__ gate_up, T* __restrict__ out, int64_t inter,
                     int64_t chunks) {
+  allow_dependent_launch();
+  grid_dependency_wait();
   const int64_t t = static_cast<int64_t>(blockIdx.x) / chunks;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) % chunks * kSpan + threadIdx.x;
   const float* gate = gate_up + t * 2 * inter;
@@ -101,6 +110,8 @@ template <typename Encode, typename E>
 __global__ void kv_write_kernel(const float* k, const float* v, int64_t row_stride,
                                 const int64_t* slots, E* k_cache, E* v_cache, int64_t kv_dim,
                                 Encode encode) {
+  allow_dependent_launch();
+  grid_dependency_wait();
   const int64_t t = blockIdx.x;
   const int64_t dst = (slots != nullptr ? slots[t] : t) * kv_dim;
   for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
@@ -134,8 +145,8 @@ void launch_embed(const void* table, DType act_dtype, const int32_t* token_ids, 
   if (num_tokens == 0) return;
   with_act_type(act_dtype, [&](auto zero) {
     using T = decltype(zero);
-    embed_kernel<T><<<grid_of(num_tokens), 256, 0, stream>>>(static_cast<const T*>(table),
-                                                             token_ids, x, hidden);
+    launch_dependent(embed_kernel<T>, grid_of(num_tokens), 256, 0, stream,
+                     static_cast<const T*>(table), token_ids, x, hidden);
   });
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
@@ -145,8 +156,8 @@ void launch_row_rmsnorm(const RowNormArgs& a, cudaStream_t stream) {
   if (a.num_rows == 0) return;
   with_act_type(a.act_dtype, [&](auto zero) {
     using T = decltype(zero);
-    row_rmsnorm_kernel<T><<<grid_of(a.num_rows), kNormThreads, 0, stream>>>(
-        a.x, a.rows, a.weight, static_cast<T*>(a.out), a.hidden, a.eps);
+    launch_dependent(row_rmsnorm_kernel<T>, grid_of(a.num_rows), kNormThreads, 0, stream, a.x,
+                     a.rows, a.weight, static_cast<T*>(a.out), a.hidden, a.eps);
   });
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
@@ -155,7 +166,8 @@ void launch_add_bias(float* y, const float* bias, int64_t num_tokens, int64_t wi
                      cudaStream_t stream) {
   if (num_tokens == 0) return;
   const int64_t chunks = (width + kSpan - 1) / kSpan;
-  add_bias_kernel<<<grid_of(num_tokens * chunks), kEltThreads, 0, stream>>>(y, bias, width, chunks);
+  launch_dependent(add_bias_kernel, grid_of(num_tokens * chunks), kEltThreads, 0, stream, y, bias,
+                   width, chunks);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -165,8 +177,8 @@ void launch_silu_mul(const float* gate_up, void* out, DType act_dtype, int64_t n
   with_act_type(act_dtype, [&](auto zero) {
     using T = decltype(zero);
     const int64_t chunks = (inter + kSpan - 1) / kSpan;
-    silu_mul_kernel<T><<<grid_of(num_tokens * chunks), kEltThreads, 0, stream>>>(
-        gate_up, static_cast<T*>(out), inter, chunks);
+    launch_dependent(silu_mul_kernel<T>, grid_of(num_tokens * chunks), kEltThreads, 0, stream,
+                     gate_up, static_cast<T*>(out), inter, chunks);
   });
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
@@ -177,25 +189,25 @@ void launch_kv_write(const KvWriteArgs& a, cudaStream_t stream) {
   const unsigned grid = grid_of(a.num_tokens);
   switch (a.cache_dtype) {
     case DType::kBF16:
-      kv_write_kernel<<<grid, 256, 0, stream>>>(
-          a.k, a.v, a.row_stride, a.slot_mapping, static_cast<uint16_t*>(a.k_cache),
-          static_cast<uint16_t*>(a.v_cache), a.kv_dim, EncodeBf16{});
+      launch_dependent(kv_write_kernel<EncodeBf16, uint16_t>, grid, 256, 0, stream, a.k, a.v,
+                       a.row_stride, a.slot_mapping, static_cast<uint16_t*>(a.k_cache),
+                       static_cast<uint16_t*>(a.v_cache), a.kv_dim, EncodeBf16{});
       break;
     case DType::kF16:
-      kv_write_kernel<<<grid, 256, 0, stream>>>(
-          a.k, a.v, a.row_stride, a.slot_mapping, static_cast<uint16_t*>(a.k_cache),
-          static_cast<uint16_t*>(a.v_cache), a.kv_dim, EncodeF16{});
+      launch_dependent(kv_write_kernel<EncodeF16, uint16_t>, grid, 256, 0, stream, a.k, a.v,
+                       a.row_stride, a.slot_mapping, static_cast<uint16_t*>(a.k_cache),
+                       static_cast<uint16_t*>(a.v_cache), a.kv_dim, EncodeF16{});
       break;
     case DType::kF8E4M3:
       S4KV_CHECK(a.fp8_from == DType::kBF16 || a.fp8_from == DType::kF16, "kv_write: fp8_from");
       if (a.fp8_from == DType::kBF16) {
-        kv_write_kernel<<<grid, 256, 0, stream>>>(
-            a.k, a.v, a.row_stride, a.slot_mapping, static_cast<uint8_t*>(a.k_cache),
-            static_cast<uint8_t*>(a.v_cache), a.kv_dim, EncodeFp8<true>{});
+        launch_dependent(kv_write_kernel<EncodeFp8<true>, uint8_t>, grid, 256, 0, stream, a.k, a.v,
+                         a.row_stride, a.slot_mapping, static_cast<uint8_t*>(a.k_cache),
+                         static_cast<uint8_t*>(a.v_cache), a.kv_dim, EncodeFp8<true>{});
       } else {
-        kv_write_kernel<<<grid, 256, 0, stream>>>(
-            a.k, a.v, a.row_stride, a.slot_mapping, static_cast<uint8_t*>(a.k_cache),
-            static_cast<uint8_t*>(a.v_cache), a.kv_dim, EncodeFp8<false>{});
+        launch_dependent(kv_write_kernel<EncodeFp8<false>, uint8_t>, grid, 256, 0, stream, a.k, a.v,
+                         a.row_stride, a.slot_mapping, static_cast<uint8_t*>(a.k_cache),
+                         static_cast<uint8_t*>(a.v_cache), a.kv_dim, EncodeFp8<false>{});
       }
       break;
     default:

@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/int4_kivi_cache.cuh"
 #include "backend/cuda/int4_kivi_quantize.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace s4kv::backend::cuda {
 namespace {
@@ -25,6 +26,8 @@ __global__ void __launch_bounds__(kFillThreads)
   const int b = layer.block_size;
   const int chunks = (b + kFillTokens - 1) / kFillTokens;
   const int fill = static_cast<int>(blockIdx.x) / chunks;
+  allow_dependent_launch();
+  grid_dependency_wait();
   if (live_fills != nullptr && fill >= *live_fills) return;
   const Int4FillBlock f = fills[fill];
   const int t0 = (static_cast<int>(blockIdx.x) % chunks) * kFillTokens;
@@ -65,6 +68,8 @@ __global__ void __launch_bounds__(kFillThreads)
 }
 
 __global__ void residual_write_kernel(Int4CacheBatch batch, Int4CacheLayer layer) {
+  allow_dependent_launch();
+  grid_dependency_wait();
   const int64_t tok = blockIdx.x;
   const int s = batch.token_seq[tok];
   const int64_t p = batch.positions[tok];
@@ -121,8 +126,8 @@ void launch_int4_kivi_gather_fills(const Int4FillBlock* fills, int64_t num_fills
   if (num_fills == 0) return;
   const int64_t chunks = (layer.block_size + kFillTokens - 1) / kFillTokens;
   S4KV_CHECK(num_fills * chunks <= 0x7fffffff, "int4_kivi gather_fills: grid");
-  gather_fills_kernel<<<static_cast<unsigned>(num_fills * chunks), kFillThreads, 0, stream>>>(
-      fills, batch, layer, scratch_k, scratch_v, live_fills);
+  launch_dependent(gather_fills_kernel, static_cast<unsigned>(num_fills * chunks), kFillThreads, 0,
+                   stream, fills, batch, layer, scratch_k, scratch_v, live_fills);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -130,7 +135,8 @@ void launch_int4_kivi_residual_write(const Int4CacheBatch& batch, const Int4Cach
                                      cudaStream_t stream) {
   S4KV_CHECK(batch.num_tokens >= 0 && batch.num_tokens <= 0x7fffffff, "residual_write: tokens");
   if (batch.num_tokens == 0) return;
-  residual_write_kernel<<<static_cast<unsigned>(batch.num_tokens), 128, 0, stream>>>(batch, layer);
+  launch_dependent(residual_write_kernel, static_cast<unsigned>(batch.num_tokens), 128, 0, stream,
+                   batch, layer);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -7,6 +7,7 @@
 #include "backend/cuda/hadamard.cuh"
 #include "backend/cuda/int4_kivi_device.cuh"
 #include "backend/cuda/int4_kivi_quantize.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace s4kv::backend::cuda {
 namespace {
@@ -101,6 +102,8 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x;
   const int b = l.block_size;
   const size_t blk = blockIdx.x;
+  allow_dependent_launch();
+  grid_dependency_wait();
   if (live_blocks != nullptr && static_cast<int64_t>(blk) >= *live_blocks) return;
   std::byte* out =
       blocks + (out_index != nullptr ? static_cast<size_t>(out_index[blk]) : blk) * l.block_bytes;
@@ -221,8 +224,8 @@ void launch_int4_kivi_quantize(const Int4KiviQuantizeArgs& a, cudaStream_t strea
   S4KV_CHECK(a.keys != nullptr && a.values != nullptr && a.blocks != nullptr,
              "int4_kivi quantize: null buffer");
   const Fp32Input in{a.keys, a.values, a.layout.block_size};
-  quantize_kernel<<<static_cast<unsigned>(a.num_blocks), kThreads, 0, stream>>>(
-      in, a.blocks, nullptr, a.layout, a.value_hadamard, nullptr);
+  launch_dependent(quantize_kernel<Fp32Input>, static_cast<unsigned>(a.num_blocks), kThreads, 0,
+                   stream, in, a.blocks, nullptr, a.layout, a.value_hadamard, nullptr);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -235,8 +238,8 @@ void launch_int4_kivi_commit(const Int4KiviCommitArgs& a, cudaStream_t stream) {
              "int4_kivi commit: null buffer");
   const SixteenBitInput in{a.keys, a.values, a.bf16,           a.first_position,
                            a.cos,  a.sin,    a.keys_post_rope, a.layout.block_size};
-  quantize_kernel<<<static_cast<unsigned>(a.num_blocks), kThreads, 0, stream>>>(
-      in, a.blocks, a.out_index, a.layout, a.value_hadamard, a.live_blocks);
+  launch_dependent(quantize_kernel<SixteenBitInput>, static_cast<unsigned>(a.num_blocks), kThreads,
+                   0, stream, in, a.blocks, a.out_index, a.layout, a.value_hadamard, a.live_blocks);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,5 +1,6 @@
 // launch_rope (rope.cuh): one thread block per (token, head), one thread per channel pair.
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/rope.cuh"
 
 namespace s4kv::backend::cuda {
@@ -7,6 +8,8 @@ namespace {
 
 __global__ void rope_kernel(float* x, const int32_t* positions, const float* cos, const float* sin,
                             int num_heads, int head_dim, int64_t row_stride) {
+  allow_dependent_launch();
+  grid_dependency_wait();
   const int half = head_dim / 2;
   const int i = threadIdx.x;
   const int64_t token = blockIdx.x / num_heads;
@@ -31,9 +34,9 @@ void launch_rope(const RopeArgs& a, cudaStream_t stream) {
   const int64_t stride = a.row_stride != 0 ? a.row_stride : a.num_heads * a.head_dim;
   S4KV_CHECK(stride >= a.num_heads * a.head_dim, "rope: row stride ", stride);
   S4KV_CHECK(rows <= 0x7fffffff, "rope: too many rows");
-  rope_kernel<<<static_cast<unsigned>(rows), static_cast<unsigned>(a.head_dim / 2), 0, stream>>>(
-      a.x, a.positions, a.cos, a.sin, static_cast<int>(a.num_heads), static_cast<int>(a.head_dim),
-      stride);
+  launch_dependent(rope_kernel, static_cast<unsigned>(rows), static_cast<unsigned>(a.head_dim / 2),
+                   0, stream, a.x, a.positions, a.cos, a.sin, static_cast<int>(a.num_heads),
+                   static_cast<int>(a.head_dim), stride);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -2,6 +2,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/skinny_gemm.cuh"
 
 namespace s4kv::backend::cuda {
@@ -35,31 +36,48 @@ template <bool kBf16, int N>
 __global__ void __launch_bounds__(kThreads)
     skinny_gemm_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w,
                        float* __restrict__ y, int64_t chunks, int64_t out, bool accumulate) {
+  allow_dependent_launch();
   const int lane = threadIdx.x % 32;
   const int64_t row0 =
       (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kRowsPerWarp;
-  if (row0 >= out) return;
+  const bool live = row0 < out;
   const uint4* wr[kRowsPerWarp];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     wr[r] = w + (row0 + r < out ? row0 + r : out - 1) * chunks;  // a past-the-end row re-reads
   }
   float acc[kRowsPerWarp][N] = {};
-  for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
-    uint4 wv[kUnroll][kRowsPerWarp];
+  // The first chunks of the weights (which no kernel writes) are loaded before the wait for the
+  // previous kernel, whose x this one reads.
+  uint4 wv[kUnroll][kRowsPerWarp];
+  auto load = [&](int64_t base) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = base + 32 * u;
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) wv[u][r] = c < chunks ? __ldcs(wr[r] + c) : uint4{};
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        wv[u][r] = live && c < chunks ? __ldcs(wr[r] + c) : uint4{};
+      }
     }
+  };
+  load(lane);
+  grid_dependency_wait();
+  if (!live) return;
+  for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
+    uint4 cur[kUnroll][kRowsPerWarp];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) cur[u][r] = wv[u][r];
+    }
+    if (base + 32 * kUnroll < chunks) load(base + 32 * kUnroll);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = base + 32 * u;
       if (c >= chunks) break;
       float wf[kRowsPerWarp][8];
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) widen8<kBf16>(wv[u][r], wf[r]);
+      for (int r = 0; r < kRowsPerWarp; ++r) widen8<kBf16>(cur[u][r], wf[r]);
 #pragma unroll
       for (int m = 0; m < N; ++m) {
         float xf[8];
@@ -101,10 +119,10 @@ void launch_typed(const uint4* x, const uint4* w, float* y, int64_t n, int64_t c
   const int64_t warps = (out + kRowsPerWarp - 1) / kRowsPerWarp;
   const auto blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
   switch (n) {
-#define S4KV_SKINNY_CASE(N)                                                  \
-  case N:                                                                    \
-    skinny_gemm_kernel<kBf16, N>                                             \
-        <<<blocks, kThreads, 0, stream>>>(x, w, y, chunks, out, accumulate); \
+#define S4KV_SKINNY_CASE(N)                                                                      \
+  case N:                                                                                        \
+    launch_dependent(skinny_gemm_kernel<kBf16, N>, blocks, kThreads, 0, stream, x, w, y, chunks, \
+                     out, accumulate);                                                           \
     break;
     S4KV_SKINNY_CASE(1)
     S4KV_SKINNY_CASE(2)

@@ -1,0 +1,51 @@
+// Programmatic dependent launch (sm_90 and later): a kernel launched by launch_dependent may
+// start while the kernel before it in the stream still runs, so its launch and whatever it reads
+// that no kernel writes (weights) overlap the earlier kernel's tail. Such a kernel calls
+// grid_dependency_wait() in every thread block before anything else touches memory an earlier
+// kernel writes or reads, and before any early return (a grid that ends without waiting could
+// end before the kernel it follows, and the next kernel's wait would then not cover that one).
+// allow_dependent_launch() lets the next kernel's thread blocks launch once every block of this
+// one has called it. Captured into CUDA graphs as programmatic edges. S4KV_PDL=0, or a device
+// before sm_90, launches as usual.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace s4kv::backend::cuda {
+
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Device 0 is sm_90 or later and S4KV_PDL is not "0" (read once).
+bool dependent_launch_enabled();
+
+// kernel<<<grid, block, smem, stream>>>(args...), launched programmatically dependent on the
+// stream's previous kernel where enabled. The kernel must follow the rules above.
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = dependent_launch_enabled() ? 1 : 0;
+  S4KV_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
+}
+
+}  // namespace s4kv::backend::cuda
