@@ -531,11 +531,9 @@ void CudaBackend::load_weights(const model::ModelWeights& w) {
 void CudaBackend::attention_block(int64_t layer, int64_t n) {
   const LayerWeights& w = layers_[static_cast<size_t>(layer)];
   const model::ModelConfig& c = config_;
-  launch_row_rmsnorm(
+  gemm_->run_normed(
       {x_, nullptr, w.input_norm, h_, act_, n, c.hidden_size, static_cast<float>(c.rms_norm_eps)},
-      stream_);
-  gemm_->run(h_, w.qkv, qkv_, n, c.hidden_size, qkv_dim_, false);
-  if (w.qkv_bias != nullptr) launch_add_bias(qkv_, w.qkv_bias, n, qkv_dim_, stream_);
+      w.qkv, qkv_, qkv_dim_, false, w.qkv_bias);
   RopeArgs rope;
   rope.x = qkv_;
   rope.row_stride = qkv_dim_;
@@ -545,7 +543,6 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
   rope.num_tokens = n;
   rope.num_heads = c.num_attention_heads + c.num_key_value_heads;  // q then k, adjacent
   rope.head_dim = kHeadDim;
-  launch_rope(rope, stream_);
 
   const bool int4 = kv_.dtype == kv::KvCacheDtype::kInt4Kivi;
   const bool fp8 = kv_.dtype == kv::KvCacheDtype::kFp8E4M3;
@@ -566,7 +563,7 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     wr.k_cache = static_cast<std::byte*>(kv_k_) + layer * kv_layer_elems_ * es;
     wr.v_cache = static_cast<std::byte*>(kv_v_) + layer * kv_layer_elems_ * es;
   }
-  launch_kv_write(wr, stream_);
+  launch_rope_kv_write(rope, c.num_attention_heads, wr, stream_);
 
   const int64_t nkv = c.num_key_value_heads, B = kv_.block_size;
   PagedAttentionArgs at;
@@ -663,10 +660,9 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
 void CudaBackend::mlp_block(int64_t layer, int64_t n) {
   const LayerWeights& w = layers_[static_cast<size_t>(layer)];
   const model::ModelConfig& c = config_;
-  launch_row_rmsnorm(
+  gemm_->run_normed(
       {x_, nullptr, w.post_norm, h_, act_, n, c.hidden_size, static_cast<float>(c.rms_norm_eps)},
-      stream_);
-  gemm_->run(h_, w.gate_up, gate_up_, n, c.hidden_size, 2 * c.intermediate_size, false);
+      w.gate_up, gate_up_, 2 * c.intermediate_size, false);
   launch_silu_mul(gate_up_, act_buf_, act_, n, c.intermediate_size, stream_);
   gemm_->run(act_buf_, w.down, x_, n, c.intermediate_size, c.hidden_size, true);
 }

@@ -48,7 +48,7 @@ int64_t device_total_memory() {
 bool dependent_launch_enabled() {
   static const bool enabled = [] {
     const char* env = std::getenv("S4KV_PDL");
-    if (env != nullptr && std::string_view(env) == "0") return false;
+    if (env == nullptr || std::string_view(env) != "1") return false;
     cudaDeviceProp prop{};
     return device0_properties(prop) && prop.major >= 9;
   }();

@@ -5,6 +5,8 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <type_traits>
+
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/forward_kernels.cuh"
@@ -138,6 +140,59 @@ struct EncodeFp8 {
   }
 };
 
+// One thread block per (token, head) of rope's rows, one thread per channel pair: query heads
+// rotated in place; K heads rotated in place and stored, with their V heads, at the token's slot.
+template <typename Encode, typename E>
+__global__ void rope_kv_write_kernel(float* x, int64_t row_stride, const int32_t* positions,
+                                     const float* cos, const float* sin, int num_q_heads,
+                                     int num_heads, int head_dim, const int64_t* slots, E* k_cache,
+                                     E* v_cache, Encode encode) {
+  allow_dependent_launch();
+  grid_dependency_wait();
+  const int half = head_dim / 2;
+  const int i = threadIdx.x;
+  const int64_t token = blockIdx.x / num_heads;
+  const int h = static_cast<int>(blockIdx.x % num_heads);
+  float* row = x + token * row_stride + static_cast<int64_t>(h) * head_dim;
+  const int64_t pos = positions[token];
+  float x1 = row[i], x2 = row[i + half];
+  rope_turn(x1, x2, cos[pos * half + i], sin[pos * half + i]);
+  row[i] = x1;
+  row[i + half] = x2;
+  if (h < num_q_heads) return;
+  const int64_t kv_dim = static_cast<int64_t>(num_heads - num_q_heads) * head_dim;
+  const int64_t col = static_cast<int64_t>(h - num_q_heads) * head_dim;
+  const int64_t dst = (slots != nullptr ? slots[token] : token) * kv_dim + col;
+  const float* v = x + token * row_stride + static_cast<int64_t>(num_heads) * head_dim + col;
+  k_cache[dst + i] = encode(x1);
+  k_cache[dst + i + half] = encode(x2);
+  v_cache[dst + i] = encode(v[i]);
+  v_cache[dst + i + half] = encode(v[i + half]);
+}
+
+// f(Encode{}, static_cast<E*>(nullptr)) for the cache dtype of a.
+template <typename F>
+void with_kv_encode(const KvWriteArgs& a, F&& f) {
+  switch (a.cache_dtype) {
+    case DType::kBF16:
+      f(EncodeBf16{}, static_cast<uint16_t*>(nullptr));
+      break;
+    case DType::kF16:
+      f(EncodeF16{}, static_cast<uint16_t*>(nullptr));
+      break;
+    case DType::kF8E4M3:
+      S4KV_CHECK(a.fp8_from == DType::kBF16 || a.fp8_from == DType::kF16, "kv_write: fp8_from");
+      if (a.fp8_from == DType::kBF16) {
+        f(EncodeFp8<true>{}, static_cast<uint8_t*>(nullptr));
+      } else {
+        f(EncodeFp8<false>{}, static_cast<uint8_t*>(nullptr));
+      }
+      break;
+    default:
+      S4KV_CHECK(false, "kv_write: cache dtype ", dtype_name(a.cache_dtype));
+  }
+}
+
 }  // namespace
 
 void launch_embed(const void* table, DType act_dtype, const int32_t* token_ids, float* x,
@@ -187,32 +242,36 @@ void launch_kv_write(const KvWriteArgs& a, cudaStream_t stream) {
   S4KV_CHECK(a.kv_dim > 0 && a.row_stride >= a.kv_dim && a.num_tokens >= 0, "kv_write: shape");
   if (a.num_tokens == 0) return;
   const unsigned grid = grid_of(a.num_tokens);
-  switch (a.cache_dtype) {
-    case DType::kBF16:
-      launch_dependent(kv_write_kernel<EncodeBf16, uint16_t>, grid, 256, 0, stream, a.k, a.v,
-                       a.row_stride, a.slot_mapping, static_cast<uint16_t*>(a.k_cache),
-                       static_cast<uint16_t*>(a.v_cache), a.kv_dim, EncodeBf16{});
-      break;
-    case DType::kF16:
-      launch_dependent(kv_write_kernel<EncodeF16, uint16_t>, grid, 256, 0, stream, a.k, a.v,
-                       a.row_stride, a.slot_mapping, static_cast<uint16_t*>(a.k_cache),
-                       static_cast<uint16_t*>(a.v_cache), a.kv_dim, EncodeF16{});
-      break;
-    case DType::kF8E4M3:
-      S4KV_CHECK(a.fp8_from == DType::kBF16 || a.fp8_from == DType::kF16, "kv_write: fp8_from");
-      if (a.fp8_from == DType::kBF16) {
-        launch_dependent(kv_write_kernel<EncodeFp8<true>, uint8_t>, grid, 256, 0, stream, a.k, a.v,
-                         a.row_stride, a.slot_mapping, static_cast<uint8_t*>(a.k_cache),
-                         static_cast<uint8_t*>(a.v_cache), a.kv_dim, EncodeFp8<true>{});
-      } else {
-        launch_dependent(kv_write_kernel<EncodeFp8<false>, uint8_t>, grid, 256, 0, stream, a.k, a.v,
-                         a.row_stride, a.slot_mapping, static_cast<uint8_t*>(a.k_cache),
-                         static_cast<uint8_t*>(a.v_cache), a.kv_dim, EncodeFp8<false>{});
-      }
-      break;
-    default:
-      S4KV_CHECK(false, "kv_write: cache dtype ", dtype_name(a.cache_dtype));
-  }
+  with_kv_encode(a, [&](auto encode, auto* type) {
+    using E = std::remove_pointer_t<decltype(type)>;
+    launch_dependent(kv_write_kernel<decltype(encode), E>, grid, 256, 0, stream, a.k, a.v,
+                     a.row_stride, a.slot_mapping, static_cast<E*>(a.k_cache),
+                     static_cast<E*>(a.v_cache), a.kv_dim, encode);
+  });
+  S4KV_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_rope_kv_write(const RopeArgs& r, int64_t num_q_heads, const KvWriteArgs& a,
+                          cudaStream_t stream) {
+  const int64_t stride = r.row_stride != 0 ? r.row_stride : r.num_heads * r.head_dim;
+  S4KV_CHECK(r.num_tokens == a.num_tokens && r.head_dim > 0 && r.head_dim % 2 == 0 &&
+                 r.head_dim <= 1024 && num_q_heads >= 0 && r.num_heads > num_q_heads &&
+                 a.kv_dim == (r.num_heads - num_q_heads) * r.head_dim && a.row_stride == stride &&
+                 a.k == r.x + num_q_heads * r.head_dim && a.v == a.k + a.kv_dim &&
+                 stride >= (r.num_heads * r.head_dim) + a.kv_dim,
+             "rope_kv_write: the K and V heads must follow rope's heads in its rows");
+  if (a.num_tokens == 0) return;
+  S4KV_CHECK(r.positions != nullptr && r.cos != nullptr && r.sin != nullptr,
+             "rope_kv_write: null buffer");
+  const unsigned grid = grid_of(r.num_tokens * r.num_heads);
+  with_kv_encode(a, [&](auto encode, auto* type) {
+    using E = std::remove_pointer_t<decltype(type)>;
+    launch_dependent(rope_kv_write_kernel<decltype(encode), E>, grid,
+                     static_cast<unsigned>(r.head_dim / 2), 0, stream, r.x, stride, r.positions,
+                     r.cos, r.sin, static_cast<int>(num_q_heads), static_cast<int>(r.num_heads),
+                     static_cast<int>(r.head_dim), a.slot_mapping, static_cast<E*>(a.k_cache),
+                     static_cast<E*>(a.v_cache), encode);
+  });
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/rope.cuh"
 #include "common/dtype.h"
 
 namespace s4kv::backend::cuda {
@@ -60,5 +61,11 @@ struct KvWriteArgs {
   int64_t kv_dim = 0;
 };
 void launch_kv_write(const KvWriteArgs& args, cudaStream_t stream);
+
+// launch_rope(rope) then launch_kv_write(kv) in one kernel, with the same bits: rope's rows hold
+// num_q_heads query heads, then the K heads that kv.k points at (kv.v right after them, the
+// same row stride); each K head is rotated, written back and stored with its V head.
+void launch_rope_kv_write(const RopeArgs& rope, int64_t num_q_heads, const KvWriteArgs& kv,
+                          cudaStream_t stream);
 
 }  // namespace s4kv::backend::cuda

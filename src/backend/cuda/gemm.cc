@@ -99,16 +99,31 @@ const Gemm::Plan& Gemm::plan(int64_t n, int64_t in, int64_t out, bool accumulate
 }
 
 void Gemm::run(const void* x, const void* w, float* y, int64_t n, int64_t in, int64_t out,
-               bool accumulate) {
+               bool accumulate, const float* bias) {
   if (n == 0) return;
   if (skinny_ && skinny_gemm_supports(dtype_, x, w, n, in)) {
-    launch_skinny_gemm(dtype_, x, w, y, n, in, out, accumulate, stream_);
+    launch_skinny_gemm(dtype_, x, w, y, n, in, out, accumulate, bias, stream_);
     return;
   }
   const Plan& p = plan(n, in, out, accumulate);
   const float alpha = 1.0f;
   S4KV_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &p.beta, y, p.c, y, p.c,
                                    &p.algo, workspace_, workspace_bytes_, stream_));
+  if (bias != nullptr) launch_add_bias(y, bias, n, out, stream_);
+}
+
+void Gemm::run_normed(const RowNormArgs& norm, const void* w, float* y, int64_t out,
+                      bool accumulate, const float* bias) {
+  const int64_t n = norm.num_rows, in = norm.hidden;
+  if (n == 0) return;
+  S4KV_CHECK(norm.rows == nullptr && norm.act_dtype == dtype_, "gemm: run_normed arguments");
+  if (skinny_ && skinny_gemm_supports(dtype_, w, w, n, in) && skinny_norm_fits(n, in)) {
+    const SkinnyNorm sn{norm.x, norm.weight, norm.eps};
+    launch_skinny_gemm(dtype_, nullptr, w, y, n, in, out, accumulate, bias, stream_, &sn);
+    return;
+  }
+  launch_row_rmsnorm(norm, stream_);
+  run(norm.out, w, y, n, in, out, accumulate, bias);
 }
 
 }  // namespace s4kv::backend::cuda

@@ -14,6 +14,7 @@
 #include <map>
 #include <tuple>
 
+#include "backend/cuda/forward_kernels.cuh"
 #include "common/dtype.h"
 
 struct cublasLtContext;
@@ -29,8 +30,15 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
+  // bias (fp32 [out], optional): added to each row of y after the product (and the accumulation),
+  // rounded once as a separate addition would.
   void run(const void* x, const void* w, float* y, int64_t n, int64_t in, int64_t out,
-           bool accumulate);
+           bool accumulate, const float* bias = nullptr);
+  // run() of the RMSNorm of norm.x's rows (norm.rows null, norm.num_rows rows of norm.hidden):
+  // on the few-row path each thread block norms them itself (the same bits, no kernel of its
+  // own, norm.out not written); otherwise launch_row_rmsnorm into norm.out, then run() on it.
+  void run_normed(const RowNormArgs& norm, const void* w, float* y, int64_t out, bool accumulate,
+                  const float* bias = nullptr);
 
  private:
   struct Plan;

@@ -5,8 +5,9 @@
 // kernel writes or reads, and before any early return (a grid that ends without waiting could
 // end before the kernel it follows, and the next kernel's wait would then not cover that one).
 // allow_dependent_launch() lets the next kernel's thread blocks launch once every block of this
-// one has called it. Captured into CUDA graphs as programmatic edges. S4KV_PDL=0, or a device
-// before sm_90, launches as usual.
+// one has called it. Captured into CUDA graphs as programmatic edges. Opt-in, S4KV_PDL=1 on
+// sm_90 and later: measured on the H200 it made the batch-1 decode step slower
+// (docs/performance.md, "GPU end to end"), so kernels launch as usual unless it is set.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,7 +28,7 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #endif
 }
 
-// Device 0 is sm_90 or later and S4KV_PDL is not "0" (read once).
+// Device 0 is sm_90 or later and S4KV_PDL is "1" (read once).
 bool dependent_launch_enabled();
 
 // kernel<<<grid, block, smem, stream>>>(args...), launched programmatically dependent on the

@@ -16,9 +16,10 @@ __global__ void rope_kernel(float* x, const int32_t* positions, const float* cos
   float* row = x + token * row_stride + (blockIdx.x % num_heads) * static_cast<int64_t>(head_dim);
   const int64_t pos = positions[token];
   const float c = cos[pos * half + i], s = sin[pos * half + i];
-  const float x1 = row[i], x2 = row[i + half];
-  row[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
-  row[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+  float x1 = row[i], x2 = row[i + half];
+  rope_turn(x1, x2, c, s);
+  row[i] = x1;
+  row[i + half] = x2;
 }
 
 }  // namespace

@@ -27,4 +27,15 @@ struct RopeArgs {
 // table's rows (not checked on the device).
 void launch_rope(const RopeArgs& args, cudaStream_t stream);
 
+#ifdef __CUDACC__
+// One channel pair (x1: channel i, x2: channel i + D/2) turned by (c, s) with rope_rotate's
+// roundings; launch_rope's kernel and launch_rope_kv_write's (forward_kernels.cuh) share it.
+__device__ __forceinline__ void rope_turn(float& x1, float& x2, float c, float s) {
+  const float a = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+  const float b = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+  x1 = a;
+  x2 = b;
+}
+#endif
+
 }  // namespace s4kv::backend::cuda

@@ -494,15 +494,18 @@ CudaSampler::CudaSampler(int64_t vocab_size, int64_t max_rows, int64_t max_model
       out_host_{PinnedBuffer(static_cast<size_t>(max_call_rows_) * sizeof(RowResult)),
                 PinnedBuffer(static_cast<size_t>(max_call_rows_) * sizeof(RowResult))},
       penalties_(vocab_size) {
-  // A thread block cluster per row where the device has them (sm_90); S4KV_SAMPLER_CLUSTER=0
-  // keeps one block per row (for comparisons).
-  int device = 0, major = 0, cluster_launch = 0;
+  // A thread block cluster per row where the device has them (sm_90) and the rows are few
+  // enough that their clusters run at once (two blocks a multiprocessor): more rows fill the
+  // device with one block each, and a cluster's synchronizations would only add to the step.
+  // S4KV_SAMPLER_CLUSTER=0 keeps one block per row (for comparisons).
+  int device = 0, major = 0, cluster_launch = 0, sms = 0;
   S4KV_CUDA_CHECK(cudaGetDevice(&device));
   S4KV_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   S4KV_CUDA_CHECK(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device));
+  S4KV_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const char* env = std::getenv("S4KV_SAMPLER_CLUSTER");
   const bool off = env != nullptr && std::string_view(env) == "0";
-  cluster_blocks_ = major >= 9 && cluster_launch != 0 && !off ? kClusterBlocks : 1;
+  cluster_max_rows_ = major >= 9 && cluster_launch != 0 && !off ? 2 * sms / kClusterBlocks : 0;
   // Ids travel as floats in one reduction: exact below 2^24.
   S4KV_CHECK(vocab_size > 0 && vocab_size < (int64_t{1} << 24) && max_rows > 0,
              "cuda sampler: vocab_size ", vocab_size, ", max_rows ", max_rows);
@@ -589,7 +592,7 @@ void CudaSampler::submit(const float* logits, std::span<const SamplingRow> rows,
     const float* d_logits = logits + begin * vocab_size_;
     auto* d_work = static_cast<float*>(work_.data());
     const auto group_rows = static_cast<unsigned>(end - begin);
-    if (cluster_blocks_ > 1) {
+    if (static_cast<int64_t>(group_rows) <= cluster_max_rows_) {
       cudaLaunchConfig_t config{};
       config.gridDim = dim3(group_rows * kClusterBlocks);
       config.blockDim = dim3(kThreads);

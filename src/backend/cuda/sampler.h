@@ -8,9 +8,9 @@
 // among equals).
 //
 // The blocks of a row walk the whole vocabulary (selections by bisection over the ordered bits
-// of the logits, sums by fixed-order reductions: deterministic run to run): on sm_90 a thread
-// block cluster of 8 per row, whose blocks combine their parts through distributed shared
-// memory in rank order; one block per row on older devices. Where the
+// of the logits, sums by fixed-order reductions: deterministic run to run): on sm_90, for calls
+// of few rows, a thread block cluster of 8 per row, whose blocks combine their parts through
+// distributed shared memory in rank order; one block per row otherwise. Where the
 // reference sums probabilities one by one, the GPU sums them in another order: a draw or a
 // top_p cut can differ only when u or the cut lies within rounding (~1e-15) of a boundary.
 // Correct first; the next issue makes it fast.
@@ -71,8 +71,8 @@ class CudaSampler {
   DeviceBuffer out_device_;   // [max_call_rows] RowResult: the last submit's, by row
   PinnedBuffer out_host_[2];  // [max_call_rows] RowResult per result slot
   int64_t num_rows_[2] = {0, 0};
-  int cluster_blocks_ = 1;    // blocks per row: 8 (a cluster) on sm_90, else 1
-  PenaltyScratch penalties_;  // each row's distinct penalty ids, on the host
+  int64_t cluster_max_rows_ = 0;  // calls of at most this many rows take a cluster a row
+  PenaltyScratch penalties_;      // each row's distinct penalty ids, on the host
 };
 
 }  // namespace s4kv::backend::cuda

@@ -13,6 +13,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = 2;
 constexpr int kUnroll = 4;  // 16-byte chunks per row a lane has in flight
 constexpr unsigned kFull = 0xffffffffu;
+constexpr int kNormThreads = 1024;  // row_rmsnorm_kernel's block (forward_kernels.cu)
 
 // The 8 values of a 16-byte chunk, exactly widened.
 template <bool kBf16>
@@ -31,11 +32,51 @@ __device__ __forceinline__ void widen8(const uint4& v, float (&f)[8]) {
   }
 }
 
-// Warp w: output rows kRowsPerWarp * w .. + kRowsPerWarp - 1 for all N rows of x.
+// The N rows of x as RMSNorm makes them, in shared memory (xs: N rows of `in` 16-bit values):
+// row_rmsnorm_kernel's arithmetic in its order, each of the block's kThreads threads playing
+// the norm kernel's threads t, t + kThreads, ... (kNormThreads of them), so the same bits.
 template <bool kBf16, int N>
+__device__ void norm_rows(const SkinnyNorm& norm, int64_t in, uint16_t* xs) {
+  constexpr int kVirtual = kNormThreads / kThreads;  // norm-kernel threads a thread plays
+  __shared__ float partial[kNormThreads / 32];
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+  for (int m = 0; m < N; ++m) {
+    const float* row = norm.x + m * in;
+    float sum[kVirtual];
+#pragma unroll
+    for (int k = 0; k < kVirtual; ++k) {
+      sum[k] = 0.0f;
+      for (int64_t i = t + k * kThreads; i < in; i += kNormThreads) {
+        sum[k] = __fadd_rn(sum[k], __fmul_rn(row[i], row[i]));
+      }
+      for (int o = 16; o > 0; o /= 2) sum[k] = __fadd_rn(sum[k], __shfl_xor_sync(kFull, sum[k], o));
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int k = 0; k < kVirtual; ++k) partial[warp + k * kWarps] = sum[k];
+    }
+    __syncthreads();
+    float total = 0.0f;
+    for (int i = 0; i < kNormThreads / 32; ++i) total = __fadd_rn(total, partial[i]);
+    const float mean = __fdiv_rn(total, static_cast<float>(in));
+    const float inv_rms = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, norm.eps)));
+    for (int64_t i = t; i < in; i += kThreads) {
+      const float v = __fmul_rn(__fmul_rn(row[i], inv_rms), norm.weight[i]);
+      xs[m * in + i] = kBf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v))
+                             : __half_as_ushort(__float2half_rn(v));
+    }
+    __syncthreads();  // partial is reused; xs is complete
+  }
+}
+
+// Warp w: output rows kRowsPerWarp * w .. + kRowsPerWarp - 1 for all N rows of x. kNorm: x is
+// made from norm in the block's shared memory first (x is not read).
+template <bool kBf16, int N, bool kNorm>
 __global__ void __launch_bounds__(kThreads)
     skinny_gemm_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w,
-                       float* __restrict__ y, int64_t chunks, int64_t out, bool accumulate) {
+                       float* __restrict__ y, int64_t chunks, int64_t out, bool accumulate,
+                       const float* __restrict__ bias, SkinnyNorm norm) {
+  extern __shared__ uint4 xs[];  // kNorm: [N][chunks]
   allow_dependent_launch();
   const int lane = threadIdx.x % 32;
   const int64_t row0 =
@@ -62,6 +103,7 @@ __global__ void __launch_bounds__(kThreads)
   };
   load(lane);
   grid_dependency_wait();
+  if constexpr (kNorm) norm_rows<kBf16, N>(norm, chunks * 8, reinterpret_cast<uint16_t*>(xs));
   if (!live) return;
   for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
     uint4 cur[kUnroll][kRowsPerWarp];
@@ -81,7 +123,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int m = 0; m < N; ++m) {
         float xf[8];
-        widen8<kBf16>(__ldg(x + m * chunks + c), xf);
+        if constexpr (kNorm) {
+          widen8<kBf16>(xs[m * chunks + c], xf);
+        } else {
+          widen8<kBf16>(__ldg(x + m * chunks + c), xf);
+        }
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; ++r) {
 #pragma unroll
@@ -107,22 +153,41 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int m = 0; m < N; ++m) {
         float* dst = y + m * out + row0 + r;
-        *dst = accumulate ? *dst + acc[r][m] : acc[r][m];
+        const float v = accumulate ? *dst + acc[r][m] : acc[r][m];
+        *dst = bias != nullptr ? __fadd_rn(v, bias[row0 + r]) : v;
       }
     }
   }
 }
 
-template <bool kBf16>
+template <bool kBf16, int N, bool kNorm>
+void launch_rows(const uint4* x, const uint4* w, float* y, int64_t chunks, int64_t out,
+                 bool accumulate, const float* bias, const SkinnyNorm& norm, unsigned blocks,
+                 cudaStream_t stream) {
+  size_t smem = 0;
+  if constexpr (kNorm) {
+    static const bool attribute_set = [] {
+      S4KV_CUDA_CHECK(cudaFuncSetAttribute(skinny_gemm_kernel<kBf16, N, true>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           kSkinnyNormMaxBytes));
+      return true;
+    }();
+    (void)attribute_set;
+    smem = static_cast<size_t>(N * chunks * 16);
+  }
+  launch_dependent(skinny_gemm_kernel<kBf16, N, kNorm>, blocks, kThreads, smem, stream, x, w, y,
+                   chunks, out, accumulate, bias, norm);
+}
+
+template <bool kBf16, bool kNorm>
 void launch_typed(const uint4* x, const uint4* w, float* y, int64_t n, int64_t chunks, int64_t out,
-                  bool accumulate, cudaStream_t stream) {
+                  bool accumulate, const float* bias, const SkinnyNorm& norm, cudaStream_t stream) {
   const int64_t warps = (out + kRowsPerWarp - 1) / kRowsPerWarp;
   const auto blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
   switch (n) {
-#define S4KV_SKINNY_CASE(N)                                                                      \
-  case N:                                                                                        \
-    launch_dependent(skinny_gemm_kernel<kBf16, N>, blocks, kThreads, 0, stream, x, w, y, chunks, \
-                     out, accumulate);                                                           \
+#define S4KV_SKINNY_CASE(N)                                                                     \
+  case N:                                                                                       \
+    launch_rows<kBf16, N, kNorm>(x, w, y, chunks, out, accumulate, bias, norm, blocks, stream); \
     break;
     S4KV_SKINNY_CASE(1)
     S4KV_SKINNY_CASE(2)
@@ -147,16 +212,30 @@ bool skinny_gemm_supports(DType dtype, const void* x, const void* w, int64_t n, 
 }
 
 void launch_skinny_gemm(DType dtype, const void* x, const void* w, float* y, int64_t n, int64_t in,
-                        int64_t out, bool accumulate, cudaStream_t stream) {
-  S4KV_CHECK(skinny_gemm_supports(dtype, x, w, n, in) && out > 0 && y != nullptr &&
+                        int64_t out, bool accumulate, const float* bias, cudaStream_t stream,
+                        const SkinnyNorm* norm) {
+  S4KV_CHECK(skinny_gemm_supports(dtype, norm != nullptr ? w : x, w, n, in) && out > 0 &&
+                 y != nullptr &&
                  (out + kRowsPerWarp * kWarps - 1) / (kRowsPerWarp * kWarps) <= 0x7fffffff,
              "skinny gemm: dtype ", dtype_name(dtype), ", n ", n, ", in ", in, ", out ", out);
+  S4KV_CHECK(
+      norm == nullptr || (norm->x != nullptr && norm->weight != nullptr && skinny_norm_fits(n, in)),
+      "skinny gemm: norm of ", n, " rows of ", in);
   const auto* xv = static_cast<const uint4*>(x);
   const auto* wv = static_cast<const uint4*>(w);
+  const SkinnyNorm none{};
   if (dtype == DType::kBF16) {
-    launch_typed<true>(xv, wv, y, n, in / 8, out, accumulate, stream);
+    if (norm != nullptr) {
+      launch_typed<true, true>(xv, wv, y, n, in / 8, out, accumulate, bias, *norm, stream);
+    } else {
+      launch_typed<true, false>(xv, wv, y, n, in / 8, out, accumulate, bias, none, stream);
+    }
   } else {
-    launch_typed<false>(xv, wv, y, n, in / 8, out, accumulate, stream);
+    if (norm != nullptr) {
+      launch_typed<false, true>(xv, wv, y, n, in / 8, out, accumulate, bias, *norm, stream);
+    } else {
+      launch_typed<false, false>(xv, wv, y, n, in / 8, out, accumulate, bias, none, stream);
+    }
   }
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
