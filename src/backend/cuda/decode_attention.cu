@@ -299,6 +299,8 @@ __device__ float block_reduce(float v, float* scratch) {
   return v;
 }
 
+constexpr int kMergeLoads = 16;  // partial sums a merge thread has in flight
+
 // One thread block of kD threads per (sequence, query head): the items' maxima and weights
 // computed kD items at a time (a thread each), then each thread sums its channel over them.
 template <typename T>
@@ -317,33 +319,57 @@ __global__ void __launch_bounds__(kD) decode_merge_kernel(PagedAttentionArgs a, 
     return d.partials +
            ((static_cast<int64_t>(item) * a.num_kv_heads + g) * group + hh) * kDecodePartialFloats;
   };
-  float mx = -INFINITY;
-  for (int j = c; j < n; j += kD) mx = fmaxf(mx, part(j)[0]);
+  // Loaded before the first reduction, none depending on another: thread c's first item's
+  // maximum and sum (item c), and the first kMergeLoads items' sums of channel c.
+  float p0 = -INFINITY, p1 = 0.0f, first[kMergeLoads];
+  if (c < n) {
+    const float* p = part(c);
+    p0 = p[0];
+    p1 = p[1];
+  }
+#pragma unroll
+  for (int u = 0; u < kMergeLoads; ++u) first[u] = u < n ? part(u)[2 + c] : 0.0f;
+  float mx = p0;
+  for (int j = c + kD; j < n; j += kD) mx = fmaxf(mx, part(j)[0]);
   mx = block_reduce<true>(mx, scratch);
   // int4_kivi v2's pool values are in the Hadamard domain: summed apart.
   float plain = 0.0f, had = 0.0f, sum = 0.0f;
   for (int j0 = 0; j0 < n; j0 += kD) {
     float f = 0.0f;
     if (j0 + c < n) {
-      const float* p = part(j0 + c);
-      if (p[0] != -INFINITY) {
-        f = fast_exp2(p[0] - mx);
-        sum += f * p[1];
+      if (j0 > 0) {
+        const float* p = part(j0 + c);
+        p0 = p[0];
+        p1 = p[1];
+      }
+      if (p0 != -INFINITY) {
+        f = fast_exp2(p0 - mx);
+        sum += f * p1;
       }
     }
     __syncthreads();  // the previous round's weights are read
     weight[c] = f;
     __syncthreads();
+    // kMergeLoads items' sums a round, their loads issued together (an item's weight is 0 when
+    // it has no positions: its sum is then left out, whatever it holds).
     const int m = min(kD, n - j0);
-#pragma unroll 4
-    for (int k = 0; k < m; ++k) {
-      const float w = weight[k];
-      if (w == 0.0f) continue;  // an item without positions (the same for every thread)
-      const float v = w * part(j0 + k)[2 + c];
-      if (j0 + k < n4 && a.value_hadamard) {
-        had += v;
-      } else {
-        plain += v;
+    for (int k0 = 0; k0 < m; k0 += kMergeLoads) {
+      float v[kMergeLoads];
+#pragma unroll
+      for (int u = 0; u < kMergeLoads; ++u) {
+        v[u] = j0 + k0 == 0 ? first[u] : k0 + u < m ? part(j0 + k0 + u)[2 + c] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kMergeLoads; ++u) {
+        const int k = k0 + u;
+        if (k >= m) break;
+        const float w = weight[k];
+        const float x = w != 0.0f ? w * v[u] : 0.0f;
+        if (j0 + k < n4 && a.value_hadamard) {
+          had += x;
+        } else {
+          plain += x;
+        }
       }
     }
   }

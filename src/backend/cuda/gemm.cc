@@ -49,6 +49,8 @@ Gemm::Gemm(DType dtype, cudaStream_t stream) : dtype_(dtype), stream_(stream) {
   workspace_bytes_ = kWorkspaceBytes;
   const char* choice = std::getenv("S4KV_GEMM");
   skinny_ = choice == nullptr || std::string_view(choice) != "cublas";
+  const char* fuse = std::getenv("S4KV_NORM_FUSION");
+  fuse_norm_ = fuse == nullptr || std::string_view(fuse) != "0";
 }
 
 Gemm::~Gemm() {
@@ -117,7 +119,8 @@ void Gemm::run_normed(const RowNormArgs& norm, const void* w, float* y, int64_t 
   const int64_t n = norm.num_rows, in = norm.hidden;
   if (n == 0) return;
   S4KV_CHECK(norm.rows == nullptr && norm.act_dtype == dtype_, "gemm: run_normed arguments");
-  if (skinny_ && skinny_gemm_supports(dtype_, w, w, n, in) && skinny_norm_fits(n, in)) {
+  if (fuse_norm_ && skinny_ && skinny_gemm_supports(dtype_, w, w, n, in) &&
+      skinny_norm_fits(n, in)) {
     const SkinnyNorm sn{norm.x, norm.weight, norm.eps};
     launch_skinny_gemm(dtype_, nullptr, w, y, n, in, out, accumulate, bias, stream_, &sn);
     return;

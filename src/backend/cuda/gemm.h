@@ -5,7 +5,7 @@
 // cached per shape. Row-major arrays are passed to cuBLASLt as their column-major transposes.
 // A few rows (n <= kSkinnyMaxRows, 16-bit dtypes: decode steps of small batches) go to the
 // bandwidth-bound kernel of skinny_gemm.cuh instead; S4KV_GEMM=cublas keeps them on cuBLASLt
-// (benchmarks, A/B).
+// (benchmarks, A/B); S4KV_NORM_FUSION=0 keeps run_normed's RMSNorm in its own kernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,6 +47,7 @@ class Gemm {
   DType dtype_;
   cudaStream_t stream_;
   bool skinny_ = true;
+  bool fuse_norm_ = true;  // S4KV_NORM_FUSION=0: run_normed launches the norm kernel (A/B)
   cublasLtContext* handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

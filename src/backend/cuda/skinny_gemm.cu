@@ -88,8 +88,9 @@ __global__ void __launch_bounds__(kThreads)
     wr[r] = w + (row0 + r < out ? row0 + r : out - 1) * chunks;  // a past-the-end row re-reads
   }
   float acc[kRowsPerWarp][N] = {};
-  // The first chunks of the weights (which no kernel writes) are loaded before the wait for the
-  // previous kernel, whose x this one reads.
+  // Each iteration's weight chunks are loaded at its start, eight 16-byte loads in flight per
+  // lane; the first iteration's before the wait for the previous kernel (whose x, or norm.x,
+  // this one reads; no kernel writes weights) and before the norm prologue.
   uint4 wv[kUnroll][kRowsPerWarp];
   auto load = [&](int64_t base) {
 #pragma unroll
@@ -106,20 +107,14 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr (kNorm) norm_rows<kBf16, N>(norm, chunks * 8, reinterpret_cast<uint16_t*>(xs));
   if (!live) return;
   for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
-    uint4 cur[kUnroll][kRowsPerWarp];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) cur[u][r] = wv[u][r];
-    }
-    if (base + 32 * kUnroll < chunks) load(base + 32 * kUnroll);
+    if (base != lane) load(base);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = base + 32 * u;
       if (c >= chunks) break;
       float wf[kRowsPerWarp][8];
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) widen8<kBf16>(cur[u][r], wf[r]);
+      for (int r = 0; r < kRowsPerWarp; ++r) widen8<kBf16>(wv[u][r], wf[r]);
 #pragma unroll
       for (int m = 0; m < N; ++m) {
         float xf[8];
