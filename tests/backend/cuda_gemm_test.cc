@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <tuple>
@@ -86,7 +87,7 @@ INSTANTIATE_TEST_SUITE_P(FewRowsAndCublas, GemmCuda,
                                             ::testing::Values(int64_t{777}, int64_t{17}),
                                             ::testing::Bool(), ::testing::Bool()));
 
-// run_normed (the RMSNorm made inside the few-row GEMM's thread blocks) against
+// run_normed with S4KV_NORM_FUSION=1 (the RMSNorm made inside the few-row GEMM's blocks) against
 // launch_row_rmsnorm then run, bit for bit: every few-row count and the cuBLASLt fallback (9),
 // both 16-bit dtypes, a hidden size of the 7B model and an odd one, with accumulation and bias.
 TEST(GemmCudaNormed, EqualsRmsNormThenRunBitForBit) {
@@ -129,7 +130,14 @@ TEST(GemmCudaNormed, EqualsRmsNormThenRunBitForBit) {
                                  in,
                                  1e-6f};
           {
+            // The fused path is opt-in (gemm.h); Gemm reads the switch when it is made.
+            if (fused) {
+              setenv("S4KV_NORM_FUSION", "1", 1);
+            } else {
+              unsetenv("S4KV_NORM_FUSION");
+            }
             cuda::Gemm gemm(dtype, stream);
+            unsetenv("S4KV_NORM_FUSION");
             auto* y = static_cast<float*>(dy.data());
             const auto* b = static_cast<const float*>(db.data());
             if (fused) {

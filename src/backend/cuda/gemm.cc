@@ -50,7 +50,7 @@ Gemm::Gemm(DType dtype, cudaStream_t stream) : dtype_(dtype), stream_(stream) {
   const char* choice = std::getenv("S4KV_GEMM");
   skinny_ = choice == nullptr || std::string_view(choice) != "cublas";
   const char* fuse = std::getenv("S4KV_NORM_FUSION");
-  fuse_norm_ = fuse == nullptr || std::string_view(fuse) != "0";
+  fuse_norm_ = fuse != nullptr && std::string_view(fuse) == "1";
 }
 
 Gemm::~Gemm() {

@@ -5,7 +5,8 @@
 // cached per shape. Row-major arrays are passed to cuBLASLt as their column-major transposes.
 // A few rows (n <= kSkinnyMaxRows, 16-bit dtypes: decode steps of small batches) go to the
 // bandwidth-bound kernel of skinny_gemm.cuh instead; S4KV_GEMM=cublas keeps them on cuBLASLt
-// (benchmarks, A/B); S4KV_NORM_FUSION=0 keeps run_normed's RMSNorm in its own kernel.
+// (benchmarks, A/B). S4KV_NORM_FUSION=1 makes run_normed's RMSNorm inside the few-row GEMM
+// (opt-in: on the H200 the batch-1 step was 0.22 ms slower with it, docs/performance.md).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,8 +36,8 @@ class Gemm {
   void run(const void* x, const void* w, float* y, int64_t n, int64_t in, int64_t out,
            bool accumulate, const float* bias = nullptr);
   // run() of the RMSNorm of norm.x's rows (norm.rows null, norm.num_rows rows of norm.hidden):
-  // on the few-row path each thread block norms them itself (the same bits, no kernel of its
-  // own, norm.out not written); otherwise launch_row_rmsnorm into norm.out, then run() on it.
+  // launch_row_rmsnorm into norm.out, then run() on it; with S4KV_NORM_FUSION=1, on the few-row
+  // path, each thread block norms them itself instead (the same bits, norm.out not written).
   void run_normed(const RowNormArgs& norm, const void* w, float* y, int64_t out, bool accumulate,
                   const float* bias = nullptr);
 
@@ -47,7 +48,7 @@ class Gemm {
   DType dtype_;
   cudaStream_t stream_;
   bool skinny_ = true;
-  bool fuse_norm_ = true;  // S4KV_NORM_FUSION=0: run_normed launches the norm kernel (A/B)
+  bool fuse_norm_ = false;  // S4KV_NORM_FUSION=1: run_normed's norm in the few-row GEMM
   cublasLtContext* handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
