@@ -140,7 +140,7 @@ TEST(DecodePlan, CoversEveryDecodeRowsContextOnce) {
 
 // The plan's items of a batch of equal contexts: thread blocks (items x KV heads) fill one or two
 // whole waves of the device's resident blocks, not a wave and a fraction, and a single short
-// context still splits into items of 64 positions (the decode step of batch 1).
+// context still splits into items of about a hundred positions (the decode step of batch 1).
 int64_t split_items(kv::KvCacheDtype cache, int block_size, int num_seqs, int64_t context,
                     int blocks_per_sm) {
   DecodeShape shape;
@@ -170,8 +170,9 @@ TEST(DecodePlan, EqualContextsFillWholeWaves) {
   EXPECT_EQ(split_items(kv::KvCacheDtype::k16Bit, 16, 16, 8192, 3), 96);
   // The same at 4 blocks a multiprocessor (a wave of 132 items): 8 items a sequence.
   EXPECT_EQ(split_items(kv::KvCacheDtype::k16Bit, 16, 16, 8192, 4), 128);
-  // Batch 1 at context 1,040: 17 items of at most 64 positions (4 blocks of 16).
-  EXPECT_EQ(split_items(kv::KvCacheDtype::k16Bit, 16, 1, 1040, 3), 17);
+  // Batch 1 at context 1,040: 11 items of 96 positions (6 blocks of 16), the least estimate of
+  // 96 positions an item + 12 x 11 items merged (64 positions: 64 + 12 x 17; 256: 256 + 12 x 5).
+  EXPECT_EQ(split_items(kv::KvCacheDtype::k16Bit, 16, 1, 1040, 3), 11);
   // int4_kivi, blocks of 64, 2 blocks a multiprocessor (a wave of 66 items), 64 sequences of
   // 8,192: the 127 pool blocks of each (the last block is in the ring) as one item fill one wave
   // (two waves of 2 items a sequence would take longer), then one row item a sequence (the tail).

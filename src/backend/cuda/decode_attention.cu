@@ -406,19 +406,40 @@ int64_t items_per_wave(const DecodeShape& shape) {
 }
 
 // The split of decode contexts of n[s] blocks into items of `chunk` blocks (none shorter than
-// kMinItemPositions but a context's last): the chunk that ends soonest when the items fill one
-// or two whole waves (a wave: `wave` items), counting kMinItemPositions of fixed cost an item;
-// when the contexts outnumber two waves, items of total / (2 waves) blocks.
+// kMinItemPositions but a context's last): the chunk of least estimated time among a geometric
+// series from the shortest to the longest context and the least chunks whose items fill one or
+// two whole waves (a wave: `wave` items), keeping the items within decode_capacity. Estimate,
+// in positions of one item's work: waves x positions an item + kMergeItemPositions x the most
+// items a sequence has (its merge adds them one after another).
 constexpr int64_t kMinItemPositions = 64;  // one tile of the row kernel
+// What merging one more item costs, in positions read by an item (H200: a fit of the row
+// kernel and merge times of attention_h200_fdcd0f6.json, where items of 64 positions made short
+// contexts slower than items of 256, against attention_h200.json at c1d3463).
+constexpr int64_t kMergeItemPositions = 12;
 int64_t split_chunk(const std::vector<int64_t>& n, int64_t B, int64_t wave) {
   const int64_t min_chunk = std::max<int64_t>(1, (kMinItemPositions + B - 1) / B);
   const int64_t longest = std::max<int64_t>(min_chunk, *std::max_element(n.begin(), n.end()));
+  const auto num_seqs = static_cast<int64_t>(n.size());
   auto items = [&](int64_t chunk) {
     int64_t k = 0;
     for (const int64_t x : n) k += (x + chunk - 1) / chunk;
     return k;
   };
   int64_t best = 0, best_cost = 0;
+  auto consider = [&](int64_t chunk) {
+    const int64_t k = items(chunk);
+    if (k > 2 * wave + num_seqs) return;  // decode_capacity
+    const int64_t cost =
+        (k + wave - 1) / wave * chunk * B + kMergeItemPositions * ((longest + chunk - 1) / chunk);
+    if (best == 0 || cost < best_cost || (cost == best_cost && chunk > best)) {
+      best = chunk;
+      best_cost = cost;
+    }
+  };
+  for (int64_t chunk = min_chunk; chunk < longest; chunk = std::max(chunk + 1, chunk * 5 / 4)) {
+    consider(chunk);
+  }
+  consider(longest);
   for (int64_t waves = 1; waves <= 2; ++waves) {
     if (items(longest) > waves * wave) continue;
     int64_t lo = min_chunk, hi = longest;  // the least chunk whose items fit
@@ -430,16 +451,9 @@ int64_t split_chunk(const std::vector<int64_t>& n, int64_t B, int64_t wave) {
         lo = mid + 1;
       }
     }
-    const int64_t cost = waves * (lo * B + kMinItemPositions);
-    if (best == 0 || cost < best_cost) {
-      best = lo;
-      best_cost = cost;
-    }
+    consider(lo);
   }
-  if (best > 0) return best;
-  int64_t total = 0;
-  for (const int64_t x : n) total += x;
-  return std::max(min_chunk, (total + 2 * wave - 1) / (2 * wave));
+  return best;  // consider(longest) always fits: one item a sequence
 }
 
 }  // namespace
