@@ -42,16 +42,35 @@ struct WorkItem {
 // ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)).
 
 // A row element type: T, one element widened (one) and eight (eight, AVX2).
+// AVX-512 (pairs): eight elements of row a in lanes 0-7 and eight of row b in lanes 8-15, so
+// that each 256-bit half is the AVX2 form's register for its row.
 struct F32Row {
   using T = float;
   static float one(float x) { return x; }
   S4KV_AVX2 static __m256 eight(const float* p) { return _mm256_loadu_ps(p); }
+  S4KV_AVX512 static __m512 pair(const float* a, const float* b) {
+    return _mm512_castpd_ps(
+        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(a))),
+                           _mm256_castps_pd(_mm256_loadu_ps(b)), 1));
+  }
+  S4KV_AVX512 static __m512 sixteen(const float* p) { return _mm512_loadu_ps(p); }
 };
 template <bool BF16>
 struct Half16Row {
   using T = uint16_t;
   static float one(uint16_t h) { return simd::widen1(h, BF16); }
   S4KV_AVX2 static __m256 eight(const uint16_t* p) { return simd::widen8<BF16>(p); }
+  S4KV_AVX512 static __m512 pair(const uint16_t* a, const uint16_t* b) {
+    const __m256i h = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+    if constexpr (BF16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm512_cvtph_ps(h);
+    }
+  }
+  S4KV_AVX512 static __m512 sixteen(const uint16_t* p) { return simd::widen16v<BF16>(p); }
 };
 
 template <class Row>
@@ -103,40 +122,105 @@ S4KV_AVX2 void dots_avx2(const float* q, const typename Row::T* keys, int64_t ks
   }
 }
 
-// dots for up to 4 queries at once (prefill: each key row is loaded once for the 4):
-// scores[r * stride + p] = (qs[r] . keys[p]) * scale, p < n, r < nq; every dot the same
-// operations in the same order as dots_avx2's, so the same bits.
-template <class Row>
-S4KV_AVX2 void dots4_avx2(const float* const* qs, int nq, const void* rows, int64_t ks, int64_t n,
-                          int64_t d, float scale, float* scores, int64_t stride) {
-  const auto* keys = static_cast<const typename Row::T*>(rows);
-  if (nq != 4) {
-    for (int r = 0; r < nq; ++r) dots_avx2<Row>(qs[r], keys, ks, n, d, scale, scores + r * stride);
-    return;
-  }
+// dots for up to 4 queries at once (prefill: up to 4 query tokens; decode: up to 4 heads of a
+// group), each key row loaded once for them: scores[r * stride + p] = (qs[r] . keys[p]) * scale,
+// p < n, r < nq; every dot the same operations in the same order as dots_avx2's, so the same
+// bits.
+template <class Row, int NQ>
+S4KV_AVX2 void dotsq_avx2(const float* const* qs, const typename Row::T* keys, int64_t ks,
+                          int64_t n, int64_t d, float scale, float* scores, int64_t stride) {
   int64_t p = 0;
   for (; p + 2 <= n; p += 2) {
     const typename Row::T* k0 = keys + p * ks;
     const typename Row::T* k1 = k0 + ks;
-    __m256 a[4][2];
-    for (int r = 0; r < 4; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
+    __m256 a[NQ][2];
+    for (int r = 0; r < NQ; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
     for (int64_t i = 0; i < d; i += 8) {
       const __m256 kv0 = Row::eight(k0 + i);
       const __m256 kv1 = Row::eight(k1 + i);
-      for (int r = 0; r < 4; ++r) {
+      for (int r = 0; r < NQ; ++r) {
         const __m256 qv = _mm256_loadu_ps(qs[r] + i);
         a[r][0] = _mm256_add_ps(a[r][0], _mm256_mul_ps(qv, kv0));
         a[r][1] = _mm256_add_ps(a[r][1], _mm256_mul_ps(qv, kv1));
       }
     }
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < NQ; ++r) {
       scores[r * stride + p] = tree8(a[r][0]) * scale;
       scores[r * stride + p + 1] = tree8(a[r][1]) * scale;
     }
   }
   for (; p < n; ++p) {
-    for (int r = 0; r < 4; ++r)
+    for (int r = 0; r < NQ; ++r)
       dots_avx2<Row>(qs[r], keys + p * ks, ks, 1, d, scale, scores + r * stride + p);
+  }
+}
+
+// Lanes 0-7 (h 0) or 8-15 (h 1) of v.
+S4KV_AVX512 inline __m256 half256(__m512 v, int h) {
+  return h == 0 ? _mm512_castps512_ps256(v)
+                : _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
+// The AVX-512 form: four keys a pass, two to a register (Row::pair), each 256-bit half summed
+// exactly as dots_avx2 sums its key; the last n % 4 keys through dots_avx2.
+template <class Row, int NQ>
+S4KV_AVX512 void dotsq_avx512(const float* const* qs, const typename Row::T* keys, int64_t ks,
+                              int64_t n, int64_t d, float scale, float* scores, int64_t stride) {
+  int64_t p = 0;
+  for (; p + 4 <= n; p += 4) {
+    const typename Row::T* k0 = keys + p * ks;
+    __m512 a[NQ][2];
+    for (int r = 0; r < NQ; ++r) a[r][0] = a[r][1] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < d; i += 8) {
+      const __m512 kv01 = Row::pair(k0 + i, k0 + ks + i);
+      const __m512 kv23 = Row::pair(k0 + 2 * ks + i, k0 + 3 * ks + i);
+      for (int r = 0; r < NQ; ++r) {
+        const __m512 qv =
+            _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(qs[r] + i))));
+        a[r][0] = _mm512_add_ps(a[r][0], _mm512_mul_ps(qv, kv01));
+        a[r][1] = _mm512_add_ps(a[r][1], _mm512_mul_ps(qv, kv23));
+      }
+    }
+    for (int r = 0; r < NQ; ++r) {
+      for (int k = 0; k < 4; ++k)
+        scores[r * stride + p + k] = tree8(half256(a[r][k / 2], k % 2)) * scale;
+    }
+  }
+  for (; p < n; ++p) {
+    for (int r = 0; r < NQ; ++r)
+      dots_avx2<Row>(qs[r], keys + p * ks, ks, 1, d, scale, scores + r * stride + p);
+  }
+}
+
+template <class Row>
+S4KV_AVX2 void dots4_avx2(const float* const* qs, int nq, const void* rows, int64_t ks, int64_t n,
+                          int64_t d, float scale, float* scores, int64_t stride) {
+  const auto* keys = static_cast<const typename Row::T*>(rows);
+  switch (nq) {
+    case 1:
+      return dots_avx2<Row>(qs[0], keys, ks, n, d, scale, scores);
+    case 2:
+      return dotsq_avx2<Row, 2>(qs, keys, ks, n, d, scale, scores, stride);
+    case 3:
+      return dotsq_avx2<Row, 3>(qs, keys, ks, n, d, scale, scores, stride);
+    default:
+      return dotsq_avx2<Row, 4>(qs, keys, ks, n, d, scale, scores, stride);
+  }
+}
+
+template <class Row>
+S4KV_AVX512 void dots4_avx512(const float* const* qs, int nq, const void* rows, int64_t ks,
+                              int64_t n, int64_t d, float scale, float* scores, int64_t stride) {
+  const auto* keys = static_cast<const typename Row::T*>(rows);
+  switch (nq) {
+    case 1:
+      return dotsq_avx512<Row, 1>(qs, keys, ks, n, d, scale, scores, stride);
+    case 2:
+      return dotsq_avx512<Row, 2>(qs, keys, ks, n, d, scale, scores, stride);
+    case 3:
+      return dotsq_avx512<Row, 3>(qs, keys, ks, n, d, scale, scores, stride);
+    default:
+      return dotsq_avx512<Row, 4>(qs, keys, ks, n, d, scale, scores, stride);
   }
 }
 
@@ -186,18 +270,100 @@ S4KV_AVX2 void weighted_sum_avx2(const float* w, const void* rows, int64_t vs, i
   }
 }
 
+// weighted_sums: weighted_sum for nh <= 4 heads of a group at once over the same rows and
+// positions (decode: the value rows loaded once for the heads): o[h][i] += w[h][p] * values[p][i],
+// each o[h][i] the same sequential sum as weighted_sum's.
+template <class Row>
+void weighted_sums_scalar(const float* const* w, int nh, const void* rows, int64_t vs, int64_t p0,
+                          int64_t p1, int64_t d, float* const* o) {
+  for (int h = 0; h < nh; ++h) weighted_sum_scalar<Row>(w[h], rows, vs, p0, p1, d, o[h]);
+}
+
+template <class Row>
+S4KV_AVX2 void weighted_sums_avx2(const float* const* w, int nh, const void* rows, int64_t vs,
+                                  int64_t p0, int64_t p1, int64_t d, float* const* o) {
+  for (int h = 0; h < nh; ++h) weighted_sum_avx2<Row>(w[h], rows, vs, p0, p1, d, o[h]);
+}
+
+// 64 dims of NH heads in 4 x NH registers across all positions, 16 dims to a register (lane i
+// of a register is dim i's own sum, as in the AVX2 form); then 16 dims at a time.
+template <class Row, int NH>
+S4KV_AVX512 void weighted_sums_nh_avx512(const float* const* w, const typename Row::T* values,
+                                         int64_t vs, int64_t p0, int64_t p1, int64_t d,
+                                         float* const* o) {
+  int64_t c = 0;
+  for (; c + 64 <= d; c += 64) {
+    __m512 acc[NH][4];
+    for (int h = 0; h < NH; ++h) {
+      for (int r = 0; r < 4; ++r) acc[h][r] = _mm512_loadu_ps(o[h] + c + 16 * r);
+    }
+    for (int64_t p = p0; p < p1; ++p) {
+      const typename Row::T* v = values + p * vs + c;
+      __m512 vv[4];
+      for (int r = 0; r < 4; ++r) vv[r] = Row::sixteen(v + 16 * r);
+      for (int h = 0; h < NH; ++h) {
+        const __m512 wp = _mm512_set1_ps(w[h][p]);
+        for (int r = 0; r < 4; ++r) acc[h][r] = _mm512_add_ps(acc[h][r], _mm512_mul_ps(wp, vv[r]));
+      }
+    }
+    for (int h = 0; h < NH; ++h) {
+      for (int r = 0; r < 4; ++r) _mm512_storeu_ps(o[h] + c + 16 * r, acc[h][r]);
+    }
+  }
+  for (; c < d; c += 8) {  // head_dim % 8 == 0: the AVX2 form's tail
+    for (int h = 0; h < NH; ++h) {
+      __m256 acc = _mm256_loadu_ps(o[h] + c);
+      for (int64_t p = p0; p < p1; ++p) {
+        acc = _mm256_add_ps(
+            acc, _mm256_mul_ps(_mm256_set1_ps(w[h][p]), Row::eight(values + p * vs + c)));
+      }
+      _mm256_storeu_ps(o[h] + c, acc);
+    }
+  }
+}
+
+template <class Row>
+S4KV_AVX512 void weighted_sums_avx512(const float* const* w, int nh, const void* rows, int64_t vs,
+                                      int64_t p0, int64_t p1, int64_t d, float* const* o) {
+  const auto* values = static_cast<const typename Row::T*>(rows);
+  switch (nh) {
+    case 1:
+      return weighted_sums_nh_avx512<Row, 1>(w, values, vs, p0, p1, d, o);
+    case 2:
+      return weighted_sums_nh_avx512<Row, 2>(w, values, vs, p0, p1, d, o);
+    case 3:
+      return weighted_sums_nh_avx512<Row, 3>(w, values, vs, p0, p1, d, o);
+    default:
+      return weighted_sums_nh_avx512<Row, 4>(w, values, vs, p0, p1, d, o);
+  }
+}
+
+template <class Row>
+S4KV_AVX512 void weighted_sum_avx512(const float* w, const void* rows, int64_t vs, int64_t p0,
+                                     int64_t p1, int64_t d, float* o) {
+  weighted_sums_nh_avx512<Row, 1>(&w, static_cast<const typename Row::T*>(rows), vs, p0, p1, d, &o);
+}
+
 // An instruction set's kernels over one row type; rows: const Row::T*.
 struct Kernels {
   void (*dots4)(const float* const* qs, int nq, const void* rows, int64_t row_stride, int64_t n,
                 int64_t d, float scale, float* scores, int64_t stride);
   void (*weighted_sum)(const float* w, const void* rows, int64_t row_stride, int64_t p0, int64_t p1,
                        int64_t d, float* o);
+  void (*weighted_sums)(const float* const* w, int nh, const void* rows, int64_t row_stride,
+                        int64_t p0, int64_t p1, int64_t d, float* const* o);
 };
 
 template <class Row>
 Kernels kernels_of(CpuIsa isa) {
-  return isa == CpuIsa::kScalar ? Kernels{&dots4_scalar<Row>, &weighted_sum_scalar<Row>}
-                                : Kernels{&dots4_avx2<Row>, &weighted_sum_avx2<Row>};
+  switch (isa) {
+    case CpuIsa::kScalar:
+      return {&dots4_scalar<Row>, &weighted_sum_scalar<Row>, &weighted_sums_scalar<Row>};
+    case CpuIsa::kAvx2:
+      return {&dots4_avx2<Row>, &weighted_sum_avx2<Row>, &weighted_sums_avx2<Row>};
+    default:
+      return {&dots4_avx512<Row>, &weighted_sum_avx512<Row>, &weighted_sums_avx512<Row>};
+  }
 }
 
 // Rows of dtype (kF32: gathered rows; kBF16 / kF16: the paged 16-bit cache's).
@@ -303,6 +469,21 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const KvInPlaceR
   RotatedValues rot{};
   if (!run.empty() && run.values_rotated) rot = {i0, i1};
   auto score_rows = [&](const void* rows, int64_t rs, const Kernels& k, int64_t p0, int64_t p1) {
+    if (nj == 1) {  // one query token (decode): up to 4 heads of the group at once
+      const int64_t ctx_max = std::min(p1, ctx_end);
+      if (ctx_max <= p0) return;
+      for (int64_t h0 = 0; h0 < group; h0 += 4) {
+        const int nq = static_cast<int>(std::min<int64_t>(4, group - h0));
+        const float* qs[4];
+        for (int r4 = 0; r4 < nq; ++r4) {
+          qs[r4] =
+              a.q.data() + (q_begin + w.j_begin) * a.q_stride + (w.kv_head * group + h0 + r4) * d;
+        }
+        // Head h0 + r4's row is sc_row(h0, j) + r4 * ctx_end (nj == 1).
+        k.dots4(qs, nq, rows, rs, ctx_max - p0, d, a.scale, sc_row(h0, w.j_begin) + p0, ctx_end);
+      }
+      return;
+    }
     for (int64_t hh = 0; hh < group; ++hh) {
       const int64_t h = w.kv_head * group + hh;
       for (int64_t j0 = w.j_begin; j0 < w.j_end; j0 += 4) {
@@ -379,6 +560,23 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const KvInPlaceR
     if (!needed) return;
     for_rows(c0, c1, false,
              [&](const void* rows, int64_t rs, const Kernels& k, int64_t s0, int64_t s1) {
+               if (nj == 1) {  // decode: the group's heads share every part, 4 at a time
+                 for (const auto& [r0, r1] : range_of(ctx_end)) {
+                   const int64_t p0 = std::max(r0, s0), p1 = std::min(r1, s1);
+                   if (p0 >= p1) continue;
+                   for (int64_t h0 = 0; h0 < group; h0 += 4) {
+                     const int nh = static_cast<int>(std::min<int64_t>(4, group - h0));
+                     const float* ws[4];
+                     float* os[4];
+                     for (int r4 = 0; r4 < nh; ++r4) {
+                       ws[r4] = sc_row(h0 + r4, w.j_begin) + s0;
+                       os[r4] = out_row(h0 + r4, w.j_begin);
+                     }
+                     k.weighted_sums(ws, nh, rows, rs, p0 - s0, p1 - s0, d, os);
+                   }
+                 }
+                 return;
+               }
                for_parts(s0, s1, [&](int64_t p0, int64_t p1, int64_t hh, int64_t j) {
                  k.weighted_sum(sc_row(hh, j) + s0, rows, rs, p0 - s0, p1 - s0, d, out_row(hh, j));
                });
