@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string_view>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
@@ -151,42 +152,50 @@ __device__ unsigned rank_in_row() {
   }
 }
 
-template <int kCl, class F>
-__device__ double block_sum(RowCtx<kCl>& c, int64_t n, F f) {
-  double acc = 0.0;
+// The row's sum of f(i) over 0..n-1 as T (double: the block's dsum storage, dpart and d; int:
+// isum, ipart and i), in every thread of the row.
+template <typename T, int kCl, class F>
+__device__ T row_sum(RowCtx<kCl>& c, int64_t n, F f) {
+  constexpr bool kDouble = std::is_same_v<T, double>;
+  T acc = 0;
   for (int64_t i = c.first; i < n; i += c.kSpan) acc += f(i);
-  const double r = cub::BlockReduce<double, kThreads>(c.s.tmp.dsum).Sum(acc);
+  T r;
+  if constexpr (kDouble) {
+    r = cub::BlockReduce<double, kThreads>(c.s.tmp.dsum).Sum(acc);
+  } else {
+    r = cub::BlockReduce<int, kThreads>(c.s.tmp.isum).Sum(acc);
+  }
+  T* part;
+  T* total;
+  if constexpr (kDouble) {
+    part = c.s.dpart;
+    total = &c.s.d;
+  } else {
+    part = c.s.ipart;
+    total = &c.s.i;
+  }
   c.parity ^= 1;
-  if (threadIdx.x == 0) c.s.dpart[c.parity] = r;
+  if (threadIdx.x == 0) part[c.parity] = r;
   c.sync();
   if (threadIdx.x == 0) {
-    double t = 0.0;
-    for (unsigned b = 0; b < kCl; ++b) t += *c.remote(&c.s.dpart[c.parity], b);
-    c.s.d = t;
+    T t = 0;
+    for (unsigned b = 0; b < kCl; ++b) t += *c.remote(&part[c.parity], b);
+    *total = t;
   }
   __syncthreads();
-  const double out = c.s.d;
+  const T out = *total;
   __syncthreads();
   return out;
 }
 
 template <int kCl, class F>
+__device__ double block_sum(RowCtx<kCl>& c, int64_t n, F f) {
+  return row_sum<double>(c, n, f);
+}
+
+template <int kCl, class F>
 __device__ int block_count(RowCtx<kCl>& c, int64_t n, F f) {
-  int acc = 0;
-  for (int64_t i = c.first; i < n; i += c.kSpan) acc += f(i) ? 1 : 0;
-  const int r = cub::BlockReduce<int, kThreads>(c.s.tmp.isum).Sum(acc);
-  c.parity ^= 1;
-  if (threadIdx.x == 0) c.s.ipart[c.parity] = r;
-  c.sync();
-  if (threadIdx.x == 0) {
-    int t = 0;
-    for (unsigned b = 0; b < kCl; ++b) t += *c.remote(&c.s.ipart[c.parity], b);
-    c.s.i = t;
-  }
-  __syncthreads();
-  const int out = c.s.i;
-  __syncthreads();
-  return out;
+  return row_sum<int>(c, n, [&](int64_t i) { return f(i) ? 1 : 0; });
 }
 
 // f(i) -> Best (id < 0: not eligible). Over the row's threads' own values when n is the row's
