@@ -231,6 +231,14 @@ print(gpu_capacity.model_dir(tempfile.mkdtemp(), 'qwen2.5-7b-instruct'))")
         ${SERVE_BENCH_ARGS:---concurrency 1,16,64 --input-len 1024 --output-len 128 --num-prompts 64} \
         --json $res/serve_bench_$fmt.json > $res/serve_bench_$fmt.txt 2>&1 || {
         tail -n 20 $res/serve_bench_$fmt.txt; exit 1; }
+      # Card, build and settings into the JSON (the machine has no git history to stamp from).
+      python3 -c "import json, os, subprocess, sys, time; p = sys.argv[1]; d = json.load(open(p)); \
+d['provenance'] = {'command': 'tools/device_steps.sh serve_bench: ' + ' '.join(sys.argv[2:]), \
+'commit': open('/tmp/s4kv/BUILD_INFO').read().split()[2], 'date': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), \
+'gpu': subprocess.run(['nvidia-smi', '--query-gpu=name,memory.total,driver_version', '--format=csv,noheader'], \
+capture_output=True, text=True).stdout.strip()}; json.dump(d, open(p, 'w'), indent=1)" \
+        $res/serve_bench_$fmt.json "SERVE_BENCH_ARGS=${SERVE_BENCH_ARGS:-}" \
+        "SERVE_BENCH_SERVE_ARGS=${SERVE_BENCH_SERVE_ARGS:-}" "kv=$kv"
       echo "== $fmt" && cat $res/serve_bench_$fmt.txt
     done
     ;;
