@@ -349,19 +349,10 @@ S4KV_AVX512 void weighted_sums_avx512(const float* const* w, int nh, const void*
   _mm256_zeroupper();
 }
 
-template <class Row>
-S4KV_AVX512 void weighted_sum_avx512(const float* w, const void* rows, int64_t vs, int64_t p0,
-                                     int64_t p1, int64_t d, float* o) {
-  weighted_sums_nh_avx512<Row, 1>(&w, static_cast<const typename Row::T*>(rows), vs, p0, p1, d, &o);
-  _mm256_zeroupper();
-}
-
 // An instruction set's kernels over one row type; rows: const Row::T*.
 struct Kernels {
   void (*dots4)(const float* const* qs, int nq, const void* rows, int64_t row_stride, int64_t n,
                 int64_t d, float scale, float* scores, int64_t stride);
-  void (*weighted_sum)(const float* w, const void* rows, int64_t row_stride, int64_t p0, int64_t p1,
-                       int64_t d, float* o);
   void (*weighted_sums)(const float* const* w, int nh, const void* rows, int64_t row_stride,
                         int64_t p0, int64_t p1, int64_t d, float* const* o);
 };
@@ -370,11 +361,11 @@ template <class Row>
 Kernels kernels_of(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kScalar:
-      return {&dots4_scalar<Row>, &weighted_sum_scalar<Row>, &weighted_sums_scalar<Row>};
+      return {&dots4_scalar<Row>, &weighted_sums_scalar<Row>};
     case CpuIsa::kAvx2:
-      return {&dots4_avx2<Row>, &weighted_sum_avx2<Row>, &weighted_sums_avx2<Row>};
+      return {&dots4_avx2<Row>, &weighted_sums_avx2<Row>};
     default:
-      return {&dots4_avx512<Row>, &weighted_sum_avx512<Row>, &weighted_sums_avx512<Row>};
+      return {&dots4_avx512<Row>, &weighted_sums_avx512<Row>};
   }
 }
 
@@ -556,41 +547,32 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const KvInPlaceR
   }
   auto accumulate = [&](int64_t c0, int64_t c1, auto range_of) {
     // range_of(ctx) -> the part of [0, ctx) this pass sums, {p0, p1}. for_parts calls
-    // f(p0, p1, hh, j) for each (head, query) and part [p0, p1) of [s0, s1) it sums.
+    // f(p0, p1, j) for each query and part [p0, p1) of [s0, s1) it sums; every head of the group
+    // sums the same parts.
     auto for_parts = [&](int64_t s0, int64_t s1, auto f) {
-      for (int64_t hh = 0; hh < group; ++hh) {
-        for (int64_t j = w.j_begin; j < w.j_end; ++j) {
-          for (const auto& [r0, r1] : range_of(seq_len - q_len + j + 1)) {
-            const int64_t p0 = std::max(r0, s0), p1 = std::min(r1, s1);
-            if (p0 < p1) f(p0, p1, hh, j);
-          }
+      for (int64_t j = w.j_begin; j < w.j_end; ++j) {
+        for (const auto& [r0, r1] : range_of(seq_len - q_len + j + 1)) {
+          const int64_t p0 = std::max(r0, s0), p1 = std::min(r1, s1);
+          if (p0 < p1) f(p0, p1, j);
         }
       }
     };
     bool needed = false;
-    for_parts(c0, c1, [&](int64_t, int64_t, int64_t, int64_t) { needed = true; });
+    for_parts(c0, c1, [&](int64_t, int64_t, int64_t) { needed = true; });
     if (!needed) return;
     for_rows(c0, c1, false,
              [&](const void* rows, int64_t rs, const Kernels& k, int64_t s0, int64_t s1) {
-               if (nj == 1) {  // decode: the group's heads share every part, 4 at a time
-                 for (const auto& [r0, r1] : range_of(ctx_end)) {
-                   const int64_t p0 = std::max(r0, s0), p1 = std::min(r1, s1);
-                   if (p0 >= p1) continue;
-                   for (int64_t h0 = 0; h0 < group; h0 += 4) {
-                     const int nh = static_cast<int>(std::min<int64_t>(4, group - h0));
-                     const float* ws[4];
-                     float* os[4];
-                     for (int r4 = 0; r4 < nh; ++r4) {
-                       ws[r4] = sc_row(h0 + r4, w.j_begin) + s0;
-                       os[r4] = out_row(h0 + r4, w.j_begin);
-                     }
-                     k.weighted_sums(ws, nh, rows, rs, p0 - s0, p1 - s0, d, os);
+               for_parts(s0, s1, [&](int64_t p0, int64_t p1, int64_t j) {
+                 for (int64_t h0 = 0; h0 < group; h0 += 4) {  // each value row once for 4 heads
+                   const int nh = static_cast<int>(std::min<int64_t>(4, group - h0));
+                   const float* ws[4];
+                   float* os[4];
+                   for (int r4 = 0; r4 < nh; ++r4) {
+                     ws[r4] = sc_row(h0 + r4, j) + s0;
+                     os[r4] = out_row(h0 + r4, j);
                    }
+                   k.weighted_sums(ws, nh, rows, rs, p0 - s0, p1 - s0, d, os);
                  }
-                 return;
-               }
-               for_parts(s0, s1, [&](int64_t p0, int64_t p1, int64_t hh, int64_t j) {
-                 k.weighted_sum(sc_row(hh, j) + s0, rows, rs, p0 - s0, p1 - s0, d, out_row(hh, j));
                });
              });
   };

@@ -195,10 +195,12 @@ S4KV_AVX2 void values_tile_avx2(const kv::Int4KiviLayout& l, const std::byte* b,
 }
 
 // An instruction set's value tiles (Tiles::run<NR>: NR <= 4 weight rows, kWords code words from
-// w0) over every row and word of a block.
+// w0) over every row and word of a block, with the block's value scales and zeros.
 template <class Tiles, int kWords>
-void values_by_tiles(const kv::Int4KiviLayout& l, const std::byte* b, const float* vs,
-                     const float* vz, std::span<const float* const> w, std::span<float* const> o) {
+void values_by_tiles(const kv::Int4KiviLayout& l, const std::byte* b,
+                     std::span<const float* const> w, std::span<float* const> o) {
+  alignas(32) float vs[kMaxParams], vz[kMaxParams];
+  value_params(l, b, vs, vz);
   for (size_t r0 = 0; r0 < w.size(); r0 += 4) {
     const size_t nr = std::min<size_t>(4, w.size() - r0);
     const float* const* wr = w.data() + r0;
@@ -232,9 +234,7 @@ struct Avx2Tiles {
 
 S4KV_AVX2 void values_avx2(const kv::Int4KiviLayout& l, const std::byte* b,
                            std::span<const float* const> w, std::span<float* const> o) {
-  alignas(32) float vs[kMaxParams], vz[kMaxParams];
-  value_params(l, b, vs, vz);
-  values_by_tiles<Avx2Tiles, 2>(l, b, vs, vz, w, o);
+  values_by_tiles<Avx2Tiles, 2>(l, b, w, o);
 }
 
 // ---- AVX-512: two key rows per register, 16 value channels per register -----------------
@@ -370,9 +370,7 @@ struct Avx512Tiles {
 
 S4KV_AVX512 void values_avx512(const kv::Int4KiviLayout& l, const std::byte* b,
                                std::span<const float* const> w, std::span<float* const> o) {
-  alignas(32) float vs[kMaxParams], vz[kMaxParams];
-  value_params(l, b, vs, vz);
-  values_by_tiles<Avx512Tiles, 4>(l, b, vs, vz, w, o);
+  values_by_tiles<Avx512Tiles, 4>(l, b, w, o);
 }
 
 // The vector kernels need whole channel pairs of 8 (head_dim % 16) and, for AVX-512, four

@@ -168,6 +168,7 @@ class CudaBackend final : public Backend {
   bool decode_kernels_ = false;
   bool prefill_kernels_ = false;  // rows of q_len >= 2 on the tensor-core prefill kernel
   int num_sms_ = 1;
+  DecodeShape decode_shape_;  // the step's, made by stage(): its plan and graph grids
   DecodePlan attention_plan_;
   std::vector<PrefillTile> prefill_tiles_;
   float* partials_ = nullptr;  // [decode_items, num_heads, 130]
@@ -623,7 +624,7 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     dl.num_seqs = static_cast<int32_t>(plan.seqs.size());
     dl.partials = partials_;
     if (graph_size_ > 0) {  // grids of the capture size's capacity; the counts on the device
-      const DecodeCapacity cap = decode_capacity(graph_size_, decode_shape(config_, kv_, num_sms_));
+      const DecodeCapacity cap = decode_capacity(graph_size_, decode_shape_);
       dl.num_int4_items = static_cast<int32_t>(cap.int4_items);
       dl.num_items = static_cast<int32_t>(cap.int4_items + cap.row_items);
       dl.live = step_.live;
@@ -773,8 +774,8 @@ void CudaBackend::stage(const ForwardBatch& b, int64_t size) {
                max_fills_, ")");
   }
 
-  const DecodeShape shape = decode_shape(config_, kv_, num_sms_);
-  plan_attention(b, shape, decode_kernels_, attention_plan_);
+  decode_shape_ = decode_shape(config_, kv_, num_sms_);
+  plan_attention(b, decode_shape_, decode_kernels_, attention_plan_);
   prefill_tiles_.clear();
   if (prefill_kernels_ && !attention_plan_.other_tokens.empty()) {
     plan_prefill(b, 2, prefill_tiles_);
@@ -788,7 +789,7 @@ void CudaBackend::stage(const ForwardBatch& b, int64_t size) {
   size_t fill_room = fills_.fills.size(), quant_room = fills_.first_position.size();
   size_t item_room = plan.items.size();
   if (size > 0) {
-    const DecodeCapacity cap = decode_capacity(size, shape);
+    const DecodeCapacity cap = decode_capacity(size, decode_shape_);
     S4KV_CHECK(static_cast<int64_t>(fills_.fills.size()) <= size &&
                    plan.num_int4_items <= cap.int4_items &&
                    static_cast<int64_t>(plan.items.size()) - plan.num_int4_items <= cap.row_items,
