@@ -6,11 +6,13 @@
 // moves an output by about that sum. Skips without a device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/device.h"
@@ -87,77 +89,87 @@ INSTANTIATE_TEST_SUITE_P(FewRowsAndCublas, GemmCuda,
                                             ::testing::Values(int64_t{777}, int64_t{17}),
                                             ::testing::Bool(), ::testing::Bool()));
 
-// run_normed with S4KV_NORM_FUSION=1 (the RMSNorm made inside the few-row GEMM's blocks) against
-// launch_row_rmsnorm then run, bit for bit: every few-row count and the cuBLASLt fallback (9),
-// both 16-bit dtypes, a hidden size of the 7B model and an odd one, with accumulation and bias.
-TEST(GemmCudaNormed, EqualsRmsNormThenRunBitForBit) {
+// The few-row kernel's epilogues against the separate kernels they replace, bit for bit:
+// run_then_norm against run then launch_row_rmsnorm (y and the normed rows), twice in a row into
+// cleared outputs (the block count must be back at 0 for the second launch to norm at all), and
+// run_silu_mul against run then launch_silu_mul; every few-row count and the cuBLASLt fallback
+// (9), both 16-bit dtypes, the 7B model's sizes and odd ones.
+TEST(GemmCudaEpilogues, EqualSeparateKernelsBitForBit) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   for (const DType dtype : {DType::kBF16, DType::kF16}) {
-    for (const int64_t in : {int64_t{3584}, int64_t{1096}}) {
+    for (const auto& [in, out] : {std::pair<int64_t, int64_t>{3584, 3584}, {1096, 203}}) {
       for (const int64_t n : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{8}, int64_t{9}}) {
         SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " n " << n << " in " << in);
-        const int64_t out = 203;
         std::mt19937 rng(static_cast<unsigned>(n * 131 + in));
         std::normal_distribution<float> dist(0.0f, 1.0f);
         const bool bf16 = dtype == DType::kBF16;
-        std::vector<float> x(static_cast<size_t>(n * in)), nw(static_cast<size_t>(in)),
-            y0(static_cast<size_t>(n * out)), bias(static_cast<size_t>(out));
-        for (auto& v : x) v = 3.0f * dist(rng);
+        const auto to16 = [&](float f) { return bf16 ? float_to_bf16(f) : float_to_fp16(f); };
+        std::vector<uint16_t> x(static_cast<size_t>(n * in)), w(static_cast<size_t>(out * in));
+        for (auto& v : x) v = to16(dist(rng));
+        for (auto& v : w) v = to16(0.05f * dist(rng));
+        std::vector<float> nw(static_cast<size_t>(out)), y0(static_cast<size_t>(n * out));
         for (auto& v : nw) v = 1.0f + 0.2f * dist(rng);
-        for (auto& v : y0) v = dist(rng);
-        for (auto& v : bias) v = dist(rng);
-        std::vector<uint16_t> w(static_cast<size_t>(out * in));
-        for (auto& v : w)
-          v = bf16 ? float_to_bf16(0.05f * dist(rng)) : float_to_fp16(0.05f * dist(rng));
-        cuda::DeviceBuffer dx(x.size() * 4), dnw(nw.size() * 4), dw(w.size() * 2),
-            db(bias.size() * 4), dh(x.size() * 2);
+        for (auto& v : y0) v = 3.0f * dist(rng);
+        cuda::DeviceBuffer dx(x.size() * 2), dw(w.size() * 2), dnw(nw.size() * 4);
         dx.copy_from_host(x.data(), dx.bytes());
-        dnw.copy_from_host(nw.data(), dnw.bytes());
         dw.copy_from_host(w.data(), dw.bytes());
-        db.copy_from_host(bias.data(), db.bytes());
-        cudaStream_t stream = nullptr;
-        ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-        std::vector<std::vector<float>> results;
-        for (const bool fused : {false, true}) {
-          cuda::DeviceBuffer dy(y0.size() * 4);
+        dnw.copy_from_host(nw.data(), dnw.bytes());
+        cuda::Gemm gemm(dtype, stream);
+        // [separate, fused first, fused second]: y then the normed rows.
+        std::vector<std::vector<float>> ys;
+        std::vector<std::vector<uint16_t>> hs;
+        for (int k = 0; k < 3; ++k) {
+          cuda::DeviceBuffer dy(y0.size() * 4), dh(y0.size() * 2);
           dy.copy_from_host(y0.data(), dy.bytes());
-          cuda::RowNormArgs norm{static_cast<const float*>(dx.data()),
-                                 nullptr,
-                                 static_cast<const float*>(dnw.data()),
-                                 dh.data(),
-                                 dtype,
-                                 n,
-                                 in,
-                                 1e-6f};
-          {
-            // The fused path is opt-in (gemm.h); Gemm reads the switch when it is made.
-            if (fused) {
-              setenv("S4KV_NORM_FUSION", "1", 1);
-            } else {
-              unsetenv("S4KV_NORM_FUSION");
-            }
-            cuda::Gemm gemm(dtype, stream);
-            unsetenv("S4KV_NORM_FUSION");
-            auto* y = static_cast<float*>(dy.data());
-            const auto* b = static_cast<const float*>(db.data());
-            if (fused) {
-              gemm.run_normed(norm, dw.data(), y, out, true, b);
-            } else {
-              cuda::launch_row_rmsnorm(norm, stream);
-              gemm.run(dh.data(), dw.data(), y, n, in, out, true, b);
-            }
-            ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+          ASSERT_EQ(cudaMemset(dh.data(), 0, dh.bytes()), cudaSuccess);
+          auto* y = static_cast<float*>(dy.data());
+          const cuda::RowNormArgs norm{
+              y, nullptr, static_cast<const float*>(dnw.data()), dh.data(), dtype, n, out, 1e-6f};
+          if (k == 0) {
+            gemm.run(dx.data(), dw.data(), y, n, in, out, true);
+            cuda::launch_row_rmsnorm(norm, stream);
+          } else {
+            gemm.run_then_norm(dx.data(), dw.data(), y, n, in, out, true, norm);
           }
-          std::vector<float> y(y0.size());
-          dy.copy_to_host(y.data(), y.size() * 4);
-          results.push_back(std::move(y));
+          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+          ys.emplace_back(y0.size());
+          dy.copy_to_host(ys.back().data(), dy.bytes());
+          hs.emplace_back(y0.size());
+          dh.copy_to_host(hs.back().data(), dh.bytes());
         }
-        ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
-        EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(), results[0].size() * 4), 0);
-        EXPECT_NE(std::memcmp(results[0].data(), y0.data(), y0.size() * 4), 0) << "no output";
+        for (int k = 1; k < 3; ++k) {
+          EXPECT_EQ(std::memcmp(ys[0].data(), ys[k].data(), ys[0].size() * 4), 0) << "y " << k;
+          EXPECT_EQ(std::memcmp(hs[0].data(), hs[k].data(), hs[0].size() * 2), 0) << "norm " << k;
+        }
+        EXPECT_NE(std::memcmp(ys[0].data(), y0.data(), y0.size() * 4), 0) << "no output";
+        EXPECT_TRUE(std::any_of(hs[0].begin(), hs[0].end(), [](uint16_t v) { return v != 0; }));
+
+        // silu_mul: w as [gate; up] of inter = out / 2 (out rounded down to even).
+        const int64_t inter = out / 2;
+        std::vector<std::vector<uint16_t>> acts;
+        for (const bool fused : {false, true}) {
+          cuda::DeviceBuffer dy(static_cast<size_t>(n * 2 * inter) * 4),
+              da(static_cast<size_t>(n * inter) * 2);
+          ASSERT_EQ(cudaMemset(da.data(), 0, da.bytes()), cudaSuccess);
+          auto* y = static_cast<float*>(dy.data());
+          if (fused) {
+            gemm.run_silu_mul(dx.data(), dw.data(), y, da.data(), n, in, inter);
+          } else {
+            gemm.run(dx.data(), dw.data(), y, n, in, 2 * inter, false);
+            cuda::launch_silu_mul(y, da.data(), dtype, n, inter, stream);
+          }
+          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+          acts.emplace_back(static_cast<size_t>(n * inter));
+          da.copy_to_host(acts.back().data(), da.bytes());
+        }
+        EXPECT_EQ(std::memcmp(acts[0].data(), acts[1].data(), acts[0].size() * 2), 0) << "silu";
+        EXPECT_TRUE(std::any_of(acts[0].begin(), acts[0].end(), [](uint16_t v) { return v != 0; }));
       }
     }
   }
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 }  // namespace

@@ -198,7 +198,8 @@ class CudaBackend final : public Backend {
     const DecodeSeq* decode_seqs;
   } step_{};
   int64_t step_max_blocks_ = 0, step_num_fills_ = 0, step_num_quantized_ = 0;
-  int64_t graph_size_ = 0;  // the capture size of the step being staged or launched; 0: eager
+  int64_t graph_size_ = 0;    // the capture size of the step being staged or launched; 0: eager
+  bool graph_commit_ = true;  // the graph being captured has int4_kivi's kv_commit
   std::vector<int32_t> token_seq_host_;
   Int4FillPlan fills_;
   std::vector<uint8_t> slot_used_;  // check_distinct_seats scratch
@@ -218,7 +219,9 @@ class CudaBackend final : public Backend {
 
   // CUDA graphs (ascending capture sizes), each with the arena addresses it was captured with.
   std::vector<int64_t> capture_sizes_;
-  std::vector<cudaGraphExec_t> graphs_;
+  // int4_kivi: per size also a graph without kv_commit, for the steps where no block fills
+  // (at batch 1 with 16-token blocks, 15 steps of 16): its kernels would find nothing to do.
+  std::vector<cudaGraphExec_t> graphs_, graphs_no_commit_;
   std::vector<StepArrays> graph_arrays_;
   ForwardBatchBuilder pad_builder_;
   ForwardBatch padded_;
@@ -303,6 +306,7 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
 
 CudaBackend::~CudaBackend() {
   for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
+  for (cudaGraphExec_t g : graphs_no_commit_) cudaGraphExecDestroy(g);
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
     gemm_.reset();
@@ -532,9 +536,13 @@ void CudaBackend::load_weights(const model::ModelWeights& w) {
 void CudaBackend::attention_block(int64_t layer, int64_t n) {
   const LayerWeights& w = layers_[static_cast<size_t>(layer)];
   const model::ModelConfig& c = config_;
-  gemm_->run_normed(
-      {x_, nullptr, w.input_norm, h_, act_, n, c.hidden_size, static_cast<float>(c.rms_norm_eps)},
-      w.qkv, qkv_, qkv_dim_, false, w.qkv_bias);
+  if (layer == 0) {  // later layers' input norms are made by the previous down_proj (mlp_block)
+    gemm_->run_normed(
+        {x_, nullptr, w.input_norm, h_, act_, n, c.hidden_size, static_cast<float>(c.rms_norm_eps)},
+        w.qkv, qkv_, qkv_dim_, false, w.qkv_bias);
+  } else {
+    gemm_->run(h_, w.qkv, qkv_, n, c.hidden_size, qkv_dim_, false, w.qkv_bias);
+  }
   RopeArgs rope;
   rope.x = qkv_;
   rope.row_stride = qkv_dim_;
@@ -606,6 +614,8 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     at.v_cache = wr.v_cache;
   }
   const DecodePlan& plan = attention_plan_;
+  // int4_kivi: a decode-only step's tokens go into the residual ring in the decode merge.
+  const bool ring_in_merge = int4 && static_cast<int64_t>(plan.seqs.size()) == n;
   if (!prefill_tiles_.empty()) {
     launch_prefill_attention(at, step_.prefill_tiles, static_cast<int32_t>(prefill_tiles_.size()),
                              stream_);
@@ -629,10 +639,12 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
       dl.num_items = static_cast<int32_t>(cap.int4_items + cap.row_items);
       dl.live = step_.live;
     }
+    dl.write_residual = ring_in_merge;
     launch_decode_attention(at, dl, stream_);
   }
 
-  if (int4) {  // kv_commit
+  // kv_commit (a graph of a step where no block fills has none: graph_commit_).
+  if (int4 && (graph_size_ == 0 || graph_commit_)) {
     Int4CommitStep st;
     st.fills = step_.fills;
     st.num_fills = step_num_fills_;
@@ -649,23 +661,30 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     st.bf16 = at.bf16;
     st.keys_post_rope = kv_.int4_keys_post_rope;
     st.value_hadamard = kv_.int4_value_hadamard;
+    st.residual_written = ring_in_merge;
     if (graph_size_ > 0) {  // a decode row fills at most one block
       st.num_fills = st.num_quantized = graph_size_;
       st.live = step_.live + 2;
     }
     launch_int4_kivi_commit_step(st, int4_cache_batch(at), int4_cache_layer(at), stream_);
   }
-  gemm_->run(attn_, w.o, x_, n, q_dim_, c.hidden_size, true);
+  gemm_->run_then_norm(
+      attn_, w.o, x_, n, q_dim_, c.hidden_size, true,
+      {x_, nullptr, w.post_norm, h_, act_, n, c.hidden_size, static_cast<float>(c.rms_norm_eps)});
 }
 
 void CudaBackend::mlp_block(int64_t layer, int64_t n) {
   const LayerWeights& w = layers_[static_cast<size_t>(layer)];
   const model::ModelConfig& c = config_;
-  gemm_->run_normed(
-      {x_, nullptr, w.post_norm, h_, act_, n, c.hidden_size, static_cast<float>(c.rms_norm_eps)},
-      w.gate_up, gate_up_, 2 * c.intermediate_size, false);
-  launch_silu_mul(gate_up_, act_buf_, act_, n, c.intermediate_size, stream_);
-  gemm_->run(act_buf_, w.down, x_, n, c.intermediate_size, c.hidden_size, true);
+  // h_: the post-attention norm, made by o_proj (attention_block).
+  gemm_->run_silu_mul(h_, w.gate_up, gate_up_, act_buf_, n, c.hidden_size, c.intermediate_size);
+  if (layer + 1 < c.num_hidden_layers) {  // and the next layer's input norm
+    gemm_->run_then_norm(act_buf_, w.down, x_, n, c.intermediate_size, c.hidden_size, true,
+                         {x_, nullptr, layers_[static_cast<size_t>(layer + 1)].input_norm, h_, act_,
+                          n, c.hidden_size, static_cast<float>(c.rms_norm_eps)});
+  } else {
+    gemm_->run(act_buf_, w.down, x_, n, c.intermediate_size, c.hidden_size, true);
+  }
 }
 
 void CudaBackend::submit(const ForwardBatch& in) {
@@ -696,7 +715,8 @@ void CudaBackend::submit(const ForwardBatch& in) {
                             capture_sizes_.begin());
     S4KV_CHECK(std::memcmp(&step_, &graph_arrays_[i], sizeof(StepArrays)) == 0,
                "cuda forward: the arena moved under the graph of size ", size);
-    S4KV_CUDA_CHECK(cudaGraphLaunch(graphs_[i], stream_));
+    const bool commit = graphs_no_commit_.empty() || !fills_.fills.empty();
+    S4KV_CUDA_CHECK(cudaGraphLaunch(commit ? graphs_[i] : graphs_no_commit_[i], stream_));
     ++graph_replays_;
   } else {
     launch_forward(b.num_tokens(), b.num_logits());
@@ -889,7 +909,9 @@ void CudaBackend::capture_graphs() {
   S4KV_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
   const std::vector<int64_t> sizes =
       cuda_graph_sizes(std::min(opt_.max_num_seqs, opt_.max_num_tokens));
+  const bool int4 = kv_.dtype == kv::KvCacheDtype::kInt4Kivi;
   graphs_.assign(sizes.size(), nullptr);
+  graphs_no_commit_.assign(int4 ? sizes.size() : 0, nullptr);
   graph_arrays_.assign(sizes.size(), StepArrays{});
   const ForwardBatch none;
   for (size_t i = sizes.size(); i-- > 0;) {
@@ -898,15 +920,21 @@ void CudaBackend::capture_graphs() {
     stage(b, size);
     launch_forward(size, size);
     S4KV_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    cudaGraph_t graph = nullptr;
-    S4KV_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    launch_forward(size, size);
-    S4KV_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    S4KV_CUDA_CHECK(cudaGraphInstantiate(&graphs_[i], graph, 0));
-    S4KV_CUDA_CHECK(cudaGraphDestroy(graph));
+    for (const bool commit : {true, false}) {
+      if (!commit && !int4) break;
+      cudaGraphExec_t& exec = commit ? graphs_[i] : graphs_no_commit_[i];
+      graph_commit_ = commit;
+      cudaGraph_t graph = nullptr;
+      S4KV_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      launch_forward(size, size);
+      S4KV_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+      S4KV_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      S4KV_CUDA_CHECK(cudaGraphDestroy(graph));
+      S4KV_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+      S4KV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    graph_commit_ = true;
     graph_arrays_[i] = step_;
-    S4KV_CUDA_CHECK(cudaGraphLaunch(graphs_[i], stream_));
-    S4KV_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   graph_size_ = 0;
   capture_sizes_ = sizes;

@@ -13,6 +13,7 @@
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/decode_attention_common.cuh"
 #include "backend/cuda/hadamard.cuh"
+#include "backend/cuda/int4_kivi_device.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/tensor_core.cuh"
 #include "common/check.h"
@@ -54,9 +55,9 @@ struct RowLocator {
              g * kD;
       v_off = static_cast<int64_t>(b) * kv_dim;
     } else if (p < start) {  // the residual ring
-      const int64_t ring_row = (p / b % a->ring) * b + p % b;
-      base =
-          a->residual + (static_cast<int64_t>(slot) * 2 * a->ring * b + ring_row) * kv_dim + g * kD;
+      base = a->residual +
+             (static_cast<int64_t>(slot) * 2 * a->ring * b + ring_row(p, b, a->ring)) * kv_dim +
+             g * kD;
       v_off = static_cast<int64_t>(a->ring) * b * kv_dim;
     } else {  // this step's token
       const int64_t row = static_cast<int64_t>(q_begin + p - start) * kv_dim + g * kD;
@@ -313,6 +314,20 @@ __global__ void __launch_bounds__(kD) decode_merge_kernel(PagedAttentionArgs a, 
   const DecodeSeq sq = d.seqs[blockIdx.x];
   const int h = blockIdx.y, c = threadIdx.x;
   const int group = a.num_heads / a.num_kv_heads, g = h / group, hh = h % group;
+  if (d.write_residual && h < a.num_kv_heads) {  // kv head h of the token into the ring
+    const int s = a.token_seq[sq.token], b = a.block_size;
+    const int64_t p = a.positions[sq.token];
+    if (ring_keeps(p, a.seq_lens[s], b, a.ring)) {
+      const int64_t kv_dim = static_cast<int64_t>(a.num_kv_heads) * kD;
+      const int64_t src = sq.token * kv_dim + h * kD + c;
+      uint16_t* k =
+          const_cast<uint16_t*>(a.residual) +
+          (static_cast<int64_t>(a.seats[s]) * 2 * a.ring * b + ring_row(p, b, a.ring)) * kv_dim +
+          h * kD + c;
+      k[0] = a.staging_k[src];
+      k[static_cast<int64_t>(a.ring) * b * kv_dim] = a.staging_v[src];
+    }
+  }
   const int n4 = sq.int4_end - sq.int4_begin, n = n4 + sq.rows_end - sq.rows_begin;
   auto part = [&](int j) {  // the sequence's j-th item: its int4 items, then its row items
     const int item = j < n4 ? sq.int4_begin + j : sq.rows_begin + (j - n4);

@@ -95,6 +95,9 @@ struct DecodeLaunch {
   // are capacities (decode_capacity) and the step's counts are in device memory, live[0] int4
   // items and live[1] all items; blocks past them return at once. Null: the counts above.
   const int32_t* live = nullptr;
+  // int4_kivi, a decode-only step: the merge also writes each sequence's token from staging into
+  // its residual ring (int4_kivi_cache.cuh's residual_write, which the step then skips).
+  bool write_residual = false;
 };
 
 // The decode rows: item kernels, then the merge into a.out (a.token_list is not used).

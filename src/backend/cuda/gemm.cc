@@ -49,8 +49,10 @@ Gemm::Gemm(DType dtype, cudaStream_t stream) : dtype_(dtype), stream_(stream) {
   workspace_bytes_ = kWorkspaceBytes;
   const char* choice = std::getenv("S4KV_GEMM");
   skinny_ = choice == nullptr || std::string_view(choice) != "cublas";
-  const char* fuse = std::getenv("S4KV_NORM_FUSION");
-  fuse_norm_ = fuse != nullptr && std::string_view(fuse) == "1";
+  const char* epi = std::getenv("S4KV_GEMM_EPILOGUES");
+  epilogues_ = epi == nullptr || std::string_view(epi) != "0";
+  S4KV_CUDA_CHECK(cudaMalloc(&counter_, sizeof(unsigned)));
+  S4KV_CUDA_CHECK(cudaMemset(counter_, 0, sizeof(unsigned)));
 }
 
 Gemm::~Gemm() {
@@ -62,6 +64,7 @@ Gemm::~Gemm() {
     delete p;
   }
   if (workspace_ != nullptr) cudaFree(workspace_);
+  if (counter_ != nullptr) cudaFree(counter_);
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
@@ -116,17 +119,44 @@ void Gemm::run(const void* x, const void* w, float* y, int64_t n, int64_t in, in
 
 void Gemm::run_normed(const RowNormArgs& norm, const void* w, float* y, int64_t out,
                       bool accumulate, const float* bias) {
-  const int64_t n = norm.num_rows, in = norm.hidden;
-  if (n == 0) return;
+  if (norm.num_rows == 0) return;
   S4KV_CHECK(norm.rows == nullptr && norm.act_dtype == dtype_, "gemm: run_normed arguments");
-  if (fuse_norm_ && skinny_ && skinny_gemm_supports(dtype_, w, w, n, in) &&
-      skinny_norm_fits(n, in)) {
-    const SkinnyNorm sn{norm.x, norm.weight, norm.eps};
-    launch_skinny_gemm(dtype_, nullptr, w, y, n, in, out, accumulate, bias, stream_, &sn);
+  launch_row_rmsnorm(norm, stream_);
+  run(norm.out, w, y, norm.num_rows, norm.hidden, out, accumulate, bias);
+}
+
+void Gemm::run_then_norm(const void* x, const void* w, float* y, int64_t n, int64_t in, int64_t out,
+                         bool accumulate, const RowNormArgs& norm) {
+  if (n == 0) return;
+  S4KV_CHECK(norm.x == y && norm.rows == nullptr && norm.num_rows == n && norm.hidden == out &&
+                 norm.act_dtype == dtype_ && norm.out != nullptr,
+             "gemm: run_then_norm arguments");
+  if (epilogues_ && skinny_ && skinny_gemm_supports(dtype_, x, w, n, in)) {
+    SkinnyEpilogue e;
+    e.kind = SkinnyEpi::kNorm;
+    e.act = norm.out;
+    e.norm_weight = norm.weight;
+    e.eps = norm.eps;
+    e.counter = counter_;
+    launch_skinny_gemm(dtype_, x, w, y, n, in, out, accumulate, nullptr, stream_, e);
     return;
   }
+  run(x, w, y, n, in, out, accumulate);
   launch_row_rmsnorm(norm, stream_);
-  run(norm.out, w, y, n, in, out, accumulate, bias);
+}
+
+void Gemm::run_silu_mul(const void* x, const void* w, float* y, void* act, int64_t n, int64_t in,
+                        int64_t inter) {
+  if (n == 0) return;
+  if (epilogues_ && skinny_ && skinny_gemm_supports(dtype_, x, w, n, in)) {
+    SkinnyEpilogue e;
+    e.kind = SkinnyEpi::kSiluMul;
+    e.act = act;
+    launch_skinny_gemm(dtype_, x, w, y, n, in, 2 * inter, false, nullptr, stream_, e);
+    return;
+  }
+  run(x, w, y, n, in, 2 * inter, false);
+  launch_silu_mul(y, act, dtype_, n, inter, stream_);
 }
 
 }  // namespace s4kv::backend::cuda

@@ -5,8 +5,9 @@
 // cached per shape. Row-major arrays are passed to cuBLASLt as their column-major transposes.
 // A few rows (n <= kSkinnyMaxRows, 16-bit dtypes: decode steps of small batches) go to the
 // bandwidth-bound kernel of skinny_gemm.cuh instead; S4KV_GEMM=cublas keeps them on cuBLASLt
-// (benchmarks, A/B). S4KV_NORM_FUSION=1 makes run_normed's RMSNorm inside the few-row GEMM
-// (opt-in: on the H200 the batch-1 step was 0.22 ms slower with it, docs/performance.md).
+// (benchmarks, A/B). On that path run_silu_mul and run_then_norm make the elementwise step after
+// the product inside the GEMM's kernel (skinny_gemm.cuh's epilogues, the same bits as the
+// separate kernels); S4KV_GEMM_EPILOGUES=0 launches the separate kernels instead (A/B).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,10 +37,19 @@ class Gemm {
   void run(const void* x, const void* w, float* y, int64_t n, int64_t in, int64_t out,
            bool accumulate, const float* bias = nullptr);
   // run() of the RMSNorm of norm.x's rows (norm.rows null, norm.num_rows rows of norm.hidden):
-  // launch_row_rmsnorm into norm.out, then run() on it; with S4KV_NORM_FUSION=1, on the few-row
-  // path, each thread block norms them itself instead (the same bits, norm.out not written).
+  // launch_row_rmsnorm into norm.out, then run() on it.
   void run_normed(const RowNormArgs& norm, const void* w, float* y, int64_t out, bool accumulate,
                   const float* bias = nullptr);
+  // run(), then norm.out = the RMSNorm of y's n rows (norm.x must be y, norm.rows null,
+  // norm.hidden == out): launch_row_rmsnorm's bits, made by the few-row kernel's last thread
+  // block when it takes the product.
+  void run_then_norm(const void* x, const void* w, float* y, int64_t n, int64_t in, int64_t out,
+                     bool accumulate, const RowNormArgs& norm);
+  // y[n, 2 inter] = x . w^T (w: the gate rows, then the up rows), then act[n, inter] =
+  // silu(gate) * up in the GEMM's dtype (launch_silu_mul's bits). The few-row kernel writes act
+  // from the sums themselves (y is then not written).
+  void run_silu_mul(const void* x, const void* w, float* y, void* act, int64_t n, int64_t in,
+                    int64_t inter);
 
  private:
   struct Plan;
@@ -48,7 +58,8 @@ class Gemm {
   DType dtype_;
   cudaStream_t stream_;
   bool skinny_ = true;
-  bool fuse_norm_ = false;  // S4KV_NORM_FUSION=1: run_normed's norm in the few-row GEMM
+  bool epilogues_ = true;        // S4KV_GEMM_EPILOGUES=0: elementwise steps in their own kernels
+  unsigned* counter_ = nullptr;  // the norm epilogue's count of finished thread blocks
   cublasLtContext* handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

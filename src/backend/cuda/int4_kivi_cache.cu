@@ -2,6 +2,7 @@
 // 8 tokens of a filled block; residual_write: one per token).
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/int4_kivi_cache.cuh"
+#include "backend/cuda/int4_kivi_device.cuh"
 #include "backend/cuda/int4_kivi_quantize.cuh"
 #include "backend/cuda/launch.cuh"
 
@@ -9,10 +10,6 @@ namespace s4kv::backend::cuda {
 namespace {
 
 constexpr int kD = 128;
-
-__device__ inline int64_t ring_row(int64_t p, int b, int ring) {
-  return (p / b % ring) * b + p % b;
-}
 
 // Thread block j of fill j / chunks (chunks = ceil(B / kFillTokens)): the 16-bit K and V rows
 // (every kv head) of kFillTokens of the fill's positions index * B + t, 16 bytes per thread and
@@ -74,9 +71,7 @@ __global__ void residual_write_kernel(Int4CacheBatch batch, Int4CacheLayer layer
   const int s = batch.token_seq[tok];
   const int64_t p = batch.positions[tok];
   const int b = layer.block_size;
-  const int64_t seq_len = batch.seq_lens[s];
-  const int64_t kept_blocks = seq_len / b - (layer.ring - 1);
-  if (p < (kept_blocks > 0 ? kept_blocks : 0) * b) return;
+  if (!ring_keeps(p, batch.seq_lens[s], b, layer.ring)) return;
   const int64_t kv_dim = static_cast<int64_t>(layer.num_kv_heads) * kD;
   const int64_t slot = batch.seats[s];
   uint16_t* k = layer.residual + (slot * 2 * layer.ring * b + ring_row(p, b, layer.ring)) * kv_dim;
@@ -186,7 +181,7 @@ void launch_int4_kivi_commit_step(const Int4CommitStep& st, const Int4CacheBatch
   cm.layout = st.layout;
   cm.value_hadamard = st.value_hadamard;
   launch_int4_kivi_commit(cm, stream);
-  launch_int4_kivi_residual_write(batch, layer, stream);
+  if (!st.residual_written) launch_int4_kivi_residual_write(batch, layer, stream);
 }
 
 }  // namespace s4kv::backend::cuda

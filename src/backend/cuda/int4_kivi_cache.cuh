@@ -83,7 +83,10 @@ Int4CacheBatch int4_cache_batch(const PagedAttentionArgs& attention);
 Int4CacheLayer int4_cache_layer(const PagedAttentionArgs& attention);
 
 // A layer's whole kv_commit, the three launches in order: gather_fills -> the quantizer
-// (launch_int4_kivi_commit into the pool at out_index) -> residual_write. Device arrays of the
+// (launch_int4_kivi_commit into the pool at out_index) -> residual_write. In a decode-only step
+// the ring row a token overwrites (position p - ring * B) is read by neither the attention nor
+// gather_fills (a decode row's fill is its own block, p's ring row holds only p), so the decode
+// merge writes the tokens instead (residual_written). Device arrays of the
 // step's Int4FillPlan; pool is this layer's.
 struct Int4CommitStep {
   const Int4FillBlock* fills = nullptr;
@@ -105,6 +108,9 @@ struct Int4CommitStep {
   // the step's counts are in device memory, live[0] fills and live[1] quantizer inputs (blocks
   // times kv heads). Null: the counts above.
   const int32_t* live = nullptr;
+  // A decode-only step whose attention merge wrote the step's tokens into the residual ring
+  // already (DecodeLaunch::write_residual): no residual_write.
+  bool residual_written = false;
 };
 void launch_int4_kivi_commit_step(const Int4CommitStep& step, const Int4CacheBatch& batch,
                                   const Int4CacheLayer& layer, cudaStream_t stream);

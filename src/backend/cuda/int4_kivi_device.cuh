@@ -28,4 +28,17 @@ __device__ inline float dequant_int4(const uint32_t* words, int c, float scale, 
   return __fadd_rn(__fmul_rn(static_cast<float>(q), scale), zero);
 }
 
+// The residual ring's row of position p: ring blocks of b rows, position p in block p / b % ring.
+__device__ inline int64_t ring_row(int64_t p, int b, int ring) {
+  return (p / b % ring) * b + p % b;
+}
+
+// Whether position p of a sequence of seq_len tokens is kept in the residual ring after the
+// step: from kept = seq_len / b - (ring - 1) blocks on (the tail, and with the window the last
+// full block; int4_kivi_cache.cuh's residual_write).
+__device__ inline bool ring_keeps(int64_t p, int64_t seq_len, int b, int ring) {
+  const int64_t kept_blocks = seq_len / b - (ring - 1);
+  return p >= (kept_blocks > 0 ? kept_blocks : 0) * b;
+}
+
 }  // namespace s4kv::backend::cuda

@@ -32,22 +32,35 @@ __device__ __forceinline__ void widen8(const uint4& v, float (&f)[8]) {
   }
 }
 
-// The N rows of x as RMSNorm makes them, in shared memory (xs: N rows of `in` 16-bit values):
-// row_rmsnorm_kernel's arithmetic in its order, each of the block's kThreads threads playing
-// the norm kernel's threads t, t + kThreads, ... (kNormThreads of them), so the same bits.
+// kNorm's epilogue, in the grid's last thread block to finish (y complete): the N rows of y
+// through RMSNorm into e.act, row_rmsnorm_kernel's arithmetic in its order, each of the block's
+// kThreads threads playing the norm kernel's threads t, t + kThreads, ... (kNormThreads of
+// them), so the same bits. y is read through L2 (other blocks wrote it).
 template <bool kBf16, int N>
-__device__ void norm_rows(const SkinnyNorm& norm, int64_t in, uint16_t* xs) {
+__device__ void norm_after(const float* y, int64_t in, const SkinnyEpilogue& e) {
+  __shared__ bool last;
+  __threadfence();  // this thread's y stores before the count
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(e.counter, 1u) == gridDim.x - 1;
+    if (last) atomicExch(e.counter, 0u);  // every block has counted: ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
   constexpr int kVirtual = kNormThreads / kThreads;  // norm-kernel threads a thread plays
   __shared__ float partial[kNormThreads / 32];
   const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+  auto* dst = static_cast<uint16_t*>(e.act);
   for (int m = 0; m < N; ++m) {
-    const float* row = norm.x + m * in;
+    const float* row = y + m * in;
     float sum[kVirtual];
 #pragma unroll
     for (int k = 0; k < kVirtual; ++k) {
       sum[k] = 0.0f;
       for (int64_t i = t + k * kThreads; i < in; i += kNormThreads) {
-        sum[k] = __fadd_rn(sum[k], __fmul_rn(row[i], row[i]));
+        const float v = __ldcg(row + i);
+        sum[k] = __fadd_rn(sum[k], __fmul_rn(v, v));
       }
       for (int o = 16; o > 0; o /= 2) sum[k] = __fadd_rn(sum[k], __shfl_xor_sync(kFull, sum[k], o));
     }
@@ -59,38 +72,43 @@ __device__ void norm_rows(const SkinnyNorm& norm, int64_t in, uint16_t* xs) {
     float total = 0.0f;
     for (int i = 0; i < kNormThreads / 32; ++i) total = __fadd_rn(total, partial[i]);
     const float mean = __fdiv_rn(total, static_cast<float>(in));
-    const float inv_rms = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, norm.eps)));
+    const float inv_rms = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, e.eps)));
     for (int64_t i = t; i < in; i += kThreads) {
-      const float v = __fmul_rn(__fmul_rn(row[i], inv_rms), norm.weight[i]);
-      xs[m * in + i] = kBf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v))
-                             : __half_as_ushort(__float2half_rn(v));
+      const float v = __fmul_rn(__fmul_rn(__ldcg(row + i), inv_rms), e.norm_weight[i]);
+      dst[m * in + i] = kBf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v))
+                              : __half_as_ushort(__float2half_rn(v));
     }
-    __syncthreads();  // partial is reused; xs is complete
+    __syncthreads();  // partial is reused
   }
 }
 
-// Warp w: output rows kRowsPerWarp * w .. + kRowsPerWarp - 1 for all N rows of x. kNorm: x is
-// made from norm in the block's shared memory first (x is not read).
-template <bool kBf16, int N, bool kNorm>
+// Warp w: output rows kRowsPerWarp * w .. + kRowsPerWarp - 1 for all N rows of x (kSiluMul:
+// gate row w and up row w + out / 2).
+template <bool kBf16, int N, SkinnyEpi kEpi>
 __global__ void __launch_bounds__(kThreads)
     skinny_gemm_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w,
                        float* __restrict__ y, int64_t chunks, int64_t out, bool accumulate,
-                       const float* __restrict__ bias, SkinnyNorm norm) {
-  extern __shared__ uint4 xs[];  // kNorm: [N][chunks]
+                       const float* __restrict__ bias, SkinnyEpilogue epi) {
+  constexpr bool kPair = kEpi == SkinnyEpi::kSiluMul;
   allow_dependent_launch();
   const int lane = threadIdx.x % 32;
-  const int64_t row0 =
-      (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kRowsPerWarp;
-  const bool live = row0 < out;
+  const int64_t warp_id = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int64_t inter = out / 2;
+  const int64_t row0 = kPair ? warp_id : warp_id * kRowsPerWarp;
+  const bool live = row0 < (kPair ? inter : out);
   const uint4* wr[kRowsPerWarp];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
-    wr[r] = w + (row0 + r < out ? row0 + r : out - 1) * chunks;  // a past-the-end row re-reads
+    if constexpr (kPair) {
+      wr[r] = w + ((live ? row0 : 0) + r * inter) * chunks;
+    } else {
+      wr[r] = w + (row0 + r < out ? row0 + r : out - 1) * chunks;  // a past-the-end row re-reads
+    }
   }
   float acc[kRowsPerWarp][N] = {};
   // Each iteration's weight chunks are loaded at its start, eight 16-byte loads in flight per
-  // lane; the first iteration's before the wait for the previous kernel (whose x, or norm.x,
-  // this one reads; no kernel writes weights) and before the norm prologue.
+  // lane; the first iteration's before the wait for the previous kernel (whose x this one
+  // reads; no kernel writes weights).
   uint4 wv[kUnroll][kRowsPerWarp];
   auto load = [&](int64_t base) {
 #pragma unroll
@@ -104,29 +122,25 @@ __global__ void __launch_bounds__(kThreads)
   };
   load(lane);
   grid_dependency_wait();
-  if constexpr (kNorm) norm_rows<kBf16, N>(norm, chunks * 8, reinterpret_cast<uint16_t*>(xs));
-  if (!live) return;
-  for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
-    if (base != lane) load(base);
+  if (live) {
+    for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
+      if (base != lane) load(base);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = base + 32 * u;
-      if (c >= chunks) break;
-      float wf[kRowsPerWarp][8];
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = base + 32 * u;
+        if (c >= chunks) break;
+        float wf[kRowsPerWarp][8];
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) widen8<kBf16>(wv[u][r], wf[r]);
+        for (int r = 0; r < kRowsPerWarp; ++r) widen8<kBf16>(wv[u][r], wf[r]);
 #pragma unroll
-      for (int m = 0; m < N; ++m) {
-        float xf[8];
-        if constexpr (kNorm) {
-          widen8<kBf16>(xs[m * chunks + c], xf);
-        } else {
+        for (int m = 0; m < N; ++m) {
+          float xf[8];
           widen8<kBf16>(__ldg(x + m * chunks + c), xf);
-        }
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) {
+          for (int r = 0; r < kRowsPerWarp; ++r) {
 #pragma unroll
-          for (int i = 0; i < 8; ++i) acc[r][m] = fmaf(xf[i], wf[r][i], acc[r][m]);
+            for (int i = 0; i < 8; ++i) acc[r][m] = fmaf(xf[i], wf[r][i], acc[r][m]);
+          }
         }
       }
     }
@@ -141,48 +155,51 @@ __global__ void __launch_bounds__(kThreads)
       acc[r][m] = v;
     }
   }
-  if (lane == 0) {
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      if (row0 + r >= out) break;
+  if (live && lane == 0) {
+    if constexpr (kPair) {  // silu_mul_kernel's arithmetic
+      auto* act = static_cast<uint16_t*>(epi.act);
 #pragma unroll
       for (int m = 0; m < N; ++m) {
-        float* dst = y + m * out + row0 + r;
-        const float v = accumulate ? *dst + acc[r][m] : acc[r][m];
-        *dst = bias != nullptr ? __fadd_rn(v, bias[row0 + r]) : v;
+        const float g = acc[0][m], u = acc[1][m];
+        const float v = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+        act[m * inter + row0] = kBf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v))
+                                      : __half_as_ushort(__float2half_rn(v));
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        if (row0 + r >= out) break;
+#pragma unroll
+        for (int m = 0; m < N; ++m) {
+          float* dst = y + m * out + row0 + r;
+          const float v = accumulate ? *dst + acc[r][m] : acc[r][m];
+          *dst = bias != nullptr ? __fadd_rn(v, bias[row0 + r]) : v;
+        }
       }
     }
   }
+  if constexpr (kEpi == SkinnyEpi::kNorm) norm_after<kBf16, N>(y, out, epi);
 }
 
-template <bool kBf16, int N, bool kNorm>
+template <bool kBf16, int N, SkinnyEpi kEpi>
 void launch_rows(const uint4* x, const uint4* w, float* y, int64_t chunks, int64_t out,
-                 bool accumulate, const float* bias, const SkinnyNorm& norm, unsigned blocks,
+                 bool accumulate, const float* bias, const SkinnyEpilogue& epi,
                  cudaStream_t stream) {
-  size_t smem = 0;
-  if constexpr (kNorm) {
-    static const bool attribute_set = [] {
-      S4KV_CUDA_CHECK(cudaFuncSetAttribute(skinny_gemm_kernel<kBf16, N, true>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           kSkinnyNormMaxBytes));
-      return true;
-    }();
-    (void)attribute_set;
-    smem = static_cast<size_t>(N * chunks * 16);
-  }
-  launch_dependent(skinny_gemm_kernel<kBf16, N, kNorm>, blocks, kThreads, smem, stream, x, w, y,
-                   chunks, out, accumulate, bias, norm);
+  const int64_t warps =
+      kEpi == SkinnyEpi::kSiluMul ? out / 2 : (out + kRowsPerWarp - 1) / kRowsPerWarp;
+  const auto blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
+  launch_dependent(skinny_gemm_kernel<kBf16, N, kEpi>, blocks, kThreads, 0, stream, x, w, y, chunks,
+                   out, accumulate, bias, epi);
 }
 
-template <bool kBf16, bool kNorm>
+template <bool kBf16, SkinnyEpi kEpi>
 void launch_typed(const uint4* x, const uint4* w, float* y, int64_t n, int64_t chunks, int64_t out,
-                  bool accumulate, const float* bias, const SkinnyNorm& norm, cudaStream_t stream) {
-  const int64_t warps = (out + kRowsPerWarp - 1) / kRowsPerWarp;
-  const auto blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
+                  bool accumulate, const float* bias, const SkinnyEpilogue& epi,
+                  cudaStream_t stream) {
   switch (n) {
-#define S4KV_SKINNY_CASE(N)                                                                     \
-  case N:                                                                                       \
-    launch_rows<kBf16, N, kNorm>(x, w, y, chunks, out, accumulate, bias, norm, blocks, stream); \
+#define S4KV_SKINNY_CASE(N)                                                           \
+  case N:                                                                             \
+    launch_rows<kBf16, N, kEpi>(x, w, y, chunks, out, accumulate, bias, epi, stream); \
     break;
     S4KV_SKINNY_CASE(1)
     S4KV_SKINNY_CASE(2)
@@ -198,6 +215,24 @@ void launch_typed(const uint4* x, const uint4* w, float* y, int64_t n, int64_t c
   }
 }
 
+template <bool kBf16>
+void launch_epi(const uint4* x, const uint4* w, float* y, int64_t n, int64_t chunks, int64_t out,
+                bool accumulate, const float* bias, const SkinnyEpilogue& epi,
+                cudaStream_t stream) {
+  switch (epi.kind) {
+    case SkinnyEpi::kNone:
+      launch_typed<kBf16, SkinnyEpi::kNone>(x, w, y, n, chunks, out, accumulate, bias, epi, stream);
+      break;
+    case SkinnyEpi::kSiluMul:
+      launch_typed<kBf16, SkinnyEpi::kSiluMul>(x, w, y, n, chunks, out, accumulate, bias, epi,
+                                               stream);
+      break;
+    case SkinnyEpi::kNorm:
+      launch_typed<kBf16, SkinnyEpi::kNorm>(x, w, y, n, chunks, out, accumulate, bias, epi, stream);
+      break;
+  }
+}
+
 }  // namespace
 
 bool skinny_gemm_supports(DType dtype, const void* x, const void* w, int64_t n, int64_t in) {
@@ -208,29 +243,30 @@ bool skinny_gemm_supports(DType dtype, const void* x, const void* w, int64_t n, 
 
 void launch_skinny_gemm(DType dtype, const void* x, const void* w, float* y, int64_t n, int64_t in,
                         int64_t out, bool accumulate, const float* bias, cudaStream_t stream,
-                        const SkinnyNorm* norm) {
-  S4KV_CHECK(skinny_gemm_supports(dtype, norm != nullptr ? w : x, w, n, in) && out > 0 &&
-                 y != nullptr &&
+                        const SkinnyEpilogue& epi) {
+  S4KV_CHECK(skinny_gemm_supports(dtype, x, w, n, in) && out > 0 &&
                  (out + kRowsPerWarp * kWarps - 1) / (kRowsPerWarp * kWarps) <= 0x7fffffff,
              "skinny gemm: dtype ", dtype_name(dtype), ", n ", n, ", in ", in, ", out ", out);
-  S4KV_CHECK(
-      norm == nullptr || (norm->x != nullptr && norm->weight != nullptr && skinny_norm_fits(n, in)),
-      "skinny gemm: norm of ", n, " rows of ", in);
+  switch (epi.kind) {
+    case SkinnyEpi::kNone:
+      S4KV_CHECK(y != nullptr, "skinny gemm: no output");
+      break;
+    case SkinnyEpi::kSiluMul:
+      S4KV_CHECK(epi.act != nullptr && out % 2 == 0 && bias == nullptr && !accumulate,
+                 "skinny gemm: silu_mul epilogue arguments");
+      break;
+    case SkinnyEpi::kNorm:
+      S4KV_CHECK(y != nullptr && epi.act != nullptr && epi.norm_weight != nullptr &&
+                     epi.counter != nullptr,
+                 "skinny gemm: norm epilogue arguments");
+      break;
+  }
   const auto* xv = static_cast<const uint4*>(x);
   const auto* wv = static_cast<const uint4*>(w);
-  const SkinnyNorm none{};
   if (dtype == DType::kBF16) {
-    if (norm != nullptr) {
-      launch_typed<true, true>(xv, wv, y, n, in / 8, out, accumulate, bias, *norm, stream);
-    } else {
-      launch_typed<true, false>(xv, wv, y, n, in / 8, out, accumulate, bias, none, stream);
-    }
+    launch_epi<true>(xv, wv, y, n, in / 8, out, accumulate, bias, epi, stream);
   } else {
-    if (norm != nullptr) {
-      launch_typed<false, true>(xv, wv, y, n, in / 8, out, accumulate, bias, *norm, stream);
-    } else {
-      launch_typed<false, false>(xv, wv, y, n, in / 8, out, accumulate, bias, none, stream);
-    }
+    launch_epi<false>(xv, wv, y, n, in / 8, out, accumulate, bias, epi, stream);
   }
   S4KV_CUDA_CHECK(cudaGetLastError());
 }

@@ -17,26 +17,31 @@ namespace s4kv::backend::cuda {
 
 inline constexpr int64_t kSkinnyMaxRows = 8;
 
-// An RMSNorm in front of the GEMM: x = rmsnorm(rows of norm.x) . weight, made by each thread
-// block in its shared memory with launch_row_rmsnorm's arithmetic and order (the same bits), so
-// the norm needs no kernel of its own. norm.x: [n, in] fp32; weight [in] fp32.
-struct SkinnyNorm {
-  const float* x = nullptr;
-  const float* weight = nullptr;
+// What the kernel does with its outputs besides writing y (gemm.h: run_silu_mul, run_then_norm),
+// so that the next elementwise step needs no kernel of its own.
+//   kSiluMul: w's rows are [gate; up] (out = 2 inter); warp j takes gate row j and up row j and
+//     writes act[m, j] = silu(gate) * up in the 16-bit dtype (launch_silu_mul's arithmetic: the
+//     same bits); y is not written.
+//   kNorm: after y is written, the last thread block to finish (a device counter, back at 0
+//     when it is done) writes rmsnorm(y's rows) * norm_weight into act [n, out] (16-bit), with
+//     launch_row_rmsnorm's arithmetic in its order (the same bits).
+enum class SkinnyEpi { kNone, kSiluMul, kNorm };
+struct SkinnyEpilogue {
+  SkinnyEpi kind = SkinnyEpi::kNone;
+  void* act = nullptr;
+  const float* norm_weight = nullptr;  // kNorm: [out] fp32
   float eps = 1e-6f;
+  unsigned* counter = nullptr;  // kNorm: device memory, 0 before the launch
 };
-inline constexpr int64_t kSkinnyNormMaxBytes = 96 << 10;  // the normed rows' shared memory
-inline bool skinny_norm_fits(int64_t n, int64_t in) { return n * in * 2 <= kSkinnyNormMaxBytes; }
 
 // Whether launch_skinny_gemm takes these: dtype bf16 or fp16, 1 <= n <= kSkinnyMaxRows, in a
 // multiple of 8 and x, w 16-byte aligned.
 bool skinny_gemm_supports(DType dtype, const void* x, const void* w, int64_t n, int64_t in);
 
 // bias: nullptr, or fp32 [out] added to each output after the sum (one more rounding, as a
-// separate addition). norm: nullptr, or the RMSNorm that makes x (x is then not read; n and in
-// must satisfy skinny_norm_fits).
+// separate addition; not with kSiluMul).
 void launch_skinny_gemm(DType dtype, const void* x, const void* w, float* y, int64_t n, int64_t in,
                         int64_t out, bool accumulate, const float* bias, cudaStream_t stream,
-                        const SkinnyNorm* norm = nullptr);
+                        const SkinnyEpilogue& epilogue = {});
 
 }  // namespace s4kv::backend::cuda
