@@ -91,6 +91,11 @@ int run(int argc, char** argv) {
     layout = *made;
   }
   const int ring = int4_v1 ? 1 : 2;
+  // The backend's fork: int4_kivi's row items beside its int4 items.
+  DecodeFork fork;
+  S4KV_CUDA_CHECK(cudaStreamCreateWithFlags(&fork.side, cudaStreamNonBlocking));
+  S4KV_CUDA_CHECK(cudaEventCreateWithFlags(&fork.fork, cudaEventDisableTiming));
+  S4KV_CUDA_CHECK(cudaEventCreateWithFlags(&fork.join, cudaEventDisableTiming));
 
   // Copy bandwidth: 2 GiB device to device, bytes read plus written.
   double copy_gbps = 0;
@@ -256,7 +261,7 @@ int run(int argc, char** argv) {
             PagedAttentionArgs c = at;
             c.out_dtype = DType::kF32;
             c.out = fast.data();
-            launch_decode_attention(c, dl, nullptr);
+            launch_decode_attention(c, dl, nullptr, &fork);
             c.out = exact.data();
             launch_paged_attention(c, nullptr);
             std::vector<float> f(elems), e(elems);
@@ -274,9 +279,9 @@ int run(int argc, char** argv) {
               check = std::isnan(rel) ? 1e9 : std::max(check, rel);
             }
           }
-          const Result r = check_only
-                               ? Result{0, 0, 0}
-                               : time_it([&] { launch_decode_attention(at, dl, nullptr); }, reps);
+          const Result r =
+              check_only ? Result{0, 0, 0}
+                         : time_it([&] { launch_decode_attention(at, dl, nullptr, &fork); }, reps);
           Result ref{0, 0, 0};
           if (reference) {
             ref = time_it([&] { launch_paged_attention(at, nullptr); }, std::max(3, reps / 4));

@@ -138,6 +138,7 @@ class CudaBackend final : public Backend {
   kv::Int4KiviLayout layout_;
   int ring_ = 1;
   cudaStream_t stream_ = nullptr;
+  DecodeFork fork_;  // int4_kivi: the decode row kernel beside the int4 kernel
   std::vector<DeviceBuffer> owned_;
   std::unique_ptr<Gemm> gemm_;
 
@@ -252,6 +253,9 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
                options.max_num_tokens),
       pad_builder_(kv.block_size, sizes_.max_blocks_per_seq) {
   S4KV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  S4KV_CUDA_CHECK(cudaStreamCreateWithFlags(&fork_.side, cudaStreamNonBlocking));
+  S4KV_CUDA_CHECK(cudaEventCreateWithFlags(&fork_.fork, cudaEventDisableTiming));
+  S4KV_CUDA_CHECK(cudaEventCreateWithFlags(&fork_.join, cudaEventDisableTiming));
   for (cudaEvent_t& e : done_)
     S4KV_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   pad_builder_.reserve(static_cast<size_t>(options.max_num_seqs),
@@ -312,9 +316,10 @@ CudaBackend::~CudaBackend() {
     gemm_.reset();
     cudaStreamDestroy(stream_);
   }
-  for (cudaEvent_t e : done_) {
+  for (cudaEvent_t e : {done_[0], done_[1], fork_.fork, fork_.join}) {
     if (e != nullptr) cudaEventDestroy(e);
   }
+  if (fork_.side != nullptr) cudaStreamDestroy(fork_.side);
 }
 
 Status CudaBackend::init_kv_cache(const KvCacheConfig& kv) {
@@ -640,7 +645,7 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
       dl.live = step_.live;
     }
     dl.write_residual = ring_in_merge;
-    launch_decode_attention(at, dl, stream_);
+    launch_decode_attention(at, dl, stream_, &fork_);
   }
 
   // kv_commit (a graph of a step where no block fills has none: graph_commit_).

@@ -593,22 +593,33 @@ void plan_attention(const ForwardBatch& b, const DecodeShape& shape, bool decode
 }
 
 void launch_decode_attention(const PagedAttentionArgs& a, const DecodeLaunch& d,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, const DecodeFork* fork) {
   if (d.num_seqs == 0) return;
+  const int num_rows = d.num_items - d.num_int4_items;
+  const bool forked = fork != nullptr && d.num_int4_items > 0 && num_rows > 0;
+  cudaStream_t rows_stream = stream;
+  if (forked) {
+    S4KV_CUDA_CHECK(cudaEventRecord(fork->fork, stream));
+    S4KV_CUDA_CHECK(cudaStreamWaitEvent(fork->side, fork->fork, 0));
+    rows_stream = fork->side;
+  }
   if (d.num_int4_items > 0) {
     launch_decode_int4(a, d, stream);
     S4KV_CUDA_CHECK(cudaGetLastError());
   }
-  const int num_rows = d.num_items - d.num_int4_items;
   if (num_rows > 0) {
     if (a.cache == kv::KvCacheDtype::kFp8E4M3) {
-      launch_rows<RowFormat::kFp8>(a, d, stream);
+      launch_rows<RowFormat::kFp8>(a, d, rows_stream);
     } else if (a.bf16) {
-      launch_rows<RowFormat::kBf16>(a, d, stream);
+      launch_rows<RowFormat::kBf16>(a, d, rows_stream);
     } else {
-      launch_rows<RowFormat::kF16>(a, d, stream);
+      launch_rows<RowFormat::kF16>(a, d, rows_stream);
     }
     S4KV_CUDA_CHECK(cudaGetLastError());
+  }
+  if (forked) {
+    S4KV_CUDA_CHECK(cudaEventRecord(fork->join, fork->side));
+    S4KV_CUDA_CHECK(cudaStreamWaitEvent(stream, fork->join, 0));
   }
   const dim3 grid(static_cast<unsigned>(d.num_seqs), static_cast<unsigned>(a.num_heads));
   with_act_type(a.out_dtype, [&](auto zero) {

@@ -100,9 +100,18 @@ struct DecodeLaunch {
   bool write_residual = false;
 };
 
-// The decode rows: item kernels, then the merge into a.out (a.token_list is not used).
+// A second stream for the row items' kernel, so that it runs beside the int4 kernel (they
+// write separate partials; the merge waits for both): `side` waits for `fork` recorded on the
+// main stream, the main stream for `join` recorded on `side` (graph capture makes them edges).
+struct DecodeFork {
+  cudaStream_t side = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+};
+
+// The decode rows: item kernels, then the merge into a.out (a.token_list is not used). fork:
+// null, or where the row kernel runs when a step has both kinds of items.
 void launch_decode_attention(const PagedAttentionArgs& a, const DecodeLaunch& d,
-                             cudaStream_t stream);
+                             cudaStream_t stream, const DecodeFork* fork = nullptr);
 
 inline constexpr int64_t kDecodePartialFloats = 130;  // m, l, 128 sums per head per item
 
