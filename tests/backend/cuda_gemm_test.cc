@@ -93,13 +93,16 @@ INSTANTIATE_TEST_SUITE_P(FewRowsAndCublas, GemmCuda,
 // run_then_norm against run then launch_row_rmsnorm (y and the normed rows), twice in a row into
 // cleared outputs (the block count must be back at 0 for the second launch to norm at all), and
 // run_silu_mul against run then launch_silu_mul; every few-row count and the cuBLASLt fallback
-// (9), both 16-bit dtypes, the 7B model's sizes and odd ones.
+// (9), both 16-bit dtypes, the 7B model's sizes and odd ones. With the default epilogues.
 TEST(GemmCudaEpilogues, EqualSeparateKernelsBitForBit) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   for (const DType dtype : {DType::kBF16, DType::kF16}) {
-    for (const auto& [in, out] : {std::pair<int64_t, int64_t>{3584, 3584}, {1096, 203}}) {
+    // Widths: the 7B model's hidden size, an odd one, and one past kSkinnyNormMaxWidth (the
+    // norm then in its own kernel).
+    for (const auto& [in, out] :
+         {std::pair<int64_t, int64_t>{3584, 3584}, {1096, 203}, {512, 4098}}) {
       for (const int64_t n : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{8}, int64_t{9}}) {
         SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " n " << n << " in " << in);
         std::mt19937 rng(static_cast<unsigned>(n * 131 + in));

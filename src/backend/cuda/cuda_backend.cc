@@ -648,8 +648,13 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     launch_decode_attention(at, dl, stream_, &fork_);
   }
 
-  // kv_commit (a graph of a step where no block fills has none: graph_commit_).
-  if (int4 && (graph_size_ == 0 || graph_commit_)) {
+  // kv_commit; a graph of a step where no block fills (graph_commit_ false) has only its
+  // residual_write, and not that when the merge wrote the ring.
+  if (int4 && graph_size_ > 0 && !graph_commit_) {
+    if (!ring_in_merge) {
+      launch_int4_kivi_residual_write(int4_cache_batch(at), int4_cache_layer(at), stream_);
+    }
+  } else if (int4) {
     Int4CommitStep st;
     st.fills = step_.fills;
     st.num_fills = step_num_fills_;

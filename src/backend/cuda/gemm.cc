@@ -49,8 +49,11 @@ Gemm::Gemm(DType dtype, cudaStream_t stream) : dtype_(dtype), stream_(stream) {
   workspace_bytes_ = kWorkspaceBytes;
   const char* choice = std::getenv("S4KV_GEMM");
   skinny_ = choice == nullptr || std::string_view(choice) != "cublas";
+  // S4KV_GEMM_EPILOGUES: the epilogues the few-row kernel makes, "silu,norm" unless set.
   const char* epi = std::getenv("S4KV_GEMM_EPILOGUES");
-  epilogues_ = epi == nullptr || std::string_view(epi) != "0";
+  const std::string_view epilogues = epi != nullptr ? epi : "silu,norm";
+  silu_epilogue_ = epilogues.find("silu") != std::string_view::npos;
+  norm_epilogue_ = epilogues.find("norm") != std::string_view::npos;
   S4KV_CUDA_CHECK(cudaMalloc(&counter_, sizeof(unsigned)));
   S4KV_CUDA_CHECK(cudaMemset(counter_, 0, sizeof(unsigned)));
 }
@@ -131,7 +134,8 @@ void Gemm::run_then_norm(const void* x, const void* w, float* y, int64_t n, int6
   S4KV_CHECK(norm.x == y && norm.rows == nullptr && norm.num_rows == n && norm.hidden == out &&
                  norm.act_dtype == dtype_ && norm.out != nullptr,
              "gemm: run_then_norm arguments");
-  if (epilogues_ && skinny_ && skinny_gemm_supports(dtype_, x, w, n, in)) {
+  if (norm_epilogue_ && skinny_ && skinny_gemm_supports(dtype_, x, w, n, in) &&
+      out <= kSkinnyNormMaxWidth) {
     SkinnyEpilogue e;
     e.kind = SkinnyEpi::kNorm;
     e.act = norm.out;
@@ -148,7 +152,7 @@ void Gemm::run_then_norm(const void* x, const void* w, float* y, int64_t n, int6
 void Gemm::run_silu_mul(const void* x, const void* w, float* y, void* act, int64_t n, int64_t in,
                         int64_t inter) {
   if (n == 0) return;
-  if (epilogues_ && skinny_ && skinny_gemm_supports(dtype_, x, w, n, in)) {
+  if (silu_epilogue_ && skinny_ && skinny_gemm_supports(dtype_, x, w, n, in)) {
     SkinnyEpilogue e;
     e.kind = SkinnyEpi::kSiluMul;
     e.act = act;

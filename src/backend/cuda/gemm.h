@@ -7,7 +7,8 @@
 // bandwidth-bound kernel of skinny_gemm.cuh instead; S4KV_GEMM=cublas keeps them on cuBLASLt
 // (benchmarks, A/B). On that path run_silu_mul and run_then_norm make the elementwise step after
 // the product inside the GEMM's kernel (skinny_gemm.cuh's epilogues, the same bits as the
-// separate kernels); S4KV_GEMM_EPILOGUES=0 launches the separate kernels instead (A/B).
+// separate kernels); S4KV_GEMM_EPILOGUES names those it makes ("silu,norm" unless set; "0":
+// none, the separate kernels; A/B).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -58,7 +59,7 @@ class Gemm {
   DType dtype_;
   cudaStream_t stream_;
   bool skinny_ = true;
-  bool epilogues_ = true;        // S4KV_GEMM_EPILOGUES=0: elementwise steps in their own kernels
+  bool silu_epilogue_ = true, norm_epilogue_ = true;  // S4KV_GEMM_EPILOGUES (gemm.cc)
   unsigned* counter_ = nullptr;  // the norm epilogue's count of finished thread blocks
   cublasLtContext* handle_ = nullptr;
   void* workspace_ = nullptr;

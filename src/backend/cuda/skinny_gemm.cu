@@ -35,7 +35,8 @@ __device__ __forceinline__ void widen8(const uint4& v, float (&f)[8]) {
 // kNorm's epilogue, in the grid's last thread block to finish (y complete): the N rows of y
 // through RMSNorm into e.act, row_rmsnorm_kernel's arithmetic in its order, each of the block's
 // kThreads threads playing the norm kernel's threads t, t + kThreads, ... (kNormThreads of
-// them), so the same bits. y is read through L2 (other blocks wrote it).
+// them), so the same bits. A row's values are loaded into registers at once (all loads in
+// flight: the tail is a few L2 round trips), through L2 (other blocks wrote them).
 template <bool kBf16, int N>
 __device__ void norm_after(const float* y, int64_t in, const SkinnyEpilogue& e) {
   __shared__ bool last;
@@ -54,13 +55,25 @@ __device__ void norm_after(const float* y, int64_t in, const SkinnyEpilogue& e) 
   auto* dst = static_cast<uint16_t*>(e.act);
   for (int m = 0; m < N; ++m) {
     const float* row = y + m * in;
+    float v[kVirtual]
+           [kSkinnyNormPerThread];  // virtual thread k's elements t + k kThreads + j kNormThreads
+#pragma unroll
+    for (int k = 0; k < kVirtual; ++k) {
+#pragma unroll
+      for (int j = 0; j < kSkinnyNormPerThread; ++j) {
+        const int64_t i = t + k * kThreads + j * kNormThreads;
+        v[k][j] = i < in ? __ldcg(row + i) : 0.0f;
+      }
+    }
     float sum[kVirtual];
 #pragma unroll
     for (int k = 0; k < kVirtual; ++k) {
       sum[k] = 0.0f;
-      for (int64_t i = t + k * kThreads; i < in; i += kNormThreads) {
-        const float v = __ldcg(row + i);
-        sum[k] = __fadd_rn(sum[k], __fmul_rn(v, v));
+#pragma unroll
+      for (int j = 0; j < kSkinnyNormPerThread; ++j) {
+        if (t + k * kThreads + j * kNormThreads < in) {
+          sum[k] = __fadd_rn(sum[k], __fmul_rn(v[k][j], v[k][j]));
+        }
       }
       for (int o = 16; o > 0; o /= 2) sum[k] = __fadd_rn(sum[k], __shfl_xor_sync(kFull, sum[k], o));
     }
@@ -73,10 +86,16 @@ __device__ void norm_after(const float* y, int64_t in, const SkinnyEpilogue& e) 
     for (int i = 0; i < kNormThreads / 32; ++i) total = __fadd_rn(total, partial[i]);
     const float mean = __fdiv_rn(total, static_cast<float>(in));
     const float inv_rms = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, e.eps)));
-    for (int64_t i = t; i < in; i += kThreads) {
-      const float v = __fmul_rn(__fmul_rn(__ldcg(row + i), inv_rms), e.norm_weight[i]);
-      dst[m * in + i] = kBf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v))
-                              : __half_as_ushort(__float2half_rn(v));
+#pragma unroll
+    for (int k = 0; k < kVirtual; ++k) {
+#pragma unroll
+      for (int j = 0; j < kSkinnyNormPerThread; ++j) {
+        const int64_t i = t + k * kThreads + j * kNormThreads;
+        if (i >= in) continue;
+        const float x = __fmul_rn(__fmul_rn(v[k][j], inv_rms), e.norm_weight[i]);
+        dst[m * in + i] = kBf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x))
+                                : __half_as_ushort(__float2half_rn(x));
+      }
     }
     __syncthreads();  // partial is reused
   }
@@ -257,7 +276,7 @@ void launch_skinny_gemm(DType dtype, const void* x, const void* w, float* y, int
       break;
     case SkinnyEpi::kNorm:
       S4KV_CHECK(y != nullptr && epi.act != nullptr && epi.norm_weight != nullptr &&
-                     epi.counter != nullptr,
+                     epi.counter != nullptr && out <= kSkinnyNormMaxWidth,
                  "skinny gemm: norm epilogue arguments");
       break;
   }

@@ -26,6 +26,10 @@ inline constexpr int64_t kSkinnyMaxRows = 8;
 //     when it is done) writes rmsnorm(y's rows) * norm_weight into act [n, out] (16-bit), with
 //     launch_row_rmsnorm's arithmetic in its order (the same bits).
 enum class SkinnyEpi { kNone, kSiluMul, kNorm };
+// kNorm: a row's values a thread holds (its block plays the norm kernel's 1024 threads), so
+// rows of at most kSkinnyNormMaxWidth.
+inline constexpr int kSkinnyNormPerThread = 4;
+inline constexpr int64_t kSkinnyNormMaxWidth = 1024 * kSkinnyNormPerThread;
 struct SkinnyEpilogue {
   SkinnyEpi kind = SkinnyEpi::kNone;
   void* act = nullptr;
