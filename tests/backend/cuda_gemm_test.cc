@@ -175,5 +175,124 @@ TEST(GemmCudaEpilogues, EqualSeparateKernelsBitForBit) {
   ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
+// run_rope_kv's epilogue (a warp per rotate-half pair: the bias, RoPE of query and K heads, y and
+// the K / V caches written) against run then launch_rope_kv_write, bit for bit: y and both caches
+// for every store (bf16, fp16, fp8 from either), with a slot mapping and without (int4_kivi's
+// staging), the 7B model's heads (28 / 4) and a small shape, every few-row count and the
+// cuBLASLt fallback (9).
+TEST(GemmCudaEpilogues, RopeKvEqualsSeparateKernelsBitForBit) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  constexpr int64_t kPositions = 4096, kHalf = 64;
+  std::vector<float> cos(kPositions * kHalf), sin(kPositions * kHalf);
+  for (int64_t p = 0; p < kPositions; ++p) {
+    for (int64_t i = 0; i < kHalf; ++i) {
+      const double a = static_cast<double>(p) * std::pow(10000.0, -static_cast<double>(i) / kHalf);
+      cos[p * kHalf + i] = static_cast<float>(std::cos(a));
+      sin[p * kHalf + i] = static_cast<float>(std::sin(a));
+    }
+  }
+  cuda::DeviceBuffer dcos(cos.size() * 4), dsin(sin.size() * 4);
+  dcos.copy_from_host(cos.data(), dcos.bytes());
+  dsin.copy_from_host(sin.data(), dsin.bytes());
+  struct Store {
+    DType cache, from;
+  };
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    for (const auto& [nq, nkv] : {std::pair<int64_t, int64_t>{28, 4}, {2, 1}}) {
+      for (const Store st :
+           {Store{DType::kBF16, DType::kBF16}, Store{DType::kF16, DType::kF16},
+            Store{DType::kF8E4M3, DType::kBF16}, Store{DType::kF8E4M3, DType::kF16}}) {
+        for (const bool with_slots : {true, false}) {
+          for (const int64_t n : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{8}, int64_t{9}}) {
+            SCOPED_TRACE(testing::Message()
+                         << dtype_name(dtype) << " heads " << nq << "/" << nkv << " cache "
+                         << dtype_name(st.cache) << " from " << dtype_name(st.from) << " slots "
+                         << with_slots << " n " << n);
+            const int64_t in = 264, out = 128 * (nq + 2 * nkv), kv_dim = 128 * nkv;
+            std::mt19937 rng(static_cast<unsigned>(n * 17 + nq + with_slots));
+            std::normal_distribution<float> dist(0.0f, 1.0f);
+            const bool bf16 = dtype == DType::kBF16;
+            std::vector<uint16_t> x(static_cast<size_t>(n * in)), w(static_cast<size_t>(out * in));
+            for (auto& v : x) v = bf16 ? float_to_bf16(dist(rng)) : float_to_fp16(dist(rng));
+            for (auto& v : w) {
+              v = bf16 ? float_to_bf16(0.1f * dist(rng)) : float_to_fp16(0.1f * dist(rng));
+            }
+            std::vector<float> bias(static_cast<size_t>(out));
+            for (auto& v : bias) v = dist(rng);
+            std::vector<int32_t> positions(static_cast<size_t>(n));
+            std::vector<int64_t> slots(static_cast<size_t>(n));
+            for (int64_t m = 0; m < n; ++m) {
+              positions[static_cast<size_t>(m)] = static_cast<int32_t>(rng() % kPositions);
+              slots[static_cast<size_t>(m)] = (m * 7 + 3) % 16;  // distinct, out of order
+            }
+            cuda::DeviceBuffer dx(x.size() * 2), dw(w.size() * 2), db(bias.size() * 4),
+                dpos(positions.size() * 4), dslots(slots.size() * 8);
+            dx.copy_from_host(x.data(), dx.bytes());
+            dw.copy_from_host(w.data(), dw.bytes());
+            db.copy_from_host(bias.data(), db.bytes());
+            dpos.copy_from_host(positions.data(), dpos.bytes());
+            dslots.copy_from_host(slots.data(), dslots.bytes());
+            const int64_t es = st.cache == DType::kF8E4M3 ? 1 : 2;
+            const size_t cache_bytes = static_cast<size_t>(16 * kv_dim * es);
+            cuda::Gemm gemm(dtype, stream);
+            std::vector<std::vector<uint8_t>> results;  // y, K cache, V cache per way
+            for (const bool fused : {false, true}) {
+              cuda::DeviceBuffer dy(static_cast<size_t>(n * out) * 4), dk(cache_bytes),
+                  dv(cache_bytes);
+              ASSERT_EQ(cudaMemset(dk.data(), 0, cache_bytes), cudaSuccess);
+              ASSERT_EQ(cudaMemset(dv.data(), 0, cache_bytes), cudaSuccess);
+              auto* y = static_cast<float*>(dy.data());
+              cuda::RopeArgs rope;
+              rope.x = y;
+              rope.row_stride = out;
+              rope.positions = static_cast<const int32_t*>(dpos.data());
+              rope.cos = static_cast<const float*>(dcos.data());
+              rope.sin = static_cast<const float*>(dsin.data());
+              rope.num_tokens = n;
+              rope.num_heads = nq + nkv;
+              rope.head_dim = 128;
+              cuda::KvWriteArgs kv;
+              kv.k = y + nq * 128;
+              kv.v = kv.k + kv_dim;
+              kv.row_stride = out;
+              kv.slot_mapping = with_slots ? static_cast<const int64_t*>(dslots.data()) : nullptr;
+              kv.k_cache = dk.data();
+              kv.v_cache = dv.data();
+              kv.cache_dtype = st.cache;
+              kv.fp8_from = st.from;
+              kv.num_tokens = n;
+              kv.kv_dim = kv_dim;
+              const auto* b = static_cast<const float*>(db.data());
+              if (fused) {
+                gemm.run_rope_kv(dx.data(), dw.data(), y, n, in, out, b, rope, nq, kv);
+              } else {
+                gemm.run(dx.data(), dw.data(), y, n, in, out, false, b);
+                cuda::launch_rope_kv_write(rope, nq, kv, stream);
+              }
+              ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+              for (const cuda::DeviceBuffer* buf : {&dy, &dk, &dv}) {
+                results.emplace_back(buf->bytes());
+                buf->copy_to_host(results.back().data(), buf->bytes());
+              }
+            }
+            for (int k = 0; k < 3; ++k) {
+              EXPECT_EQ(results[static_cast<size_t>(k)], results[static_cast<size_t>(k + 3)])
+                  << (k == 0   ? "y"
+                      : k == 1 ? "K cache"
+                               : "V cache");
+              EXPECT_TRUE(std::any_of(results[static_cast<size_t>(k)].begin(),
+                                      results[static_cast<size_t>(k)].end(),
+                                      [](uint8_t v) { return v != 0; }));
+            }
+          }
+        }
+      }
+    }
+  }
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
 }  // namespace
 }  // namespace s4kv::backend

@@ -542,11 +542,9 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
   const LayerWeights& w = layers_[static_cast<size_t>(layer)];
   const model::ModelConfig& c = config_;
   if (layer == 0) {  // later layers' input norms are made by the previous down_proj (mlp_block)
-    gemm_->run_normed(
+    launch_row_rmsnorm(
         {x_, nullptr, w.input_norm, h_, act_, n, c.hidden_size, static_cast<float>(c.rms_norm_eps)},
-        w.qkv, qkv_, qkv_dim_, false, w.qkv_bias);
-  } else {
-    gemm_->run(h_, w.qkv, qkv_, n, c.hidden_size, qkv_dim_, false, w.qkv_bias);
+        stream_);
   }
   RopeArgs rope;
   rope.x = qkv_;
@@ -577,7 +575,8 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     wr.k_cache = static_cast<std::byte*>(kv_k_) + layer * kv_layer_elems_ * es;
     wr.v_cache = static_cast<std::byte*>(kv_v_) + layer * kv_layer_elems_ * es;
   }
-  launch_rope_kv_write(rope, c.num_attention_heads, wr, stream_);
+  gemm_->run_rope_kv(h_, w.qkv, qkv_, n, c.hidden_size, qkv_dim_, w.qkv_bias, rope,
+                     c.num_attention_heads, wr);
 
   const int64_t nkv = c.num_key_value_heads, B = kv_.block_size;
   PagedAttentionArgs at;

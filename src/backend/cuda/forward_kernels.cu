@@ -10,6 +10,7 @@
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/forward_kernels.cuh"
+#include "backend/cuda/kv_encode.cuh"
 #include "backend/cuda/launch.cuh"
 
 namespace s4kv::backend::cuda {
@@ -123,21 +124,15 @@ __global__ void kv_write_kernel(const float* k, const float* v, int64_t row_stri
 }
 
 struct EncodeBf16 {
-  __device__ uint16_t operator()(float x) const {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-  }
+  __device__ uint16_t operator()(float x) const { return encode_kv16(x, true); }
 };
 struct EncodeF16 {
-  __device__ uint16_t operator()(float x) const { return __half_as_ushort(__float2half_rn(x)); }
+  __device__ uint16_t operator()(float x) const { return encode_kv16(x, false); }
 };
 // As the CPU's fp8 cache: the 16-bit value the model holds first, then E4M3 of it.
 template <bool kBf16>
 struct EncodeFp8 {
-  __device__ uint8_t operator()(float x) const {
-    const float x16 =
-        kBf16 ? __bfloat162float(__float2bfloat16_rn(x)) : __half2float(__float2half_rn(x));
-    return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x16, __NV_SATFINITE, __NV_E4M3));
-  }
+  __device__ uint8_t operator()(float x) const { return encode_kv_fp8(x, kBf16); }
 };
 
 // One thread block per (token, head) of rope's rows, one thread per channel pair: query heads

@@ -49,9 +49,10 @@ Gemm::Gemm(DType dtype, cudaStream_t stream) : dtype_(dtype), stream_(stream) {
   workspace_bytes_ = kWorkspaceBytes;
   const char* choice = std::getenv("S4KV_GEMM");
   skinny_ = choice == nullptr || std::string_view(choice) != "cublas";
-  // S4KV_GEMM_EPILOGUES: the epilogues the few-row kernel makes, "silu,norm" unless set.
+  // S4KV_GEMM_EPILOGUES: the epilogues the few-row kernel makes, "rope,silu,norm" unless set.
   const char* epi = std::getenv("S4KV_GEMM_EPILOGUES");
-  const std::string_view epilogues = epi != nullptr ? epi : "silu,norm";
+  const std::string_view epilogues = epi != nullptr ? epi : "rope,silu,norm";
+  rope_epilogue_ = epilogues.find("rope") != std::string_view::npos;
   silu_epilogue_ = epilogues.find("silu") != std::string_view::npos;
   norm_epilogue_ = epilogues.find("norm") != std::string_view::npos;
   S4KV_CUDA_CHECK(cudaMalloc(&counter_, sizeof(unsigned)));
@@ -120,14 +121,6 @@ void Gemm::run(const void* x, const void* w, float* y, int64_t n, int64_t in, in
   if (bias != nullptr) launch_add_bias(y, bias, n, out, stream_);
 }
 
-void Gemm::run_normed(const RowNormArgs& norm, const void* w, float* y, int64_t out,
-                      bool accumulate, const float* bias) {
-  if (norm.num_rows == 0) return;
-  S4KV_CHECK(norm.rows == nullptr && norm.act_dtype == dtype_, "gemm: run_normed arguments");
-  launch_row_rmsnorm(norm, stream_);
-  run(norm.out, w, y, norm.num_rows, norm.hidden, out, accumulate, bias);
-}
-
 void Gemm::run_then_norm(const void* x, const void* w, float* y, int64_t n, int64_t in, int64_t out,
                          bool accumulate, const RowNormArgs& norm) {
   if (n == 0) return;
@@ -147,6 +140,50 @@ void Gemm::run_then_norm(const void* x, const void* w, float* y, int64_t n, int6
   }
   run(x, w, y, n, in, out, accumulate);
   launch_row_rmsnorm(norm, stream_);
+}
+
+void Gemm::run_rope_kv(const void* x, const void* w, float* y, int64_t n, int64_t in, int64_t out,
+                       const float* bias, const RopeArgs& rope, int64_t num_q_heads,
+                       const KvWriteArgs& kv) {
+  if (n == 0) return;
+  const int64_t nkv = rope.num_heads - num_q_heads;
+  const bool layout =
+      rope.x == y && rope.head_dim == 128 && rope.num_tokens == n &&
+      (rope.row_stride == out || (rope.row_stride == 0 && rope.num_heads * 128 == out)) &&
+      nkv > 0 && out == 128 * (num_q_heads + 2 * nkv) && kv.num_tokens == n &&
+      kv.kv_dim == nkv * 128 && kv.row_stride == out && kv.k == y + num_q_heads * 128 &&
+      kv.v == kv.k + kv.kv_dim;
+  if (rope_epilogue_ && skinny_ && layout && skinny_gemm_supports(dtype_, x, w, n, in)) {
+    SkinnyEpilogue e;
+    e.kind = SkinnyEpi::kRopeKv;
+    e.positions = rope.positions;
+    e.cos = rope.cos;
+    e.sin = rope.sin;
+    e.num_q_heads = static_cast<int32_t>(num_q_heads);
+    e.num_kv_heads = static_cast<int32_t>(nkv);
+    e.slots = kv.slot_mapping;
+    e.k_cache = kv.k_cache;
+    e.v_cache = kv.v_cache;
+    switch (kv.cache_dtype) {
+      case DType::kBF16:
+        e.store = SkinnyKvStore::kBf16;
+        break;
+      case DType::kF16:
+        e.store = SkinnyKvStore::kF16;
+        break;
+      case DType::kF8E4M3:
+        S4KV_CHECK(kv.fp8_from == DType::kBF16 || kv.fp8_from == DType::kF16, "gemm: fp8_from");
+        e.store =
+            kv.fp8_from == DType::kBF16 ? SkinnyKvStore::kFp8FromBf16 : SkinnyKvStore::kFp8FromF16;
+        break;
+      default:
+        S4KV_CHECK(false, "gemm: kv cache dtype ", dtype_name(kv.cache_dtype));
+    }
+    launch_skinny_gemm(dtype_, x, w, y, n, in, out, false, bias, stream_, e);
+    return;
+  }
+  run(x, w, y, n, in, out, false, bias);
+  launch_rope_kv_write(rope, num_q_heads, kv, stream_);
 }
 
 void Gemm::run_silu_mul(const void* x, const void* w, float* y, void* act, int64_t n, int64_t in,

@@ -7,8 +7,8 @@
 // bandwidth-bound kernel of skinny_gemm.cuh instead; S4KV_GEMM=cublas keeps them on cuBLASLt
 // (benchmarks, A/B). On that path run_silu_mul and run_then_norm make the elementwise step after
 // the product inside the GEMM's kernel (skinny_gemm.cuh's epilogues, the same bits as the
-// separate kernels); S4KV_GEMM_EPILOGUES names those it makes ("silu,norm" unless set; "0":
-// none, the separate kernels; A/B).
+// separate kernels); S4KV_GEMM_EPILOGUES names those it makes ("rope,silu,norm" unless set;
+// "0": none, the separate kernels; A/B).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,15 +37,17 @@ class Gemm {
   // rounded once as a separate addition would.
   void run(const void* x, const void* w, float* y, int64_t n, int64_t in, int64_t out,
            bool accumulate, const float* bias = nullptr);
-  // run() of the RMSNorm of norm.x's rows (norm.rows null, norm.num_rows rows of norm.hidden):
-  // launch_row_rmsnorm into norm.out, then run() on it.
-  void run_normed(const RowNormArgs& norm, const void* w, float* y, int64_t out, bool accumulate,
-                  const float* bias = nullptr);
   // run(), then norm.out = the RMSNorm of y's n rows (norm.x must be y, norm.rows null,
   // norm.hidden == out): launch_row_rmsnorm's bits, made by the few-row kernel's last thread
   // block when it takes the product.
   void run_then_norm(const void* x, const void* w, float* y, int64_t n, int64_t in, int64_t out,
                      bool accumulate, const RowNormArgs& norm);
+  // run(x, w, y, n, in, out, false, bias), then launch_rope_kv_write(rope, num_q_heads, kv) on
+  // y's rows (rope.x == y, head_dim 128, the K and V heads after the query heads: out = 128 (q +
+  // 2 kv)). The few-row kernel does that in its epilogue (the same bits).
+  void run_rope_kv(const void* x, const void* w, float* y, int64_t n, int64_t in, int64_t out,
+                   const float* bias, const RopeArgs& rope, int64_t num_q_heads,
+                   const KvWriteArgs& kv);
   // y[n, 2 inter] = x . w^T (w: the gate rows, then the up rows), then act[n, inter] =
   // silu(gate) * up in the GEMM's dtype (launch_silu_mul's bits). The few-row kernel writes act
   // from the sums themselves (y is then not written).
@@ -59,7 +61,7 @@ class Gemm {
   DType dtype_;
   cudaStream_t stream_;
   bool skinny_ = true;
-  bool silu_epilogue_ = true, norm_epilogue_ = true;  // S4KV_GEMM_EPILOGUES (gemm.cc)
+  bool rope_epilogue_ = true, silu_epilogue_ = true, norm_epilogue_ = true;  // S4KV_GEMM_EPILOGUES
   unsigned* counter_ = nullptr;  // the norm epilogue's count of finished thread blocks
   cublasLtContext* handle_ = nullptr;
   void* workspace_ = nullptr;

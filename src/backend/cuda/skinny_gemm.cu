@@ -2,7 +2,9 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kv_encode.cuh"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/rope.cuh"
 #include "backend/cuda/skinny_gemm.cuh"
 
 namespace s4kv::backend::cuda {
@@ -101,14 +103,46 @@ __device__ void norm_after(const float* y, int64_t in, const SkinnyEpilogue& e) 
   }
 }
 
+// kRopeKv's epilogue for token m: channels c and c + 64 of head `head` (x1, x2, the bias added).
+__device__ inline void rope_kv_pair(const SkinnyEpilogue& e, float* y_row, int m, int head, int c,
+                                    float x1, float x2) {
+  const int nq = e.num_q_heads, nkv = e.num_kv_heads;
+  if (head < nq + nkv) {
+    const int64_t at = static_cast<int64_t>(e.positions[m]) * 64 + c;
+    rope_turn(x1, x2, e.cos[at], e.sin[at]);
+  }
+  y_row[head * 128 + c] = x1;
+  y_row[head * 128 + c + 64] = x2;
+  if (head < nq) return;
+  const bool value = head >= nq + nkv;
+  const int64_t dst = (e.slots != nullptr ? e.slots[m] : m) * (int64_t{nkv} * 128) +
+                      (head - nq - (value ? nkv : 0)) * 128 + c;
+  void* cache = value ? e.v_cache : e.k_cache;
+  switch (e.store) {
+    case SkinnyKvStore::kBf16:
+    case SkinnyKvStore::kF16: {
+      const bool bf16 = e.store == SkinnyKvStore::kBf16;
+      static_cast<uint16_t*>(cache)[dst] = encode_kv16(x1, bf16);
+      static_cast<uint16_t*>(cache)[dst + 64] = encode_kv16(x2, bf16);
+      break;
+    }
+    default: {
+      const bool bf16 = e.store == SkinnyKvStore::kFp8FromBf16;
+      static_cast<uint8_t*>(cache)[dst] = encode_kv_fp8(x1, bf16);
+      static_cast<uint8_t*>(cache)[dst + 64] = encode_kv_fp8(x2, bf16);
+      break;
+    }
+  }
+}
+
 // Warp w: output rows kRowsPerWarp * w .. + kRowsPerWarp - 1 for all N rows of x (kSiluMul:
-// gate row w and up row w + out / 2).
+// gate row w and up row w + out / 2; kRopeKv: channels w % 64 and w % 64 + 64 of head w / 64).
 template <bool kBf16, int N, SkinnyEpi kEpi>
 __global__ void __launch_bounds__(kThreads)
     skinny_gemm_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w,
                        float* __restrict__ y, int64_t chunks, int64_t out, bool accumulate,
                        const float* __restrict__ bias, SkinnyEpilogue epi) {
-  constexpr bool kPair = kEpi == SkinnyEpi::kSiluMul;
+  constexpr bool kPair = kEpi == SkinnyEpi::kSiluMul || kEpi == SkinnyEpi::kRopeKv;
   allow_dependent_launch();
   const int lane = threadIdx.x % 32;
   const int64_t warp_id = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
@@ -118,8 +152,11 @@ __global__ void __launch_bounds__(kThreads)
   const uint4* wr[kRowsPerWarp];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
-    if constexpr (kPair) {
-      wr[r] = w + ((live ? row0 : 0) + r * inter) * chunks;
+    const int64_t p = live ? row0 : 0;
+    if constexpr (kEpi == SkinnyEpi::kSiluMul) {
+      wr[r] = w + (p + r * inter) * chunks;
+    } else if constexpr (kEpi == SkinnyEpi::kRopeKv) {
+      wr[r] = w + (p / 64 * 128 + p % 64 + r * 64) * chunks;
     } else {
       wr[r] = w + (row0 + r < out ? row0 + r : out - 1) * chunks;  // a past-the-end row re-reads
     }
@@ -175,7 +212,18 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   if (live && lane == 0) {
-    if constexpr (kPair) {  // silu_mul_kernel's arithmetic
+    if constexpr (kEpi == SkinnyEpi::kRopeKv) {  // rope_kv_write_kernel's, after the bias
+      const int head = static_cast<int>(row0 / 64), c = static_cast<int>(row0 % 64);
+#pragma unroll
+      for (int m = 0; m < N; ++m) {
+        float x1 = acc[0][m], x2 = acc[1][m];
+        if (bias != nullptr) {
+          x1 = __fadd_rn(x1, bias[head * 128 + c]);
+          x2 = __fadd_rn(x2, bias[head * 128 + c + 64]);
+        }
+        rope_kv_pair(epi, y + m * out, m, head, c, x1, x2);
+      }
+    } else if constexpr (kEpi == SkinnyEpi::kSiluMul) {  // silu_mul_kernel's arithmetic
       auto* act = static_cast<uint16_t*>(epi.act);
 #pragma unroll
       for (int m = 0; m < N; ++m) {
@@ -204,8 +252,9 @@ template <bool kBf16, int N, SkinnyEpi kEpi>
 void launch_rows(const uint4* x, const uint4* w, float* y, int64_t chunks, int64_t out,
                  bool accumulate, const float* bias, const SkinnyEpilogue& epi,
                  cudaStream_t stream) {
-  const int64_t warps =
-      kEpi == SkinnyEpi::kSiluMul ? out / 2 : (out + kRowsPerWarp - 1) / kRowsPerWarp;
+  const int64_t warps = kEpi == SkinnyEpi::kSiluMul || kEpi == SkinnyEpi::kRopeKv
+                            ? out / 2
+                            : (out + kRowsPerWarp - 1) / kRowsPerWarp;
   const auto blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
   launch_dependent(skinny_gemm_kernel<kBf16, N, kEpi>, blocks, kThreads, 0, stream, x, w, y, chunks,
                    out, accumulate, bias, epi);
@@ -249,6 +298,10 @@ void launch_epi(const uint4* x, const uint4* w, float* y, int64_t n, int64_t chu
     case SkinnyEpi::kNorm:
       launch_typed<kBf16, SkinnyEpi::kNorm>(x, w, y, n, chunks, out, accumulate, bias, epi, stream);
       break;
+    case SkinnyEpi::kRopeKv:
+      launch_typed<kBf16, SkinnyEpi::kRopeKv>(x, w, y, n, chunks, out, accumulate, bias, epi,
+                                              stream);
+      break;
   }
 }
 
@@ -273,6 +326,13 @@ void launch_skinny_gemm(DType dtype, const void* x, const void* w, float* y, int
     case SkinnyEpi::kSiluMul:
       S4KV_CHECK(epi.act != nullptr && out % 2 == 0 && bias == nullptr && !accumulate,
                  "skinny gemm: silu_mul epilogue arguments");
+      break;
+    case SkinnyEpi::kRopeKv:
+      S4KV_CHECK(y != nullptr && !accumulate && epi.positions != nullptr && epi.cos != nullptr &&
+                     epi.sin != nullptr && epi.num_q_heads >= 0 && epi.num_kv_heads > 0 &&
+                     out == int64_t{128} * (epi.num_q_heads + 2 * epi.num_kv_heads) &&
+                     epi.k_cache != nullptr && epi.v_cache != nullptr,
+                 "skinny gemm: rope_kv epilogue arguments");
       break;
     case SkinnyEpi::kNorm:
       S4KV_CHECK(y != nullptr && epi.act != nullptr && epi.norm_weight != nullptr &&

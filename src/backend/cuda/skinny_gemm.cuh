@@ -25,7 +25,13 @@ inline constexpr int64_t kSkinnyMaxRows = 8;
 //   kNorm: after y is written, the last thread block to finish (a device counter, back at 0
 //     when it is done) writes rmsnorm(y's rows) * norm_weight into act [n, out] (16-bit), with
 //     launch_row_rmsnorm's arithmetic in its order (the same bits).
-enum class SkinnyEpi { kNone, kSiluMul, kNorm };
+//   kRopeKv: y's rows are heads of 128 (num_q_heads query heads, then K heads, then V heads;
+//     out = 128 (q + 2 kv)); warp j takes channels c and c + 64 of one head (the rotate-half
+//     pair) and does what launch_rope_kv_write does after the product (and the bias): the pair
+//     of a query or K head turned by its token's angle, y written, K and V pairs stored at the
+//     token's slot in the caches (kv_encode.cuh); the same bits.
+enum class SkinnyEpi { kNone, kSiluMul, kNorm, kRopeKv };
+enum class SkinnyKvStore : int32_t { kBf16, kF16, kFp8FromBf16, kFp8FromF16 };
 // kNorm: a row's values a thread holds (its block plays the norm kernel's 1024 threads), so
 // rows of at most kSkinnyNormMaxWidth.
 inline constexpr int kSkinnyNormPerThread = 4;
@@ -36,6 +42,15 @@ struct SkinnyEpilogue {
   const float* norm_weight = nullptr;  // kNorm: [out] fp32
   float eps = 1e-6f;
   unsigned* counter = nullptr;  // kNorm: device memory, 0 before the launch
+  // kRopeKv (row m of x is token m):
+  const int32_t* positions = nullptr;  // [n]
+  const float* cos = nullptr;          // [positions, 64] RopeTable rows
+  const float* sin = nullptr;
+  int32_t num_q_heads = 0, num_kv_heads = 0;
+  const int64_t* slots = nullptr;  // [n] cache rows, or null: row m
+  void* k_cache = nullptr;         // [*, num_kv_heads * 128] of `store`'s element
+  void* v_cache = nullptr;
+  SkinnyKvStore store = SkinnyKvStore::kBf16;
 };
 
 // Whether launch_skinny_gemm takes these: dtype bf16 or fp16, 1 <= n <= kSkinnyMaxRows, in a

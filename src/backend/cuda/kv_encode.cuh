@@ -1,0 +1,25 @@
+// How the forward pass stores a K or V value (fp32) in the paged caches and int4_kivi's staging:
+// the 16-bit dtype's bits (round to nearest even, as the CPU's kv_encode), or E4M3 of the 16-bit
+// value the model holds (satfinite, as the CPU's fp8 cache). Shared by launch_kv_write,
+// launch_rope_kv_write (forward_kernels.cu) and the few-row GEMM's RoPE epilogue (skinny_gemm.cu).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace s4kv::backend::cuda {
+
+__device__ inline uint16_t encode_kv16(float x, bool bf16) {
+  return bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
+}
+
+__device__ inline uint8_t encode_kv_fp8(float x, bool from_bf16) {
+  const float x16 =
+      from_bf16 ? __bfloat162float(__float2bfloat16_rn(x)) : __half2float(__float2half_rn(x));
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x16, __NV_SATFINITE, __NV_E4M3));
+}
+
+}  // namespace s4kv::backend::cuda
