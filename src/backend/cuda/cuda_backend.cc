@@ -14,6 +14,7 @@
 #include "backend/cpu/cpu_weights.h"
 #include "backend/cpu/rope.h"
 #include "backend/cuda/backend_memory.h"
+#include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/device.h"
@@ -33,16 +34,6 @@
 
 namespace s4kv::backend::cuda {
 namespace {
-
-struct LayerWeights {
-  const float* input_norm = nullptr;  // [hidden] fp32
-  const float* post_norm = nullptr;   // [hidden] fp32
-  const void* qkv = nullptr;          // [qkv_dim, hidden] compute dtype
-  const float* qkv_bias = nullptr;    // [qkv_dim] fp32 or null
-  const void* o = nullptr;            // [hidden, q_dim]
-  const void* gate_up = nullptr;      // [2 * inter, hidden]
-  const void* down = nullptr;         // [hidden, inter]
-};
 
 // Why a cache of this shape cannot run here (num_blocks aside), one line each: the format's
 // own rules, and the keys-after-RoPE evaluation layout, which only the CPU runs.
@@ -65,169 +56,9 @@ bool same_shape(const KvCacheConfig& a, const KvCacheConfig& b) {
          a.int4_keys_post_rope == b.int4_keys_post_rope;
 }
 
-// Asynchronous: submit() enqueues a step (its arena upload, the deferred tokens' resolution,
-// the forward pass eagerly or as a graph replay, sampling, the results' copy into pinned host
-// memory of the step's result slot) and records an event; wait() waits for the oldest step's
-// event. Steps alternate between two result slots (and the arenas between two host buffers),
-// so the second step in flight never writes what the first one's copies still read.
-class CudaBackend final : public Backend {
- public:
-  CudaBackend(const model::ModelConfig& config, const KvCacheConfig& kv,
-              const CudaBackendOptions& options, std::span<const float> inv_freq,
-              const kv::Int4KiviLayout& layout);
-  ~CudaBackend() override;
+}  // namespace
 
-  std::string_view name() const override { return "cuda"; }
-  int64_t vocab_size() const override { return config_.vocab_size; }
-  std::vector<std::string> unsupported(const KvCacheConfig& kv) const override;
-  Result<MemoryProfile> profile() override;
-  Status init_kv_cache(const KvCacheConfig& kv) override;
-  const KvCacheConfig& kv_cache_config() const override {
-    S4KV_CHECK(initialized_, "cuda backend: kv_cache_config() before init_kv_cache()");
-    return kv_;
-  }
-  int64_t graph_replays() const { return graph_replays_; }
-  void submit(const ForwardBatch& batch) override;
-  StepOutput wait() override;
-  int64_t weight_bytes() const override { return cuda::weight_bytes(config_, act_); }
-  double measure_copy_bandwidth() override;
-
-  void load_weights(const model::ModelWeights& weights);
-
- private:
-  // A submitted step, waiting for wait().
-  struct Pending {
-    int slot = 0;                   // its result slot and event
-    bool sampling = false;          // samples come back (in the sampler's slot)
-    std::span<const float> logits;  // [num_logits, vocab] host, when asked for
-  };
-  // Enqueues the copy of the logits rows for a step that returns them (moving an earlier
-  // in-flight step's out of the way first).
-  std::span<const float> copy_logits_out(int64_t num_logits);
-
-  // Uploads a tensor (any of bf16/fp16/fp32) converted to `dtype` at dst.
-  void upload(const model::TensorView& t, DType dtype, void* dst);
-  // Zeroed device memory kept in `into` (owned_: for the backend's life).
-  void* alloc(size_t bytes, std::vector<DeviceBuffer>& into);
-  void* alloc(size_t bytes) { return alloc(bytes, owned_); }
-  // The cache's buffers for `kv` (and its dummy block and seat), kept in `into`.
-  void allocate_cache(const KvCacheConfig& kv, std::vector<DeviceBuffer>& into);
-  void profiling_step();
-  // A step in three parts: host plans and the arena's upload (stage), the kernels (launch_forward;
-  // what a CUDA graph captures), then sampling and the copies out (in run).
-  void stage(const ForwardBatch& b, int64_t graph_size);
-  void launch_forward(int64_t n, int64_t num_logits);
-  void attention_block(int64_t layer, int64_t n);
-  void mlp_block(int64_t layer, int64_t n);
-  // CUDA graphs of decode-only steps: the capture size a batch runs at (0: eagerly), the batch
-  // padded to it, and the capture at start-up.
-  int64_t graph_size(const ForwardBatch& b) const;
-  const ForwardBatch& padded(const ForwardBatch& b, int64_t size);
-  void capture_graphs();
-
-  model::ModelConfig config_;
-  KvCacheConfig kv_;  // the shape given at construction; num_blocks from init_kv_cache()
-  bool initialized_ = false;
-  CudaBackendOptions opt_;
-  DType act_;   // compute dtype of GEMM inputs
-  DType kv16_;  // the 16-bit dtype of the cache (bf16 or fp16)
-  int64_t q_dim_, kv_dim_, qkv_dim_;
-  Sizes sizes_;
-  int64_t max_blocks_per_seq_;
-  int64_t max_fills_;
-  kv::Int4KiviLayout layout_;
-  int ring_ = 1;
-  cudaStream_t stream_ = nullptr;
-  DecodeFork fork_;  // int4_kivi: the decode row kernel beside the int4 kernel
-  std::vector<DeviceBuffer> owned_;
-  std::unique_ptr<Gemm> gemm_;
-
-  // Weights.
-  const void* embed_ = nullptr;
-  const void* lm_head_ = nullptr;
-  const float* final_norm_ = nullptr;
-  std::vector<LayerWeights> layers_;
-
-  // RoPE table rows 0..max_model_len-1.
-  const float* rope_cos_ = nullptr;
-  const float* rope_sin_ = nullptr;
-
-  // KV cache (per layer strides in elements / bytes).
-  void* kv_k_ = nullptr;  // 16-bit / fp8: [L, num_blocks * B * kv_dim]
-  void* kv_v_ = nullptr;
-  int64_t kv_layer_elems_ = 0;
-  std::byte* pool_ = nullptr;      // int4: [L, num_blocks, nkv, block_bytes]
-  uint16_t* residual_ = nullptr;   // [L, slots, 2, ring * B, kv_dim]
-  uint16_t* sink_ = nullptr;       // [L, num_sink, 2, B, kv_dim]
-  uint16_t* staging_k_ = nullptr;  // [max_tokens, kv_dim]
-  uint16_t* staging_v_ = nullptr;
-  uint16_t* scratch_k_ = nullptr;  // [max_fills, nkv, B, 128]
-  uint16_t* scratch_v_ = nullptr;
-
-  // Attention: decode rows on the tensor-core kernels (16-bit compute), the rest on the
-  // reference kernel; the plan is made per step.
-  bool decode_kernels_ = false;
-  bool prefill_kernels_ = false;  // rows of q_len >= 2 on the tensor-core prefill kernel
-  int num_sms_ = 1;
-  DecodeShape decode_shape_;  // the step's, made by stage(): its plan and graph grids
-  DecodePlan attention_plan_;
-  std::vector<PrefillTile> prefill_tiles_;
-  float* partials_ = nullptr;  // [decode_items, num_heads, 130]
-
-  // Activations.
-  float* x_ = nullptr;        // [max_tokens, hidden]
-  void* h_ = nullptr;         // [max_tokens, hidden] compute dtype
-  float* qkv_ = nullptr;      // [max_tokens, qkv_dim]
-  void* attn_ = nullptr;      // [max_tokens, q_dim] compute dtype
-  float* gate_up_ = nullptr;  // [max_tokens, 2 * inter]
-  void* act_buf_ = nullptr;   // [max_tokens, inter] compute dtype
-  void* rows_ = nullptr;      // [max_tokens, hidden] compute dtype
-  float* logits_ = nullptr;   // [max_tokens, vocab]
-  PinnedBuffer logits_host_;
-
-  // This step's device arrays (pointers only: a captured step's are compared bytewise) and
-  // counts. live: [int4 decode items, all decode items, fills, quantizer inputs], what the
-  // kernels of a graph replay read instead of their grids.
-  StepArena arena_;
-  struct StepArrays {
-    const int32_t *token_ids, *positions, *token_seq, *qsl, *seq_lens, *tables, *logits_rows,
-        *res_slots, *res_starts, *first_pos, *other_tokens, *pool_ends, *live;
-    const PrefillTile* prefill_tiles;
-    const int64_t *slots, *out_index;
-    const Int4FillBlock* fills;
-    const DecodeItem* items;
-    const DecodeSeq* decode_seqs;
-  } step_{};
-  int64_t step_max_blocks_ = 0, step_num_fills_ = 0, step_num_quantized_ = 0;
-  int64_t graph_size_ = 0;    // the capture size of the step being staged or launched; 0: eager
-  bool graph_commit_ = true;  // the graph being captured has int4_kivi's kv_commit
-  std::vector<int32_t> token_seq_host_;
-  Int4FillPlan fills_;
-  std::vector<uint8_t> slot_used_;  // check_distinct_seats scratch
-
-  CudaSampler sampler_;
-  std::vector<SampleOutput> samples_[2];  // per result slot, filled by wait()
-
-  // Steps in flight, oldest first; the next result slot; the last step's sampling rows (what
-  // the next step's deferred tokens may name).
-  Pending pending_[kMaxInFlight];
-  int in_flight_ = 0;
-  int next_slot_ = 0;
-  int64_t last_num_samples_ = 0;
-  cudaEvent_t done_[2] = {nullptr, nullptr};
-  std::vector<float> kept_logits_[2];  // an in-flight step's logits moved out of logits_host_
-  int next_kept_ = 0;
-
-  // CUDA graphs (ascending capture sizes), each with the arena addresses it was captured with.
-  std::vector<int64_t> capture_sizes_;
-  // int4_kivi: per size also a graph without kv_commit, for the steps where no block fills
-  // (at batch 1 with 16-token blocks, 15 steps of 16): its kernels would find nothing to do.
-  std::vector<cudaGraphExec_t> graphs_, graphs_no_commit_;
-  std::vector<StepArrays> graph_arrays_;
-  ForwardBatchBuilder pad_builder_;
-  ForwardBatch padded_;
-  int64_t graph_replays_ = 0;
-};
+namespace impl {
 
 CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& kv,
                          const CudaBackendOptions& options, std::span<const float> inv_freq,
@@ -538,164 +369,6 @@ void CudaBackend::load_weights(const model::ModelWeights& w) {
   S4KV_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-void CudaBackend::attention_block(int64_t layer, int64_t n) {
-  const LayerWeights& w = layers_[static_cast<size_t>(layer)];
-  const model::ModelConfig& c = config_;
-  if (layer == 0) {  // later layers' input norms are made by the previous down_proj (mlp_block)
-    launch_row_rmsnorm(
-        {x_, nullptr, w.input_norm, h_, act_, n, c.hidden_size, static_cast<float>(c.rms_norm_eps)},
-        stream_);
-  }
-  RopeArgs rope;
-  rope.x = qkv_;
-  rope.row_stride = qkv_dim_;
-  rope.positions = step_.positions;
-  rope.cos = rope_cos_;
-  rope.sin = rope_sin_;
-  rope.num_tokens = n;
-  rope.num_heads = c.num_attention_heads + c.num_key_value_heads;  // q then k, adjacent
-  rope.head_dim = kHeadDim;
-
-  const bool int4 = kv_.dtype == kv::KvCacheDtype::kInt4Kivi;
-  const bool fp8 = kv_.dtype == kv::KvCacheDtype::kFp8E4M3;
-  const int64_t es = fp8 ? 1 : 2;
-  KvWriteArgs wr;
-  wr.k = qkv_ + q_dim_;
-  wr.v = qkv_ + q_dim_ + kv_dim_;
-  wr.row_stride = qkv_dim_;
-  wr.num_tokens = n;
-  wr.kv_dim = kv_dim_;
-  wr.cache_dtype = fp8 ? DType::kF8E4M3 : kv16_;
-  wr.fp8_from = kv16_;
-  if (int4) {
-    wr.k_cache = staging_k_;
-    wr.v_cache = staging_v_;
-  } else {
-    wr.slot_mapping = step_.slots;
-    wr.k_cache = static_cast<std::byte*>(kv_k_) + layer * kv_layer_elems_ * es;
-    wr.v_cache = static_cast<std::byte*>(kv_v_) + layer * kv_layer_elems_ * es;
-  }
-  gemm_->run_rope_kv(h_, w.qkv, qkv_, n, c.hidden_size, qkv_dim_, w.qkv_bias, rope,
-                     c.num_attention_heads, wr);
-
-  const int64_t nkv = c.num_key_value_heads, B = kv_.block_size;
-  PagedAttentionArgs at;
-  at.q = qkv_;
-  at.q_stride = qkv_dim_;
-  at.out = attn_;
-  at.out_dtype = act_;
-  at.num_tokens = n;
-  at.num_heads = static_cast<int>(c.num_attention_heads);
-  at.num_kv_heads = static_cast<int>(nkv);
-  at.block_size = static_cast<int>(B);
-  at.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-  at.token_seq = step_.token_seq;
-  at.positions = step_.positions;
-  at.query_start_loc = step_.qsl;
-  at.seq_lens = step_.seq_lens;
-  at.block_tables = step_.tables;
-  at.max_blocks_per_seq = step_max_blocks_;
-  at.cache = kv_.dtype;
-  at.bf16 = kv16_ == DType::kBF16;
-  if (int4) {
-    at.pool = pool_ + layer * kv_.num_blocks * nkv * static_cast<int64_t>(layout_.block_bytes);
-    at.layout = layout_;
-    at.num_pool_blocks = kv_.num_blocks;
-    at.residual = residual_ + layer * (kv_.num_seats + 1) * 2 * ring_ * B * kv_dim_;
-    at.ring = ring_;
-    at.sink = sink_ + layer * (kv_.num_sink_blocks + 1) * 2 * B * kv_dim_;
-    at.staging_k = staging_k_;
-    at.staging_v = staging_v_;
-    at.seats = step_.res_slots;
-    at.seat_starts = step_.res_starts;
-    at.pool_ends = step_.pool_ends;
-    at.rope_cos = rope_cos_;
-    at.rope_sin = rope_sin_;
-    at.keys_post_rope = kv_.int4_keys_post_rope;
-    at.value_hadamard = kv_.int4_value_hadamard;
-  } else {
-    at.k_cache = wr.k_cache;
-    at.v_cache = wr.v_cache;
-  }
-  const DecodePlan& plan = attention_plan_;
-  // int4_kivi: a decode-only step's tokens go into the residual ring in the decode merge.
-  const bool ring_in_merge = int4 && static_cast<int64_t>(plan.seqs.size()) == n;
-  if (!prefill_tiles_.empty()) {
-    launch_prefill_attention(at, step_.prefill_tiles, static_cast<int32_t>(prefill_tiles_.size()),
-                             stream_);
-  }
-  if (!plan.other_tokens.empty()) {
-    at.token_list = step_.other_tokens;
-    at.num_listed = static_cast<int64_t>(plan.other_tokens.size());
-    launch_paged_attention(at, stream_);
-  }
-  if (!plan.seqs.empty()) {
-    DecodeLaunch dl;
-    dl.items = step_.items;
-    dl.num_items = static_cast<int32_t>(plan.items.size());
-    dl.num_int4_items = plan.num_int4_items;
-    dl.seqs = step_.decode_seqs;
-    dl.num_seqs = static_cast<int32_t>(plan.seqs.size());
-    dl.partials = partials_;
-    if (graph_size_ > 0) {  // grids of the capture size's capacity; the counts on the device
-      const DecodeCapacity cap = decode_capacity(graph_size_, decode_shape_);
-      dl.num_int4_items = static_cast<int32_t>(cap.int4_items);
-      dl.num_items = static_cast<int32_t>(cap.int4_items + cap.row_items);
-      dl.live = step_.live;
-    }
-    dl.write_residual = ring_in_merge;
-    launch_decode_attention(at, dl, stream_, &fork_);
-  }
-
-  // kv_commit; a graph of a step where no block fills (graph_commit_ false) has only its
-  // residual_write, and not that when the merge wrote the ring.
-  if (int4 && graph_size_ > 0 && !graph_commit_) {
-    if (!ring_in_merge) {
-      launch_int4_kivi_residual_write(int4_cache_batch(at), int4_cache_layer(at), stream_);
-    }
-  } else if (int4) {
-    Int4CommitStep st;
-    st.fills = step_.fills;
-    st.num_fills = step_num_fills_;
-    st.first_position = step_.first_pos;
-    st.out_index = step_.out_index;
-    st.num_quantized = step_num_quantized_;
-    st.scratch_k = scratch_k_;
-    st.scratch_v = scratch_v_;
-    st.pool = const_cast<std::byte*>(at.pool);
-    st.layout = layout_;
-    st.cos = rope_cos_;
-    st.sin = rope_sin_;
-    st.num_positions = opt_.max_model_len;
-    st.bf16 = at.bf16;
-    st.keys_post_rope = kv_.int4_keys_post_rope;
-    st.value_hadamard = kv_.int4_value_hadamard;
-    st.residual_written = ring_in_merge;
-    if (graph_size_ > 0) {  // a decode row fills at most one block
-      st.num_fills = st.num_quantized = graph_size_;
-      st.live = step_.live + 2;
-    }
-    launch_int4_kivi_commit_step(st, int4_cache_batch(at), int4_cache_layer(at), stream_);
-  }
-  gemm_->run_then_norm(
-      attn_, w.o, x_, n, q_dim_, c.hidden_size, true,
-      {x_, nullptr, w.post_norm, h_, act_, n, c.hidden_size, static_cast<float>(c.rms_norm_eps)});
-}
-
-void CudaBackend::mlp_block(int64_t layer, int64_t n) {
-  const LayerWeights& w = layers_[static_cast<size_t>(layer)];
-  const model::ModelConfig& c = config_;
-  // h_: the post-attention norm, made by o_proj (attention_block).
-  gemm_->run_silu_mul(h_, w.gate_up, gate_up_, act_buf_, n, c.hidden_size, c.intermediate_size);
-  if (layer + 1 < c.num_hidden_layers) {  // and the next layer's input norm
-    gemm_->run_then_norm(act_buf_, w.down, x_, n, c.intermediate_size, c.hidden_size, true,
-                         {x_, nullptr, layers_[static_cast<size_t>(layer + 1)].input_norm, h_, act_,
-                          n, c.hidden_size, static_cast<float>(c.rms_norm_eps)});
-  } else {
-    gemm_->run(act_buf_, w.down, x_, n, c.intermediate_size, c.hidden_size, true);
-  }
-}
-
 void CudaBackend::submit(const ForwardBatch& in) {
   S4KV_CHECK(initialized_, "cuda backend: a step before init_kv_cache()");
   S4KV_CHECK(in_flight_ < kMaxInFlight, "cuda backend: more than ", kMaxInFlight,
@@ -858,20 +531,6 @@ void CudaBackend::stage(const ForwardBatch& b, int64_t size) {
   arena_.upload(stream_);
 }
 
-// The step's kernels, in stream order; nothing here reads host state that a graph replay
-// would not see again (the counts that vary between replays are in step_.live).
-void CudaBackend::launch_forward(int64_t n, int64_t num_logits) {
-  launch_embed(embed_, act_, step_.token_ids, x_, n, config_.hidden_size, stream_);
-  for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
-    attention_block(layer, n);
-    mlp_block(layer, n);
-  }
-  launch_row_rmsnorm({x_, step_.logits_rows, final_norm_, rows_, act_, num_logits,
-                      config_.hidden_size, static_cast<float>(config_.rms_norm_eps)},
-                     stream_);
-  gemm_->run(rows_, lm_head_, logits_, num_logits, config_.hidden_size, config_.vocab_size, false);
-}
-
 // A decode-only step (one token per sequence, every row's logits in row order) of at most the
 // largest capture size replays the graph of the smallest size that holds it.
 int64_t CudaBackend::graph_size(const ForwardBatch& b) const {
@@ -959,7 +618,9 @@ void CudaBackend::capture_graphs() {
   log_info("cuda", line);
 }
 
-}  // namespace
+}  // namespace impl
+
+using impl::CudaBackend;
 
 int64_t cuda_graph_replays(const Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);

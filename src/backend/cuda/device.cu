@@ -45,14 +45,17 @@ int64_t device_total_memory() {
   return device0_properties(prop) ? static_cast<int64_t>(prop.totalGlobalMem) : 0;
 }
 
-bool dependent_launch_enabled() {
-  static const bool enabled = [] {
+bool dependent_launch_enabled(LaunchKind kind) {
+  // 0: off, 1: every launch_dependent, 2: the few-row GEMMs only.
+  static const int mode = [] {
     const char* env = std::getenv("S4KV_PDL");
-    if (env == nullptr || std::string_view(env) != "1") return false;
+    if (env == nullptr) return 0;
+    const std::string_view v(env);
+    const int m = v == "1" ? 1 : v == "gemm" ? 2 : 0;
     cudaDeviceProp prop{};
-    return device0_properties(prop) && prop.major >= 9;
+    return m != 0 && device0_properties(prop) && prop.major >= 9 ? m : 0;
   }();
-  return enabled;
+  return mode == 1 || (mode == 2 && kind == LaunchKind::kGemm);
 }
 
 int device_sm_count() {

@@ -49,14 +49,11 @@ Gemm::Gemm(DType dtype, cudaStream_t stream) : dtype_(dtype), stream_(stream) {
   workspace_bytes_ = kWorkspaceBytes;
   const char* choice = std::getenv("S4KV_GEMM");
   skinny_ = choice == nullptr || std::string_view(choice) != "cublas";
-  // S4KV_GEMM_EPILOGUES: the epilogues the few-row kernel makes, "rope,silu,norm" unless set.
+  // S4KV_GEMM_EPILOGUES: the epilogues the few-row kernel makes, "rope,silu" unless set.
   const char* epi = std::getenv("S4KV_GEMM_EPILOGUES");
-  const std::string_view epilogues = epi != nullptr ? epi : "rope,silu,norm";
+  const std::string_view epilogues = epi != nullptr ? epi : "rope,silu";
   rope_epilogue_ = epilogues.find("rope") != std::string_view::npos;
   silu_epilogue_ = epilogues.find("silu") != std::string_view::npos;
-  norm_epilogue_ = epilogues.find("norm") != std::string_view::npos;
-  S4KV_CUDA_CHECK(cudaMalloc(&counter_, sizeof(unsigned)));
-  S4KV_CUDA_CHECK(cudaMemset(counter_, 0, sizeof(unsigned)));
 }
 
 Gemm::~Gemm() {
@@ -68,7 +65,6 @@ Gemm::~Gemm() {
     delete p;
   }
   if (workspace_ != nullptr) cudaFree(workspace_);
-  if (counter_ != nullptr) cudaFree(counter_);
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
@@ -119,27 +115,6 @@ void Gemm::run(const void* x, const void* w, float* y, int64_t n, int64_t in, in
   S4KV_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &p.beta, y, p.c, y, p.c,
                                    &p.algo, workspace_, workspace_bytes_, stream_));
   if (bias != nullptr) launch_add_bias(y, bias, n, out, stream_);
-}
-
-void Gemm::run_then_norm(const void* x, const void* w, float* y, int64_t n, int64_t in, int64_t out,
-                         bool accumulate, const RowNormArgs& norm) {
-  if (n == 0) return;
-  S4KV_CHECK(norm.x == y && norm.rows == nullptr && norm.num_rows == n && norm.hidden == out &&
-                 norm.act_dtype == dtype_ && norm.out != nullptr,
-             "gemm: run_then_norm arguments");
-  if (norm_epilogue_ && skinny_ && skinny_gemm_supports(dtype_, x, w, n, in) &&
-      out <= kSkinnyNormMaxWidth) {
-    SkinnyEpilogue e;
-    e.kind = SkinnyEpi::kNorm;
-    e.act = norm.out;
-    e.norm_weight = norm.weight;
-    e.eps = norm.eps;
-    e.counter = counter_;
-    launch_skinny_gemm(dtype_, x, w, y, n, in, out, accumulate, nullptr, stream_, e);
-    return;
-  }
-  run(x, w, y, n, in, out, accumulate);
-  launch_row_rmsnorm(norm, stream_);
 }
 
 void Gemm::run_rope_kv(const void* x, const void* w, float* y, int64_t n, int64_t in, int64_t out,

@@ -7,8 +7,8 @@
 // bandwidth-bound kernel of skinny_gemm.cuh instead; S4KV_GEMM=cublas keeps them on cuBLASLt
 // (benchmarks, A/B). On that path run_silu_mul and run_then_norm make the elementwise step after
 // the product inside the GEMM's kernel (skinny_gemm.cuh's epilogues, the same bits as the
-// separate kernels); S4KV_GEMM_EPILOGUES names those it makes ("rope,silu,norm" unless set;
-// "0": none, the separate kernels; A/B).
+// separate kernels); S4KV_GEMM_EPILOGUES names those it makes ("rope,silu" unless set; "0":
+// none, the separate kernels; A/B).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,11 +37,6 @@ class Gemm {
   // rounded once as a separate addition would.
   void run(const void* x, const void* w, float* y, int64_t n, int64_t in, int64_t out,
            bool accumulate, const float* bias = nullptr);
-  // run(), then norm.out = the RMSNorm of y's n rows (norm.x must be y, norm.rows null,
-  // norm.hidden == out): launch_row_rmsnorm's bits, made by the few-row kernel's last thread
-  // block when it takes the product.
-  void run_then_norm(const void* x, const void* w, float* y, int64_t n, int64_t in, int64_t out,
-                     bool accumulate, const RowNormArgs& norm);
   // run(x, w, y, n, in, out, false, bias), then launch_rope_kv_write(rope, num_q_heads, kv) on
   // y's rows (rope.x == y, head_dim 128, the K and V heads after the query heads: out = 128 (q +
   // 2 kv)). The few-row kernel does that in its epilogue (the same bits).
@@ -61,8 +56,7 @@ class Gemm {
   DType dtype_;
   cudaStream_t stream_;
   bool skinny_ = true;
-  bool rope_epilogue_ = true, silu_epilogue_ = true, norm_epilogue_ = true;  // S4KV_GEMM_EPILOGUES
-  unsigned* counter_ = nullptr;  // the norm epilogue's count of finished thread blocks
+  bool rope_epilogue_ = true, silu_epilogue_ = true;  // S4KV_GEMM_EPILOGUES (gemm.cc)
   cublasLtContext* handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

@@ -5,12 +5,15 @@
 // kernel writes or reads, and before any early return (a grid that ends without waiting could
 // end before the kernel it follows, and the next kernel's wait would then not cover that one).
 // allow_dependent_launch() lets the next kernel's thread blocks launch once every block of this
-// one has called it. Captured into CUDA graphs as programmatic edges. Opt-in, S4KV_PDL=1 on
-// sm_90 and later: measured on the H200 it made the batch-1 decode step slower
-// (docs/performance.md, "GPU end to end"), so kernels launch as usual unless it is set.
+// one has called it. Captured into CUDA graphs as programmatic edges. Opt-in on sm_90 and later:
+// S4KV_PDL=1 for every such launch (measured on the H200 it made the batch-1 decode step
+// slower: docs/performance.md, "GPU end to end"), S4KV_PDL=gemm for the few-row GEMMs only
+// (their first weight loads are issued before the wait); kernels launch as usual otherwise.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <utility>
 
 #include "backend/cuda/cuda_check.h"
 
@@ -28,14 +31,16 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #endif
 }
 
-// Device 0 is sm_90 or later and S4KV_PDL is "1" (read once).
-bool dependent_launch_enabled();
+enum class LaunchKind { kKernel, kGemm };
+
+// Device 0 is sm_90 or later and S4KV_PDL asks for launches of this kind (read once).
+bool dependent_launch_enabled(LaunchKind kind);
 
 // kernel<<<grid, block, smem, stream>>>(args...), launched programmatically dependent on the
-// stream's previous kernel where enabled. The kernel must follow the rules above.
+// stream's previous kernel where enabled for `kind`. The kernel must follow the rules above.
 template <typename... Params, typename... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                      cudaStream_t stream, Args&&... args) {
+void launch_dependent_as(LaunchKind kind, void (*kernel)(Params...), dim3 grid, dim3 block,
+                         size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -45,8 +50,15 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = dependent_launch_enabled() ? 1 : 0;
+  cfg.numAttrs = dependent_launch_enabled(kind) ? 1 : 0;
   S4KV_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
+}
+
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t stream, Args&&... args) {
+  launch_dependent_as(LaunchKind::kKernel, kernel, grid, block, smem, stream,
+                      std::forward<Args>(args)...);
 }
 
 }  // namespace s4kv::backend::cuda

@@ -15,7 +15,6 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = 2;
 constexpr int kUnroll = 4;  // 16-byte chunks per row a lane has in flight
 constexpr unsigned kFull = 0xffffffffu;
-constexpr int kNormThreads = 1024;  // row_rmsnorm_kernel's block (forward_kernels.cu)
 
 // The 8 values of a 16-byte chunk, exactly widened.
 template <bool kBf16>
@@ -31,75 +30,6 @@ __device__ __forceinline__ void widen8(const uint4& v, float (&f)[8]) {
       f[2 * i] = p.x;
       f[2 * i + 1] = p.y;
     }
-  }
-}
-
-// kNorm's epilogue, in the grid's last thread block to finish (y complete): the N rows of y
-// through RMSNorm into e.act, row_rmsnorm_kernel's arithmetic in its order, each of the block's
-// kThreads threads playing the norm kernel's threads t, t + kThreads, ... (kNormThreads of
-// them), so the same bits. A row's values are loaded into registers at once (all loads in
-// flight: the tail is a few L2 round trips), through L2 (other blocks wrote them).
-template <bool kBf16, int N>
-__device__ void norm_after(const float* y, int64_t in, const SkinnyEpilogue& e) {
-  __shared__ bool last;
-  __threadfence();  // this thread's y stores before the count
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(e.counter, 1u) == gridDim.x - 1;
-    if (last) atomicExch(e.counter, 0u);  // every block has counted: ready for the next launch
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  constexpr int kVirtual = kNormThreads / kThreads;  // norm-kernel threads a thread plays
-  __shared__ float partial[kNormThreads / 32];
-  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
-  auto* dst = static_cast<uint16_t*>(e.act);
-  for (int m = 0; m < N; ++m) {
-    const float* row = y + m * in;
-    float v[kVirtual]
-           [kSkinnyNormPerThread];  // virtual thread k's elements t + k kThreads + j kNormThreads
-#pragma unroll
-    for (int k = 0; k < kVirtual; ++k) {
-#pragma unroll
-      for (int j = 0; j < kSkinnyNormPerThread; ++j) {
-        const int64_t i = t + k * kThreads + j * kNormThreads;
-        v[k][j] = i < in ? __ldcg(row + i) : 0.0f;
-      }
-    }
-    float sum[kVirtual];
-#pragma unroll
-    for (int k = 0; k < kVirtual; ++k) {
-      sum[k] = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kSkinnyNormPerThread; ++j) {
-        if (t + k * kThreads + j * kNormThreads < in) {
-          sum[k] = __fadd_rn(sum[k], __fmul_rn(v[k][j], v[k][j]));
-        }
-      }
-      for (int o = 16; o > 0; o /= 2) sum[k] = __fadd_rn(sum[k], __shfl_xor_sync(kFull, sum[k], o));
-    }
-    if (lane == 0) {
-#pragma unroll
-      for (int k = 0; k < kVirtual; ++k) partial[warp + k * kWarps] = sum[k];
-    }
-    __syncthreads();
-    float total = 0.0f;
-    for (int i = 0; i < kNormThreads / 32; ++i) total = __fadd_rn(total, partial[i]);
-    const float mean = __fdiv_rn(total, static_cast<float>(in));
-    const float inv_rms = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, e.eps)));
-#pragma unroll
-    for (int k = 0; k < kVirtual; ++k) {
-#pragma unroll
-      for (int j = 0; j < kSkinnyNormPerThread; ++j) {
-        const int64_t i = t + k * kThreads + j * kNormThreads;
-        if (i >= in) continue;
-        const float x = __fmul_rn(__fmul_rn(v[k][j], inv_rms), e.norm_weight[i]);
-        dst[m * in + i] = kBf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x))
-                                : __half_as_ushort(__float2half_rn(x));
-      }
-    }
-    __syncthreads();  // partial is reused
   }
 }
 
@@ -245,7 +175,6 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  if constexpr (kEpi == SkinnyEpi::kNorm) norm_after<kBf16, N>(y, out, epi);
 }
 
 template <bool kBf16, int N, SkinnyEpi kEpi>
@@ -295,9 +224,6 @@ void launch_epi(const uint4* x, const uint4* w, float* y, int64_t n, int64_t chu
       launch_typed<kBf16, SkinnyEpi::kSiluMul>(x, w, y, n, chunks, out, accumulate, bias, epi,
                                                stream);
       break;
-    case SkinnyEpi::kNorm:
-      launch_typed<kBf16, SkinnyEpi::kNorm>(x, w, y, n, chunks, out, accumulate, bias, epi, stream);
-      break;
     case SkinnyEpi::kRopeKv:
       launch_typed<kBf16, SkinnyEpi::kRopeKv>(x, w, y, n, chunks, out, accumulate, bias, epi,
                                               stream);
@@ -333,11 +259,6 @@ void launch_skinny_gemm(DType dtype, const void* x, const void* w, float* y, int
                      out == int64_t{128} * (epi.num_q_heads + 2 * epi.num_kv_heads) &&
                      epi.k_cache != nullptr && epi.v_cache != nullptr,
                  "skinny gemm: rope_kv epilogue arguments");
-      break;
-    case SkinnyEpi::kNorm:
-      S4KV_CHECK(y != nullptr && epi.act != nullptr && epi.norm_weight != nullptr &&
-                     epi.counter != nullptr && out <= kSkinnyNormMaxWidth,
-                 "skinny gemm: norm epilogue arguments");
       break;
   }
   const auto* xv = static_cast<const uint4*>(x);

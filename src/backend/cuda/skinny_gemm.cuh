@@ -17,31 +17,21 @@ namespace s4kv::backend::cuda {
 
 inline constexpr int64_t kSkinnyMaxRows = 8;
 
-// What the kernel does with its outputs besides writing y (gemm.h: run_silu_mul, run_then_norm),
+// What the kernel does with its outputs besides writing y (gemm.h: run_silu_mul, run_rope_kv),
 // so that the next elementwise step needs no kernel of its own.
 //   kSiluMul: w's rows are [gate; up] (out = 2 inter); warp j takes gate row j and up row j and
 //     writes act[m, j] = silu(gate) * up in the 16-bit dtype (launch_silu_mul's arithmetic: the
 //     same bits); y is not written.
-//   kNorm: after y is written, the last thread block to finish (a device counter, back at 0
-//     when it is done) writes rmsnorm(y's rows) * norm_weight into act [n, out] (16-bit), with
-//     launch_row_rmsnorm's arithmetic in its order (the same bits).
 //   kRopeKv: y's rows are heads of 128 (num_q_heads query heads, then K heads, then V heads;
 //     out = 128 (q + 2 kv)); warp j takes channels c and c + 64 of one head (the rotate-half
 //     pair) and does what launch_rope_kv_write does after the product (and the bias): the pair
 //     of a query or K head turned by its token's angle, y written, K and V pairs stored at the
 //     token's slot in the caches (kv_encode.cuh); the same bits.
-enum class SkinnyEpi { kNone, kSiluMul, kNorm, kRopeKv };
+enum class SkinnyEpi { kNone, kSiluMul, kRopeKv };
 enum class SkinnyKvStore : int32_t { kBf16, kF16, kFp8FromBf16, kFp8FromF16 };
-// kNorm: a row's values a thread holds (its block plays the norm kernel's 1024 threads), so
-// rows of at most kSkinnyNormMaxWidth.
-inline constexpr int kSkinnyNormPerThread = 4;
-inline constexpr int64_t kSkinnyNormMaxWidth = 1024 * kSkinnyNormPerThread;
 struct SkinnyEpilogue {
   SkinnyEpi kind = SkinnyEpi::kNone;
-  void* act = nullptr;
-  const float* norm_weight = nullptr;  // kNorm: [out] fp32
-  float eps = 1e-6f;
-  unsigned* counter = nullptr;  // kNorm: device memory, 0 before the launch
+  void* act = nullptr;  // kSiluMul: [n, out / 2] 16-bit
   // kRopeKv (row m of x is token m):
   const int32_t* positions = nullptr;  // [n]
   const float* cos = nullptr;          // [positions, 64] RopeTable rows
