@@ -185,8 +185,8 @@ void launch_rows(const uint4* x, const uint4* w, float* y, int64_t chunks, int64
                             ? out / 2
                             : (out + kRowsPerWarp - 1) / kRowsPerWarp;
   const auto blocks = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
-  launch_dependent(skinny_gemm_kernel<kBf16, N, kEpi>, blocks, kThreads, 0, stream, x, w, y, chunks,
-                   out, accumulate, bias, epi);
+  launch_dependent_as(LaunchKind::kGemm, skinny_gemm_kernel<kBf16, N, kEpi>, blocks, kThreads, 0,
+                      stream, x, w, y, chunks, out, accumulate, bias, epi);
 }
 
 template <bool kBf16, SkinnyEpi kEpi>
