@@ -46,11 +46,10 @@ int64_t device_total_memory() {
 }
 
 bool dependent_launch_enabled(LaunchKind kind) {
-  // 0: off, 1: every launch_dependent, 2: the few-row GEMMs only.
+  // 0: off, 1: every launch_dependent, 2: the few-row GEMMs only (unset: 2).
   static const int mode = [] {
     const char* env = std::getenv("S4KV_PDL");
-    if (env == nullptr) return 0;
-    const std::string_view v(env);
+    const std::string_view v = env != nullptr ? env : "gemm";
     const int m = v == "1" ? 1 : v == "gemm" ? 2 : 0;
     cudaDeviceProp prop{};
     return m != 0 && device0_properties(prop) && prop.major >= 9 ? m : 0;
