@@ -91,6 +91,8 @@ class CudaBackend final : public Backend {
   // what a CUDA graph captures), then sampling and the copies out (in run).
   void stage(const ForwardBatch& b, int64_t graph_size);
   void launch_forward(int64_t n, int64_t num_logits);
+  // h_ = the RMSNorm of x_'s n rows times weight, in the compute dtype (a GEMM's input).
+  void norm_rows(const float* weight, int64_t n);
   void attention_block(int64_t layer, int64_t n);
   void mlp_block(int64_t layer, int64_t n);
   // CUDA graphs of decode-only steps: the capture size a batch runs at (0: eagerly), the batch

@@ -20,12 +20,16 @@ void CudaBackend::launch_forward(int64_t n, int64_t num_logits) {
   gemm_->run(rows_, lm_head_, logits_, num_logits, config_.hidden_size, config_.vocab_size, false);
 }
 
+void CudaBackend::norm_rows(const float* weight, int64_t n) {
+  launch_row_rmsnorm({x_, nullptr, weight, h_, act_, n, config_.hidden_size,
+                      static_cast<float>(config_.rms_norm_eps)},
+                     stream_);
+}
+
 void CudaBackend::attention_block(int64_t layer, int64_t n) {
   const LayerWeights& w = layers_[static_cast<size_t>(layer)];
   const model::ModelConfig& c = config_;
-  launch_row_rmsnorm(
-      {x_, nullptr, w.input_norm, h_, act_, n, c.hidden_size, static_cast<float>(c.rms_norm_eps)},
-      stream_);
+  norm_rows(w.input_norm, n);
   RopeArgs rope;
   rope.x = qkv_;
   rope.row_stride = qkv_dim_;
@@ -163,9 +167,7 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
 void CudaBackend::mlp_block(int64_t layer, int64_t n) {
   const LayerWeights& w = layers_[static_cast<size_t>(layer)];
   const model::ModelConfig& c = config_;
-  launch_row_rmsnorm(
-      {x_, nullptr, w.post_norm, h_, act_, n, c.hidden_size, static_cast<float>(c.rms_norm_eps)},
-      stream_);
+  norm_rows(w.post_norm, n);
   gemm_->run_silu_mul(h_, w.gate_up, gate_up_, act_buf_, n, c.hidden_size, c.intermediate_size);
   gemm_->run(act_buf_, w.down, x_, n, c.intermediate_size, c.hidden_size, true);
 }
