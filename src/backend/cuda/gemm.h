@@ -5,7 +5,7 @@
 // cached per shape. Row-major arrays are passed to cuBLASLt as their column-major transposes.
 // A few rows (n <= kSkinnyMaxRows, 16-bit dtypes: decode steps of small batches) go to the
 // bandwidth-bound kernel of skinny_gemm.cuh instead; S4KV_GEMM=cublas keeps them on cuBLASLt
-// (benchmarks, A/B). On that path run_silu_mul and run_then_norm make the elementwise step after
+// (benchmarks, A/B). On that path run_rope_kv and run_silu_mul make the elementwise step after
 // the product inside the GEMM's kernel (skinny_gemm.cuh's epilogues, the same bits as the
 // separate kernels); S4KV_GEMM_EPILOGUES names those it makes ("rope,silu" unless set; "0":
 // none, the separate kernels; A/B).
