@@ -147,6 +147,27 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads,
                  "forward-pass threads (--cpu-threads); 0: the cores available");
   CLI11_PARSE(app, argc, argv);
+  // Every figure's tokens must fit a sequence's block table (kMaxBlocks blocks).
+  const int64_t max_tokens = kMaxBlocks * kBlockSize;
+  if (decode_steps < 1) {
+    std::fprintf(stderr, "--decode-steps must be at least 1\n");
+    return 2;
+  }
+  for (int64_t n : prefill_lengths) {
+    if (n > max_tokens) {
+      std::fprintf(stderr, "--prefill-lengths %lld: at most %lld tokens\n",
+                   static_cast<long long>(n), static_cast<long long>(max_tokens));
+      return 2;
+    }
+  }
+  for (int64_t c : contexts) {
+    if (c > 0 && c + decode_steps > max_tokens) {
+      std::fprintf(stderr,
+                   "--contexts %lld with --decode-steps %d: at most %lld tokens a sequence\n",
+                   static_cast<long long>(c), decode_steps, static_cast<long long>(max_tokens));
+      return 2;
+    }
+  }
 
   auto config = s4kv::model::load_model_config(model);
   if (!config.is_ok()) {
