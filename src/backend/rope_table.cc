@@ -34,16 +34,6 @@ void RopeTable::ensure(int64_t num_positions) {
   num_positions_ = rows;
 }
 
-const float* RopeTable::cos(int64_t pos) const {
-  S4KV_CHECK(pos >= 0 && pos < num_positions_, "RopeTable: position ", pos);
-  return cos_.data() + pos * half_;
-}
-
-const float* RopeTable::sin(int64_t pos) const {
-  S4KV_CHECK(pos >= 0 && pos < num_positions_, "RopeTable: position ", pos);
-  return sin_.data() + pos * half_;
-}
-
 namespace {
 
 // Eight pairs at a time: every input of a chunk (x halves, cos, sin) is read into locals

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm16.h"
+#include "common/check.h"
 
 namespace s4kv::backend {
 
@@ -29,9 +30,16 @@ class RopeTable {
   void ensure(int64_t num_positions);
   int64_t num_positions() const { return num_positions_; }
   int64_t half_dim() const { return half_; }
-  // [head_dim / 2] fp32 rows of position pos (pos < num_positions(), checked).
-  const float* cos(int64_t pos) const;
-  const float* sin(int64_t pos) const;
+  // [head_dim / 2] fp32 rows of position pos (pos < num_positions(), checked). Inline: the
+  // int4_kivi key kernels ask for a row per position.
+  const float* cos(int64_t pos) const {
+    S4KV_CHECK(pos >= 0 && pos < num_positions_, "RopeTable: position ", pos);
+    return cos_.data() + pos * half_;
+  }
+  const float* sin(int64_t pos) const {
+    S4KV_CHECK(pos >= 0 && pos < num_positions_, "RopeTable: position ", pos);
+    return sin_.data() + pos * half_;
+  }
   // The table rows as one array: [num_positions, head_dim / 2] fp32 each (for a device copy).
   std::span<const float> cos_table() const { return cos_; }
   std::span<const float> sin_table() const { return sin_; }
