@@ -55,10 +55,8 @@ struct RowLocator {
              g * kD;
       v_off = static_cast<int64_t>(b) * kv_dim;
     } else if (p < start) {  // the residual ring
-      base = a->residual +
-             (static_cast<int64_t>(slot) * 2 * a->ring * b + ring_row(p, b, a->ring)) * kv_dim +
-             g * kD;
-      v_off = static_cast<int64_t>(a->ring) * b * kv_dim;
+      base = a->residual + ring_k_offset(slot, p, b, a->ring, kv_dim) + g * kD;
+      v_off = ring_v_offset(b, a->ring, kv_dim);
     } else {  // this step's token
       const int64_t row = static_cast<int64_t>(q_begin + p - start) * kv_dim + g * kD;
       k = a->staging_k + row;
@@ -320,12 +318,10 @@ __global__ void __launch_bounds__(kD) decode_merge_kernel(PagedAttentionArgs a, 
     if (ring_keeps(p, a.seq_lens[s], b, a.ring)) {
       const int64_t kv_dim = static_cast<int64_t>(a.num_kv_heads) * kD;
       const int64_t src = sq.token * kv_dim + h * kD + c;
-      uint16_t* k =
-          const_cast<uint16_t*>(a.residual) +
-          (static_cast<int64_t>(a.seats[s]) * 2 * a.ring * b + ring_row(p, b, a.ring)) * kv_dim +
-          h * kD + c;
+      uint16_t* k = const_cast<uint16_t*>(a.residual) +
+                    ring_k_offset(a.seats[s], p, b, a.ring, kv_dim) + h * kD + c;
       k[0] = a.staging_k[src];
-      k[static_cast<int64_t>(a.ring) * b * kv_dim] = a.staging_v[src];
+      k[ring_v_offset(b, a.ring, kv_dim)] = a.staging_v[src];
     }
   }
   const int n4 = sq.int4_end - sq.int4_begin, n = n4 + sq.rows_end - sq.rows_begin;

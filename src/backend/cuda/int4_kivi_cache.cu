@@ -43,8 +43,8 @@ __global__ void __launch_bounds__(kFillThreads)
       v = layer.staging_v + (q_begin + pos - start) * kv_dim;
     } else {
       const int64_t slot = batch.seats[f.seq];
-      k = layer.residual + (slot * 2 * layer.ring * b + ring_row(pos, b, layer.ring)) * kv_dim;
-      v = k + static_cast<int64_t>(layer.ring) * b * kv_dim;
+      k = layer.residual + ring_k_offset(slot, pos, b, layer.ring, kv_dim);
+      v = k + ring_v_offset(b, layer.ring, kv_dim);
     }
     uint16_t *dk, *dv;
     if (f.dest < 0) {
@@ -74,8 +74,8 @@ __global__ void residual_write_kernel(Int4CacheBatch batch, Int4CacheLayer layer
   if (!ring_keeps(p, batch.seq_lens[s], b, layer.ring)) return;
   const int64_t kv_dim = static_cast<int64_t>(layer.num_kv_heads) * kD;
   const int64_t slot = batch.seats[s];
-  uint16_t* k = layer.residual + (slot * 2 * layer.ring * b + ring_row(p, b, layer.ring)) * kv_dim;
-  uint16_t* v = k + static_cast<int64_t>(layer.ring) * b * kv_dim;
+  uint16_t* k = layer.residual + ring_k_offset(slot, p, b, layer.ring, kv_dim);
+  uint16_t* v = k + ring_v_offset(b, layer.ring, kv_dim);
   for (int64_t i = threadIdx.x * 8; i < kv_dim; i += blockDim.x * 8) {  // 16 bytes a load
     *reinterpret_cast<uint4*>(k + i) =
         *reinterpret_cast<const uint4*>(layer.staging_k + tok * kv_dim + i);

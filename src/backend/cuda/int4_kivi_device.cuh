@@ -33,6 +33,15 @@ __device__ inline int64_t ring_row(int64_t p, int b, int ring) {
   return (p / b % ring) * b + p % b;
 }
 
+// A seat's residual ring, [seats, 2, ring * b, kv_dim] 16-bit (K rows, then V rows): where
+// position p's K row starts; its V row is ring_v_offset elements after it.
+__device__ inline int64_t ring_k_offset(int64_t seat, int64_t p, int b, int ring, int64_t kv_dim) {
+  return (seat * 2 * ring * b + ring_row(p, b, ring)) * kv_dim;
+}
+__device__ inline int64_t ring_v_offset(int b, int ring, int64_t kv_dim) {
+  return static_cast<int64_t>(ring) * b * kv_dim;
+}
+
 // Whether position p of a sequence of seq_len tokens is kept in the residual ring after the
 // step: from kept = seq_len / b - (ring - 1) blocks on (the tail, and with the window the last
 // full block; int4_kivi_cache.cuh's residual_write).

@@ -101,11 +101,9 @@ __device__ inline bool load_kv(const PagedAttentionArgs& a, const SeqView& sv, i
     return a.value_hadamard;
   }
   if (p < sv.start) {  // the residual ring
-    const int64_t ring_row = (p / b % a.ring) * b + p % b;
-    const uint16_t* kr =
-        a.residual + (static_cast<int64_t>(sv.slot) * 2 * a.ring * b + ring_row) * kv_dim + g * kD;
+    const uint16_t* kr = a.residual + ring_k_offset(sv.slot, p, b, a.ring, kv_dim) + g * kD;
     load_16bit_row(kr, lane, a.bf16, k);
-    load_16bit_row(kr + static_cast<int64_t>(a.ring) * b * kv_dim, lane, a.bf16, v);
+    load_16bit_row(kr + ring_v_offset(b, a.ring, kv_dim), lane, a.bf16, v);
     return false;
   }
   const int64_t row = static_cast<int64_t>(sv.q_begin + p - sv.start) * kv_dim + g * kD;

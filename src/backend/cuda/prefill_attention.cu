@@ -28,6 +28,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/int4_kivi_device.cuh"
 #include "backend/cuda/prefill_attention.cuh"
 #include "backend/cuda/tensor_core.cuh"
 #include "common/check.h"
@@ -151,9 +152,8 @@ __device__ inline void rows16(const PagedAttentionArgs& a, const Ctx& c, int p, 
     return;
   }
   if (p < c.start) {
-    const int64_t ring_row = (p / b % a.ring) * b + p % b;
-    k = a.residual + (static_cast<int64_t>(c.slot) * 2 * a.ring * b + ring_row) * kv_dim + c.g * kD;
-    v = k + static_cast<int64_t>(a.ring) * b * kv_dim;
+    k = a.residual + ring_k_offset(c.slot, p, b, a.ring, kv_dim) + c.g * kD;
+    v = k + ring_v_offset(b, a.ring, kv_dim);
     return;
   }
   const int64_t row = static_cast<int64_t>(c.q0 + p - c.start) * kv_dim + c.g * kD;
