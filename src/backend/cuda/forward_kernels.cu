@@ -5,8 +5,6 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include <type_traits>
-
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/forward_kernels.cuh"
@@ -103,45 +101,30 @@ __global__ void __launch_bounds__(kEltThreads)
   for (int j = 0; j < kEltPerThread; ++j) {
     const int64_t i = c0 + j * kEltThreads;
     if (i >= inter) break;
-    const float silu = __fdiv_rn(g[j], __fadd_rn(1.0f, expf(-g[j])));
-    o[i] = from_f32<T>(__fmul_rn(silu, u[j]));
+    o[i] = from_f32<T>(silu_mul_value(g[j], u[j]));
   }
 }
 
-// One thread block per token: K and V rows rounded to the cache's element type.
-template <typename Encode, typename E>
+// One thread block per token: K and V rows stored as the cache holds them.
 __global__ void kv_write_kernel(const float* k, const float* v, int64_t row_stride,
-                                const int64_t* slots, E* k_cache, E* v_cache, int64_t kv_dim,
-                                Encode encode) {
+                                const int64_t* slots, void* k_cache, void* v_cache, int64_t kv_dim,
+                                KvStore store) {
   allow_dependent_launch();
   grid_dependency_wait();
   const int64_t t = blockIdx.x;
   const int64_t dst = (slots != nullptr ? slots[t] : t) * kv_dim;
   for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-    k_cache[dst + i] = encode(k[t * row_stride + i]);
-    v_cache[dst + i] = encode(v[t * row_stride + i]);
+    store_kv(k_cache, store, dst + i, k[t * row_stride + i]);
+    store_kv(v_cache, store, dst + i, v[t * row_stride + i]);
   }
 }
 
-struct EncodeBf16 {
-  __device__ uint16_t operator()(float x) const { return encode_kv16(x, true); }
-};
-struct EncodeF16 {
-  __device__ uint16_t operator()(float x) const { return encode_kv16(x, false); }
-};
-// As the CPU's fp8 cache: the 16-bit value the model holds first, then E4M3 of it.
-template <bool kBf16>
-struct EncodeFp8 {
-  __device__ uint8_t operator()(float x) const { return encode_kv_fp8(x, kBf16); }
-};
-
 // One thread block per (token, head) of rope's rows, one thread per channel pair: query heads
 // rotated in place; K heads rotated in place and stored, with their V heads, at the token's slot.
-template <typename Encode, typename E>
 __global__ void rope_kv_write_kernel(float* x, int64_t row_stride, const int32_t* positions,
                                      const float* cos, const float* sin, int num_q_heads,
-                                     int num_heads, int head_dim, const int64_t* slots, E* k_cache,
-                                     E* v_cache, Encode encode) {
+                                     int num_heads, int head_dim, const int64_t* slots,
+                                     void* k_cache, void* v_cache, KvStore store) {
   allow_dependent_launch();
   grid_dependency_wait();
   const int half = head_dim / 2;
@@ -159,33 +142,10 @@ __global__ void rope_kv_write_kernel(float* x, int64_t row_stride, const int32_t
   const int64_t col = static_cast<int64_t>(h - num_q_heads) * head_dim;
   const int64_t dst = (slots != nullptr ? slots[token] : token) * kv_dim + col;
   const float* v = x + token * row_stride + static_cast<int64_t>(num_heads) * head_dim + col;
-  k_cache[dst + i] = encode(x1);
-  k_cache[dst + i + half] = encode(x2);
-  v_cache[dst + i] = encode(v[i]);
-  v_cache[dst + i + half] = encode(v[i + half]);
-}
-
-// f(Encode{}, static_cast<E*>(nullptr)) for the cache dtype of a.
-template <typename F>
-void with_kv_encode(const KvWriteArgs& a, F&& f) {
-  switch (a.cache_dtype) {
-    case DType::kBF16:
-      f(EncodeBf16{}, static_cast<uint16_t*>(nullptr));
-      break;
-    case DType::kF16:
-      f(EncodeF16{}, static_cast<uint16_t*>(nullptr));
-      break;
-    case DType::kF8E4M3:
-      S4KV_CHECK(a.fp8_from == DType::kBF16 || a.fp8_from == DType::kF16, "kv_write: fp8_from");
-      if (a.fp8_from == DType::kBF16) {
-        f(EncodeFp8<true>{}, static_cast<uint8_t*>(nullptr));
-      } else {
-        f(EncodeFp8<false>{}, static_cast<uint8_t*>(nullptr));
-      }
-      break;
-    default:
-      S4KV_CHECK(false, "kv_write: cache dtype ", dtype_name(a.cache_dtype));
-  }
+  store_kv(k_cache, store, dst + i, x1);
+  store_kv(k_cache, store, dst + i + half, x2);
+  store_kv(v_cache, store, dst + i, v[i]);
+  store_kv(v_cache, store, dst + i + half, v[i + half]);
 }
 
 }  // namespace
@@ -233,16 +193,26 @@ void launch_silu_mul(const float* gate_up, void* out, DType act_dtype, int64_t n
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 
+KvStore kv_store_of(const KvWriteArgs& a) {
+  switch (a.cache_dtype) {
+    case DType::kBF16:
+      return KvStore::kBf16;
+    case DType::kF16:
+      return KvStore::kF16;
+    case DType::kF8E4M3:
+      S4KV_CHECK(a.fp8_from == DType::kBF16 || a.fp8_from == DType::kF16, "kv_write: fp8_from");
+      return a.fp8_from == DType::kBF16 ? KvStore::kFp8FromBf16 : KvStore::kFp8FromF16;
+    default:
+      S4KV_CHECK(false, "kv_write: cache dtype ", dtype_name(a.cache_dtype));
+  }
+  return KvStore::kBf16;
+}
+
 void launch_kv_write(const KvWriteArgs& a, cudaStream_t stream) {
   S4KV_CHECK(a.kv_dim > 0 && a.row_stride >= a.kv_dim && a.num_tokens >= 0, "kv_write: shape");
   if (a.num_tokens == 0) return;
-  const unsigned grid = grid_of(a.num_tokens);
-  with_kv_encode(a, [&](auto encode, auto* type) {
-    using E = std::remove_pointer_t<decltype(type)>;
-    launch_dependent(kv_write_kernel<decltype(encode), E>, grid, 256, 0, stream, a.k, a.v,
-                     a.row_stride, a.slot_mapping, static_cast<E*>(a.k_cache),
-                     static_cast<E*>(a.v_cache), a.kv_dim, encode);
-  });
+  launch_dependent(kv_write_kernel, grid_of(a.num_tokens), 256, 0, stream, a.k, a.v, a.row_stride,
+                   a.slot_mapping, a.k_cache, a.v_cache, a.kv_dim, kv_store_of(a));
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -258,15 +228,11 @@ void launch_rope_kv_write(const RopeArgs& r, int64_t num_q_heads, const KvWriteA
   if (a.num_tokens == 0) return;
   S4KV_CHECK(r.positions != nullptr && r.cos != nullptr && r.sin != nullptr,
              "rope_kv_write: null buffer");
-  const unsigned grid = grid_of(r.num_tokens * r.num_heads);
-  with_kv_encode(a, [&](auto encode, auto* type) {
-    using E = std::remove_pointer_t<decltype(type)>;
-    launch_dependent(rope_kv_write_kernel<decltype(encode), E>, grid,
-                     static_cast<unsigned>(r.head_dim / 2), 0, stream, r.x, stride, r.positions,
-                     r.cos, r.sin, static_cast<int>(num_q_heads), static_cast<int>(r.num_heads),
-                     static_cast<int>(r.head_dim), a.slot_mapping, static_cast<E*>(a.k_cache),
-                     static_cast<E*>(a.v_cache), encode);
-  });
+  launch_dependent(rope_kv_write_kernel, grid_of(r.num_tokens * r.num_heads),
+                   static_cast<unsigned>(r.head_dim / 2), 0, stream, r.x, stride, r.positions,
+                   r.cos, r.sin, static_cast<int>(num_q_heads), static_cast<int>(r.num_heads),
+                   static_cast<int>(r.head_dim), a.slot_mapping, a.k_cache, a.v_cache,
+                   kv_store_of(a));
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 

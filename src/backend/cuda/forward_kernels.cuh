@@ -43,6 +43,14 @@ void launch_add_bias(float* y, const float* bias, int64_t num_tokens, int64_t wi
 void launch_silu_mul(const float* gate_up, void* out, DType act_dtype, int64_t num_tokens,
                      int64_t inter, cudaStream_t stream);
 
+#ifdef __CUDACC__
+// silu(g) * u as silu_mul_ref rounds it; launch_silu_mul's kernel and the few-row GEMM's
+// epilogue (skinny_gemm.cuh) share it.
+__device__ __forceinline__ float silu_mul_value(float g, float u) {
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+#endif
+
 // kv_write: the step's new K (after RoPE) and V rows, [num_tokens, row_stride] fp32 each
 // starting with kv_dim values, stored at cache row slot_mapping[t] (or row t when slot_mapping
 // is null: int4_kivi's staging) of k_cache / v_cache [*, kv_dim]: 16-bit (bf16 / fp16 bits,
@@ -61,6 +69,12 @@ struct KvWriteArgs {
   int64_t kv_dim = 0;
 };
 void launch_kv_write(const KvWriteArgs& args, cudaStream_t stream);
+
+// How a cache of KvWriteArgs' dtypes holds a value (kv_encode.cuh's store_kv): the 16-bit
+// dtype's bits, or E4M3 of the value rounded to the 16-bit dtype first.
+enum class KvStore : int32_t { kBf16, kF16, kFp8FromBf16, kFp8FromF16 };
+// a.cache_dtype and a.fp8_from as a KvStore (a bug for any other pair: aborts).
+KvStore kv_store_of(const KvWriteArgs& a);
 
 // launch_rope(rope) then launch_kv_write(kv) in one kernel, with the same bits: rope's rows hold
 // num_q_heads query heads, then the K heads that kv.k points at (kv.v right after them, the

@@ -139,21 +139,7 @@ void Gemm::run_rope_kv(const void* x, const void* w, float* y, int64_t n, int64_
     e.slots = kv.slot_mapping;
     e.k_cache = kv.k_cache;
     e.v_cache = kv.v_cache;
-    switch (kv.cache_dtype) {
-      case DType::kBF16:
-        e.store = SkinnyKvStore::kBf16;
-        break;
-      case DType::kF16:
-        e.store = SkinnyKvStore::kF16;
-        break;
-      case DType::kF8E4M3:
-        S4KV_CHECK(kv.fp8_from == DType::kBF16 || kv.fp8_from == DType::kF16, "gemm: fp8_from");
-        e.store =
-            kv.fp8_from == DType::kBF16 ? SkinnyKvStore::kFp8FromBf16 : SkinnyKvStore::kFp8FromF16;
-        break;
-      default:
-        S4KV_CHECK(false, "gemm: kv cache dtype ", dtype_name(kv.cache_dtype));
-    }
+    e.store = kv_store_of(kv);
     launch_skinny_gemm(dtype_, x, w, y, n, in, out, false, bias, stream_, e);
     return;
   }

@@ -48,21 +48,8 @@ __device__ inline void rope_kv_pair(const SkinnyEpilogue& e, float* y_row, int m
   const int64_t dst = (e.slots != nullptr ? e.slots[m] : m) * (int64_t{nkv} * 128) +
                       (head - nq - (value ? nkv : 0)) * 128 + c;
   void* cache = value ? e.v_cache : e.k_cache;
-  switch (e.store) {
-    case SkinnyKvStore::kBf16:
-    case SkinnyKvStore::kF16: {
-      const bool bf16 = e.store == SkinnyKvStore::kBf16;
-      static_cast<uint16_t*>(cache)[dst] = encode_kv16(x1, bf16);
-      static_cast<uint16_t*>(cache)[dst + 64] = encode_kv16(x2, bf16);
-      break;
-    }
-    default: {
-      const bool bf16 = e.store == SkinnyKvStore::kFp8FromBf16;
-      static_cast<uint8_t*>(cache)[dst] = encode_kv_fp8(x1, bf16);
-      static_cast<uint8_t*>(cache)[dst + 64] = encode_kv_fp8(x2, bf16);
-      break;
-    }
-  }
+  store_kv(cache, e.store, dst, x1);
+  store_kv(cache, e.store, dst + 64, x2);
 }
 
 // Warp w: output rows kRowsPerWarp * w .. + kRowsPerWarp - 1 for all N rows of x (kSiluMul:
@@ -157,10 +144,7 @@ __global__ void __launch_bounds__(kThreads)
       auto* act = static_cast<uint16_t*>(epi.act);
 #pragma unroll
       for (int m = 0; m < N; ++m) {
-        const float g = acc[0][m], u = acc[1][m];
-        const float v = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
-        act[m * inter + row0] = kBf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v))
-                                      : __half_as_ushort(__float2half_rn(v));
+        act[m * inter + row0] = encode16(silu_mul_value(acc[0][m], acc[1][m]), kBf16);
       }
     } else {
 #pragma unroll

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/forward_kernels.cuh"
 #include "common/dtype.h"
 
 namespace s4kv::backend::cuda {
@@ -28,7 +29,6 @@ inline constexpr int64_t kSkinnyMaxRows = 8;
 //     of a query or K head turned by its token's angle, y written, K and V pairs stored at the
 //     token's slot in the caches (kv_encode.cuh); the same bits.
 enum class SkinnyEpi { kNone, kSiluMul, kRopeKv };
-enum class SkinnyKvStore : int32_t { kBf16, kF16, kFp8FromBf16, kFp8FromF16 };
 struct SkinnyEpilogue {
   SkinnyEpi kind = SkinnyEpi::kNone;
   void* act = nullptr;  // kSiluMul: [n, out / 2] 16-bit
@@ -38,9 +38,9 @@ struct SkinnyEpilogue {
   const float* sin = nullptr;
   int32_t num_q_heads = 0, num_kv_heads = 0;
   const int64_t* slots = nullptr;  // [n] cache rows, or null: row m
-  void* k_cache = nullptr;         // [*, num_kv_heads * 128] of `store`'s element
+  void* k_cache = nullptr;         // [*, num_kv_heads * 128] as `store` holds them
   void* v_cache = nullptr;
-  SkinnyKvStore store = SkinnyKvStore::kBf16;
+  KvStore store = KvStore::kBf16;
 };
 
 // Whether launch_skinny_gemm takes these: dtype bf16 or fp16, 1 <= n <= kSkinnyMaxRows, in a
