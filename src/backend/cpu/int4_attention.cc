@@ -276,51 +276,96 @@ S4KV_AVX512 inline __m512 key_pair(const std::byte* codes, int words, int t, int
   return _mm512_add_ps(_mm512_mul_ps(c, sc), zr);
 }
 
-S4KV_AVX512 void scores_avx512(const kv::Int4KiviLayout& l, const std::byte* b,
-                               const RopeTable* rope, int64_t pos0,
-                               std::span<const float* const> qs, float scale,
-                               std::span<float* const> scores) {
-  const int d = l.head_dim, words = l.words_per_token(), half = d / 2;
+// The dot products of queries q0 (and q1 when two) with the eight key rows of rows[p][w]
+// (positions lo = p, hi = p + 4 of the pass: lanes 0-7 and 8-15), each as attention.cc's eight
+// partial sums in channel order, then its tree ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+// made for the eight positions together: two rounds of even + odd lanes within 128-bit lanes,
+// then the halves of each position's sums. out[k] = sum(position k) * scale, k < 8 (the
+// positions in order: the low halves' sums come out first).
+// Per 128-bit lane: a0 + a1, a2 + a3, b0 + b1, b2 + b3.
+S4KV_AVX512 inline __m512 pairs(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xdd));
+}
+
+template <int kWords>
+S4KV_AVX512 inline void dots8(const float* q, const __m512 (*rows)[kMaxD / 8], int words,
+                              float scale, float* out) {
+  __m512 acc[4];
+  for (int p = 0; p < 4; ++p) acc[p] = _mm512_setzero_ps();
+  const int n = kWords > 0 ? kWords : words;
+#pragma GCC unroll 16
+  for (int w = 0; w < n; ++w) {
+    const __m512 qv = dup8(_mm256_loadu_ps(q + 8 * w));
+    for (int p = 0; p < 4; ++p) acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(qv, rows[p][w]));
+  }
+  // Per 128-bit lane k: the four rows' (lanes 4k % 8 .. + 3) partial trees, rows 0..3.
+  const __m512 h = pairs(pairs(acc[0], acc[1]), pairs(acc[2], acc[3]));
+  const __m512 lo = _mm512_shuffle_f32x4(h, h, 0x88);  // 128-bit lanes 0, 2: s0..s3 halves
+  const __m512 hi = _mm512_shuffle_f32x4(h, h, 0xdd);  // lanes 1, 3: s4..s7 halves
+  const __m256 sums = _mm256_add_ps(_mm512_castps512_ps256(lo), _mm512_castps512_ps256(hi));
+  _mm256_storeu_ps(out, _mm256_mul_ps(sums, _mm256_set1_ps(scale)));
+}
+
+// Channels 8w .. 8w + 7 of the key rows at r0 (lanes 0-7) and r1 (8-15), pre-RoPE, dequantized.
+S4KV_AVX512 inline __m512 key_rows(const std::byte* r0, const std::byte* r1, int w, __m512 sc,
+                                   __m512 zr) {
+  uint32_t lo, hi;
+  std::memcpy(&lo, r0 + 4 * w, 4);
+  std::memcpy(&hi, r1 + 4 * w, 4);
+  return _mm512_add_ps(_mm512_mul_ps(codes16(lo, hi), sc), zr);
+}
+
+// Eight positions a pass: rows[p] holds positions t0 + p (low half) and t0 + 4 + p (high half),
+// each dequantized and rotated (the reference's roundings, element by element), then every
+// query's eight scores at once. kWords: 16 (head_dim 128, every loop unrolled) or 0 (any).
+template <int kWords>
+S4KV_AVX512 void scores_avx512_t(const kv::Int4KiviLayout& l, const std::byte* b,
+                                 const RopeTable* rope, int64_t pos0,
+                                 std::span<const float* const> qs, float scale,
+                                 std::span<float* const> scores) {
+  const int words = kWords > 0 ? kWords : l.words_per_token(), half = 4 * words;
   __m512 sc[kMaxD / 8], zr[kMaxD / 8];
   for (int w = 0; w < words; ++w) {
     sc[w] = dup8(fp16x8(b + l.k_scale_offset + static_cast<size_t>(w) * 16));
     zr[w] = dup8(fp16x8(b + l.k_zero_offset + static_cast<size_t>(w) * 16));
   }
   const std::byte* codes = b + l.k_codes_offset;
-  // rows[p][w]: channels 8w .. 8w + 7 of positions t0 + 2p (low half) and t0 + 2p + 1.
-  __m512 rows[2][kMaxD / 8];
-  for (int t0 = 0; t0 < l.block_size; t0 += 4) {
-    for (int p = 0; p < 2; ++p) {
-      const int t = t0 + 2 * p;
+  const size_t row_bytes = static_cast<size_t>(words) * 4;
+  __m512 rows[4][kMaxD / 8];
+  for (int t0 = 0; t0 < l.block_size; t0 += 8) {
+    for (int p = 0; p < 4; ++p) {
+      const std::byte* r0 = codes + static_cast<size_t>(t0 + p) * row_bytes;
+      const std::byte* r1 = r0 + 4 * row_bytes;
       if (rope == nullptr) {
-        for (int w = 0; w < words; ++w) rows[p][w] = key_pair(codes, words, t, w, sc[w], zr[w]);
+#pragma GCC unroll 16
+        for (int w = 0; w < words; ++w) rows[p][w] = key_rows(r0, r1, w, sc[w], zr[w]);
         continue;
       }
-      const float *c0 = rope->cos(pos0 + t), *c1 = rope->cos(pos0 + t + 1);
-      const float *s0 = rope->sin(pos0 + t), *s1 = rope->sin(pos0 + t + 1);
+      const int64_t p_lo = pos0 + t0 + p, p_hi = p_lo + 4;
+      const float *c0 = rope->cos(p_lo), *c1 = rope->cos(p_hi);
+      const float *s0 = rope->sin(p_lo), *s1 = rope->sin(p_hi);
+#pragma GCC unroll 16
       for (int i = 0; i < half; i += 8) {
         const int w1 = i / 8, w2 = (half + i) / 8;
-        const __m512 x1 = key_pair(codes, words, t, w1, sc[w1], zr[w1]);
-        const __m512 x2 = key_pair(codes, words, t, w2, sc[w2], zr[w2]);
+        const __m512 x1 = key_rows(r0, r1, w1, sc[w1], zr[w1]);
+        const __m512 x2 = key_rows(r0, r1, w2, sc[w2], zr[w2]);
         const __m512 c = pair8(c0 + i, c1 + i), s = pair8(s0 + i, s1 + i);
         rows[p][w1] = _mm512_sub_ps(_mm512_mul_ps(x1, c), _mm512_mul_ps(x2, s));
         rows[p][w2] = _mm512_add_ps(_mm512_mul_ps(x2, c), _mm512_mul_ps(x1, s));
       }
     }
-    for (size_t r = 0; r < qs.size(); ++r) {
-      const float* q = qs[r];
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-      for (int w = 0; w < words; ++w) {
-        const __m512 qv = dup8(_mm256_loadu_ps(q + 8 * w));
-        a0 = _mm512_add_ps(a0, _mm512_mul_ps(qv, rows[0][w]));
-        a1 = _mm512_add_ps(a1, _mm512_mul_ps(qv, rows[1][w]));
-      }
-      float* s = scores[r] + t0;
-      s[0] = tree8(_mm512_castps512_ps256(a0)) * scale;
-      s[1] = tree8(high8(a0)) * scale;
-      s[2] = tree8(_mm512_castps512_ps256(a1)) * scale;
-      s[3] = tree8(high8(a1)) * scale;
-    }
+    for (size_t r = 0; r < qs.size(); ++r) dots8<kWords>(qs[r], rows, words, scale, scores[r] + t0);
+  }
+}
+
+S4KV_AVX512 void scores_avx512(const kv::Int4KiviLayout& l, const std::byte* b,
+                               const RopeTable* rope, int64_t pos0,
+                               std::span<const float* const> qs, float scale,
+                               std::span<float* const> scores) {
+  if (l.words_per_token() == 16) {
+    scores_avx512_t<16>(l, b, rope, pos0, qs, scale, scores);
+  } else {
+    scores_avx512_t<0>(l, b, rope, pos0, qs, scale, scores);
   }
 }
 
