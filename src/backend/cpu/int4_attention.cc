@@ -245,14 +245,28 @@ S4KV_AVX2 void values_avx2(const kv::Int4KiviLayout& l, const std::byte* b,
 
 #define S4KV_AVX512 __attribute__((target("avx512f,avx2,f16c")))
 
+// The codes as floats, 0 .. 15: a lane's low 4 bits pick from this (vpermps), exact.
+S4KV_AVX512 inline __m512 code_values() {
+  return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
 // Lanes 0-7: the codes of word w of row t; lanes 8-15: those of row t2.
 S4KV_AVX512 inline __m512 codes16(uint32_t lo, uint32_t hi) {
   const __m512i shifts =
       _mm512_setr_epi32(0, 16, 4, 20, 8, 24, 12, 28, 0, 16, 4, 20, 8, 24, 12, 28);
   const __m512i wv =
       _mm512_mask_set1_epi32(_mm512_set1_epi32(static_cast<int>(lo)), 0xff00, static_cast<int>(hi));
-  return _mm512_cvtepi32_ps(
-      _mm512_and_si512(_mm512_srlv_epi32(wv, shifts), _mm512_set1_epi32(0xf)));
+  return _mm512_permutexvar_ps(_mm512_srlv_epi32(wv, shifts), code_values());
+}
+
+// Words w and w + 1 of a row (p: word w): lane 2m holds channel 8w + m's code in its low 4
+// bits, lane 2m + 1 channel 8w + 8 + m's (the bits above are other codes).
+S4KV_AVX512 inline __m512i code_pairs(const std::byte* p) {
+  uint64_t x;
+  std::memcpy(&x, p, 8);
+  const __m512i shifts =
+      _mm512_setr_epi32(0, 0, 16, 16, 4, 4, 20, 20, 8, 8, 24, 24, 12, 12, 28, 28);
+  return _mm512_srlv_epi32(_mm512_set1_epi64(static_cast<long long>(x)), shifts);
 }
 
 // 8 floats from lo in lanes 0-7, 8 from hi in lanes 8-15.
@@ -370,29 +384,32 @@ S4KV_AVX512 void scores_avx512(const kv::Int4KiviLayout& l, const std::byte* b,
 }
 
 // NR queries' sums over 32 channels (words w0 .. w0 + 3, one value group) of every position.
+// A position's 16 values of the group (code * scale + zero for codes 0 .. 15, the reference's
+// roundings) are a table its codes pick from; the sums are kept in code_pairs' lane order.
 template <int NR>
 S4KV_AVX512 void values_tile_avx512(const kv::Int4KiviLayout& l, const std::byte* b,
                                     const float* vs, const float* vz, int w0, const float* const* w,
                                     float* const* o) {
-  const int words = l.words_per_token(), groups = l.num_value_groups();
+  const int groups = l.num_value_groups();
+  const size_t row_bytes = static_cast<size_t>(l.words_per_token()) * 4;
   const int g = w0 * 8 / l.value_group_size;
-  const std::byte* codes = b + l.v_codes_offset;
+  const std::byte* codes = b + l.v_codes_offset + static_cast<size_t>(w0) * 4;
+  // Lane k of a sum <- channel to_lanes[k] of its 16; channel c <- lane to_channels[c].
+  const __m512i to_lanes = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+  const __m512i to_channels =
+      _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m512 iota = code_values();
   __m512 acc[NR][2];
   for (int r = 0; r < NR; ++r) {
-    acc[r][0] = _mm512_loadu_ps(o[r] + 8 * w0);
-    acc[r][1] = _mm512_loadu_ps(o[r] + 8 * w0 + 16);
+    acc[r][0] = _mm512_permutexvar_ps(to_lanes, _mm512_loadu_ps(o[r] + 8 * w0));
+    acc[r][1] = _mm512_permutexvar_ps(to_lanes, _mm512_loadu_ps(o[r] + 8 * w0 + 16));
   }
   for (int t = 0; t < l.block_size; ++t) {
-    const __m512 s = _mm512_set1_ps(vs[t * groups + g]);
-    const __m512 z = _mm512_set1_ps(vz[t * groups + g]);
-    const __m512 v0 = _mm512_add_ps(
-        _mm512_mul_ps(codes16(load_word(codes, words, t, w0), load_word(codes, words, t, w0 + 1)),
-                      s),
-        z);
-    const __m512 v1 = _mm512_add_ps(
-        _mm512_mul_ps(
-            codes16(load_word(codes, words, t, w0 + 2), load_word(codes, words, t, w0 + 3)), s),
-        z);
+    const __m512 table = _mm512_add_ps(_mm512_mul_ps(iota, _mm512_set1_ps(vs[t * groups + g])),
+                                       _mm512_set1_ps(vz[t * groups + g]));
+    const std::byte* row = codes + static_cast<size_t>(t) * row_bytes;
+    const __m512 v0 = _mm512_permutexvar_ps(code_pairs(row), table);
+    const __m512 v1 = _mm512_permutexvar_ps(code_pairs(row + 8), table);
     for (int r = 0; r < NR; ++r) {
       const __m512 wt = _mm512_set1_ps(w[r][t]);
       acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_mul_ps(wt, v0));
@@ -400,8 +417,8 @@ S4KV_AVX512 void values_tile_avx512(const kv::Int4KiviLayout& l, const std::byte
     }
   }
   for (int r = 0; r < NR; ++r) {
-    _mm512_storeu_ps(o[r] + 8 * w0, acc[r][0]);
-    _mm512_storeu_ps(o[r] + 8 * w0 + 16, acc[r][1]);
+    _mm512_storeu_ps(o[r] + 8 * w0, _mm512_permutexvar_ps(to_channels, acc[r][0]));
+    _mm512_storeu_ps(o[r] + 8 * w0 + 16, _mm512_permutexvar_ps(to_channels, acc[r][1]));
   }
 }
 
