@@ -279,17 +279,6 @@ S4KV_AVX512 inline __m512 dup8(__m256 x) {
   return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(x)));
 }
 
-S4KV_AVX512 inline __m256 high8(__m512 x) {
-  return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1));
-}
-
-// Channels 8w .. 8w + 7 of key rows t and t + 1 (pre-RoPE), dequantized.
-S4KV_AVX512 inline __m512 key_pair(const std::byte* codes, int words, int t, int w, __m512 sc,
-                                   __m512 zr) {
-  const __m512 c = codes16(load_word(codes, words, t, w), load_word(codes, words, t + 1, w));
-  return _mm512_add_ps(_mm512_mul_ps(c, sc), zr);
-}
-
 // The dot products of queries q0 (and q1 when two) with the eight key rows of rows[p][w]
 // (positions lo = p, hi = p + 4 of the pass: lanes 0-7 and 8-15), each as attention.cc's eight
 // partial sums in channel order, then its tree ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
