@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""The instruction mix of the loops in a CUDA kernel's machine code (SASS), read from an object
+file or cubin: for each backward branch spanning more than --min instructions, the loop's
+address range, its instruction count and the count of each opcode. A static count, no GPU
+needed: with the instructions a loop iteration runs per warp and the bytes it reads, it says
+how many bytes a warp instruction moves, and so which rate (memory or instruction issue) can
+bound the kernel (docs/performance.md, "Roofline per kernel").
+
+  python3 tools/sass_loops.py build/src/backend/CMakeFiles/s4kv_backend_cuda.dir/cuda/decode_int4.cu.o \
+      --kernel 'decode_int4_kernelILi4ELi4E' [--cuobjdump PATH] [--min 64] [--json OUT]
+
+cuobjdump is in the CUDA toolkit's bin/ (the `nvidia-cuda-cuobjdump` wheel on PyPI has one too).
+"""
+import argparse
+import collections
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+INSTR = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s*(.*?)\s*;")
+BRANCH = re.compile(r"\bBRA\s+(?:!?U?P\w+,\s*)?`?\(?0x([0-9a-f]+)")
+FUNCTION = re.compile(r"Function\s*:\s*(\S+)")
+
+
+def functions(sass):
+    """{mangled name: [(address, instruction text)]}."""
+    out, name = {}, None
+    for line in sass.splitlines():
+        m = FUNCTION.search(line)
+        if m:
+            name = m.group(1)
+            out[name] = []
+            continue
+        m = INSTR.match(line)
+        if m and name is not None:
+            out[name].append((int(m.group(1), 16), m.group(2)))
+    return out
+
+
+def opcode(text):
+    text = re.sub(r"^@!?U?P\w+\s+", "", text)  # a predicate guard
+    return text.split()[0].split(".")[0] if text.split() else "?"
+
+
+def loops(instrs, min_len):
+    found = []
+    for addr, text in instrs:
+        m = BRANCH.search(text)
+        if not m:
+            continue
+        target = int(m.group(1), 16)
+        if target >= addr:
+            continue
+        body = [t for a, t in instrs if target <= a <= addr]
+        if len(body) < min_len:
+            continue
+        found.append({"begin": hex(target), "end": hex(addr), "instructions": len(body),
+                      "opcodes": dict(collections.Counter(opcode(t) for t in body).most_common())})
+    return found
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("object", help="an object file or cubin with sm_XX machine code")
+    ap.add_argument("--kernel", required=True, help="a regular expression the mangled name matches")
+    ap.add_argument("--cuobjdump", default=shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump")
+    ap.add_argument("--min", type=int, default=64, help="shortest loop reported (instructions)")
+    ap.add_argument("--json", help="write the loops as JSON here")
+    args = ap.parse_args()
+    try:
+        sass = subprocess.run([args.cuobjdump, "-sass", args.object], capture_output=True,
+                              text=True, check=True).stdout
+    except FileNotFoundError:
+        sys.exit(f"sass_loops: no cuobjdump at {args.cuobjdump} (--cuobjdump PATH)")
+    except subprocess.CalledProcessError as e:
+        sys.exit(f"sass_loops: cuobjdump failed on {args.object}: {e.stderr.strip()}")
+    picked = {n: i for n, i in functions(sass).items() if re.search(args.kernel, n)}
+    if not picked:
+        sys.exit(f"sass_loops: no function in {args.object} matches {args.kernel!r}")
+    report = []
+    for name, instrs in picked.items():
+        found = loops(instrs, args.min)
+        report.append({"function": name, "instructions": len(instrs), "loops": found})
+        print(f"{name}: {len(instrs)} instructions")
+        for lp in found:
+            top = ", ".join(f"{k} {v}" for k, v in list(lp["opcodes"].items())[:14])
+            print(f"  loop {lp['begin']}-{lp['end']}: {lp['instructions']} instructions: {top}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
