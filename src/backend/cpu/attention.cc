@@ -388,6 +388,20 @@ void for_chunks(int64_t c0, int64_t c1, F&& f) {
   for (int64_t c = c0; c < c1; c += kAttentionChunk) f(c, std::min(c1, c + kAttentionChunk));
 }
 
+// The largest of x[0 .. n): eight running maxima (a vector max instead of one serial chain), the
+// same value as one pass (a max does not depend on the order).
+float max_of(const float* x, int64_t n) {
+  float m[8];
+  std::fill_n(m, 8, -INFINITY);
+  int64_t p = 0;
+  for (; p + 8 <= n; p += 8) {
+    for (int u = 0; u < 8; ++u) m[u] = std::max(m[u], x[p + u]);
+  }
+  for (; p < n; ++p) m[0] = std::max(m[0], x[p]);
+  for (int u = 1; u < 8; ++u) m[0] = std::max(m[0], m[u]);
+  return m[0];
+}
+
 void run_item(const AttentionArgs& a, const KvGatherFn& gather, const KvInPlaceRun& in_place,
               const WorkItem& w) {
   const Int4BlockRun& run = in_place.int4;
@@ -528,8 +542,7 @@ void run_item(const AttentionArgs& a, const KvGatherFn& gather, const KvInPlaceR
     for (int64_t j = w.j_begin; j < w.j_end; ++j) {
       const int64_t ctx = seq_len - q_len + j + 1;
       float* sc = sc_row(hh, j);
-      float max_score = -INFINITY;
-      for (int64_t p = 0; p < ctx; ++p) max_score = std::max(max_score, sc[p]);
+      const float max_score = max_of(sc, ctx);
       float sum = 0.0f;
       for (int64_t p = 0; p < ctx; ++p) {
         sc[p] = std::exp(sc[p] - max_score);
