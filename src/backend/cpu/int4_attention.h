@@ -11,7 +11,9 @@
 // channel order added as a tree; o += w * v in position order; no FMA), so both give the same
 // bits (tests/backend/int4_attention_test.cc). Scalar kernels are the reference; AVX2 and
 // AVX-512 ones run as cpu_isa() (or the caller's isa) says. The dot's eight partial sums fix
-// its lane count: AVX-512 puts two key rows side by side in a register.
+// its lane count: AVX-512 puts two key rows side by side in a register (eight positions a pass,
+// their trees made together), and picks each value from a table of the 16 values
+// code * scale + zero of its position and group, computed with the same roundings.
 #pragma once
 
 #include <cstddef>
