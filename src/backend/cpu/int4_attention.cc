@@ -279,17 +279,17 @@ S4KV_AVX512 inline __m512 dup8(__m256 x) {
   return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(x)));
 }
 
-// The dot products of queries q0 (and q1 when two) with the eight key rows of rows[p][w]
-// (positions lo = p, hi = p + 4 of the pass: lanes 0-7 and 8-15), each as attention.cc's eight
-// partial sums in channel order, then its tree ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-// made for the eight positions together: two rounds of even + odd lanes within 128-bit lanes,
-// then the halves of each position's sums. out[k] = sum(position k) * scale, k < 8 (the
-// positions in order: the low halves' sums come out first).
 // Per 128-bit lane: a0 + a1, a2 + a3, b0 + b1, b2 + b3.
 S4KV_AVX512 inline __m512 pairs(__m512 a, __m512 b) {
   return _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xdd));
 }
 
+// The dot products of query q with the eight key rows of rows[p][w]
+// (positions lo = p, hi = p + 4 of the pass: lanes 0-7 and 8-15), each as attention.cc's eight
+// partial sums in channel order, then its tree ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+// made for the eight positions together: two rounds of even + odd lanes within 128-bit lanes,
+// then the halves of each position's sums. out[k] = sum(position k) * scale, k < 8 (the
+// positions in order: the low halves' sums come out first).
 template <int kWords>
 S4KV_AVX512 inline void dots8(const float* q, const __m512 (*rows)[kMaxD / 8], int words,
                               float scale, float* out) {
