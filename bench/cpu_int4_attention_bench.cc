@@ -34,6 +34,7 @@ namespace {
 
 using s4kv::backend::cpu::CpuIsa;
 constexpr int kD = 128;
+constexpr int kMaxQueries = 16;  // query heads per KV head taken by --queries
 
 struct Setup {
   s4kv::kv::Int4KiviLayout layout;
@@ -76,22 +77,27 @@ Setup make_setup(int block_size, int gv, int context, int regions, std::mt19937&
 // One region's scores (rows of `context` floats per query) and then its values' sums, as
 // attention runs them block by block.
 void run_region(CpuIsa isa, const Setup& s, const s4kv::backend::RopeTable& rope, int region,
-                const std::vector<const float*>& qs, std::vector<float*>& score_rows,
-                std::vector<const float*>& weight_rows, std::vector<float*>& outs, bool values) {
+                const std::vector<const float*>& qs, const std::vector<float*>& score_rows,
+                const std::vector<const float*>& weight_rows, const std::vector<float*>& outs,
+                bool values) {
   const int B = s.layout.block_size;
+  const size_t nq = qs.size();
+  float* rows[kMaxQueries];  // the block's part of each row, no allocation in the timed loop
+  const float* w[kMaxQueries];
   for (int k = 0; k < s.blocks; ++k) {
     const std::byte* block =
         s.pool.data() + static_cast<size_t>(s.table[static_cast<size_t>(region * s.blocks + k)]) *
                             s.layout.block_bytes;
+    const size_t offset = static_cast<size_t>(k) * B;
     if (!values) {
-      std::vector<float*> rows(score_rows);
-      for (float*& r : rows) r += static_cast<size_t>(k) * B;
+      for (size_t r = 0; r < nq; ++r) rows[r] = score_rows[r] + offset;
       s4kv::backend::cpu::int4_block_scores(isa, s.layout, block, &rope,
-                                            static_cast<int64_t>(k) * B, qs, 0.0883883f, rows);
+                                            static_cast<int64_t>(k) * B, qs, 0.0883883f,
+                                            std::span<float* const>(rows, nq));
     } else {
-      std::vector<const float*> w(weight_rows);
-      for (const float*& r : w) r += static_cast<size_t>(k) * B;
-      s4kv::backend::cpu::int4_block_values(isa, s.layout, block, w, outs);
+      for (size_t r = 0; r < nq; ++r) w[r] = weight_rows[r] + offset;
+      s4kv::backend::cpu::int4_block_values(isa, s.layout, block,
+                                            std::span<const float* const>(w, nq), outs);
     }
   }
 }
@@ -112,6 +118,12 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", repeats, "timed passes per figure (median)");
   app.add_option("--json", json_out, "write the figures as JSON here");
   CLI11_PARSE(app, argc, argv);
+  for (const int nq : query_counts) {
+    if (nq < 1 || nq > kMaxQueries) {
+      std::fprintf(stderr, "--queries: each from 1 to %d, got %d\n", kMaxQueries, nq);
+      return 2;
+    }
+  }
   if (context <= 0 || context % block_size != 0 || regions <= 0 || repeats <= 0) {
     std::fprintf(stderr, "--context must be a positive multiple of --block-size (%d), got %d\n",
                  block_size, context);
