@@ -70,6 +70,7 @@ __device__ inline int phys_channel(int mt, int rho) {
 // lane; rows >= the group size compute unused values).
 template <int kZ>  // value groups (int4_kivi's kG; 1 for the rows, whose zeros stay 0)
 struct WarpSoftmax {
+  static constexpr int kValueGroups = kZ;
   float m = -INFINITY;  // row r's running max (log2 units), equal in the four lanes of r
   float l = 0.0f;       // this lane's part of row r's sum
   float acc[8][4];      // O^T m-tiles: [0], [1] row r, heads 2i, 2i + 1; [2], [3] row r + 8
@@ -118,6 +119,113 @@ struct WarpSoftmax {
       acc[mt][3] *= cb;
     }
   }
+
+  // The warp's max, sum and zero sums of each head, summed over the lanes, into write_partial's
+  // shared memory ([warp][head], [warp][head][kZ]).
+  __device__ void publish(float* s_m, float* s_l, float* s_z, int warp, int lane) const {
+    const int r = lane / 4, i = lane % 4;
+    float sum = l;
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    float zs[kZ];
+#pragma unroll
+    for (int g = 0; g < kZ; ++g) {
+      zs[g] = z[g];
+      zs[g] += __shfl_xor_sync(0xffffffffu, zs[g], 1);
+      zs[g] += __shfl_xor_sync(0xffffffffu, zs[g], 2);
+    }
+    if (i == 0) {
+      s_m[warp * 8 + r] = m;
+      s_l[warp * 8 + r] = sum;
+#pragma unroll
+      for (int g = 0; g < kZ; ++g) s_z[(warp * 8 + r) * kZ + g] = zs[g];
+    }
+  }
+};
+
+// The same with the scores transposed (QK^T with K as the A operand: C rows are the warp's
+// positions, columns the heads): the lane holds positions r and r + 8 of heads 2i and 2i + 1,
+// so the sums' rescaling needs no shuffle and the max is reduced over the eight lanes of i.
+// The sums (acc) are laid out as WarpSoftmax's.
+template <int kZ>
+struct WarpSoftmaxT {
+  static constexpr int kValueGroups = kZ;
+  float m[2] = {-INFINITY, -INFINITY};  // heads 2i, 2i + 1: running max (log2 units)
+  float l[2] = {0.0f, 0.0f};            // this lane's part of their sums
+  float acc[8][4];
+  float z[kZ][2] = {};  // this lane's part of sum(p * value zero) per value group, heads 2i, 2i + 1
+
+  __device__ WarpSoftmaxT() {
+#pragma unroll
+    for (int mt = 0; mt < 8; ++mt) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[mt][j] = 0.0f;
+    }
+  }
+
+  // s: the C fragment, scores (log2 units) of [position r][head 2i], [r][2i + 1], [r + 8][2i],
+  // [r + 8][2i + 1]; turns them into probabilities and rescales the sums.
+  __device__ void update(float (&s)[4]) {
+    float corr[2];
+    bool moved = false;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float mx = fmaxf(s[e], s[e + 2]);
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+      const float m_new = fmaxf(m[e], mx);
+      corr[e] = 1.0f;
+      if (m_new == -INFINITY) {  // nothing seen yet
+        s[e] = s[e + 2] = 0.0f;
+      } else {
+        corr[e] = fast_exp2(m[e] - m_new);  // 0 when m is -inf
+        s[e] = fast_exp2(s[e] - m_new);
+        s[e + 2] = fast_exp2(s[e + 2] - m_new);
+      }
+      moved = moved || m_new != m[e];
+      m[e] = m_new;
+      l[e] = l[e] * corr[e] + (s[e] + s[e + 2]);
+    }
+    if (!__any_sync(0xffffffffu, moved)) return;  // as WarpSoftmax::update
+#pragma unroll
+    for (int g = 0; g < kZ; ++g) {
+      z[g][0] *= corr[0];
+      z[g][1] *= corr[1];
+    }
+#pragma unroll
+    for (int mt = 0; mt < 8; ++mt) {
+      acc[mt][0] *= corr[0];
+      acc[mt][1] *= corr[1];
+      acc[mt][2] *= corr[0];
+      acc[mt][3] *= corr[1];
+    }
+  }
+
+  // As WarpSoftmax::publish: the sums reduced over the eight lanes of i.
+  __device__ void publish(float* s_m, float* s_l, float* s_z, int warp, int lane) const {
+    const int r = lane / 4, i = lane % 4;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float sum = l[e];
+      float zs[kZ];
+#pragma unroll
+      for (int g = 0; g < kZ; ++g) zs[g] = z[g][e];
+#pragma unroll
+      for (int o = 4; o < 32; o *= 2) {
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+#pragma unroll
+        for (int g = 0; g < kZ; ++g) zs[g] += __shfl_xor_sync(0xffffffffu, zs[g], o);
+      }
+      if (r == 0) {
+        const int h = warp * 8 + 2 * i + e;
+        s_m[h] = m[e];
+        s_l[h] = sum;
+#pragma unroll
+        for (int g = 0; g < kZ; ++g) s_z[h * kZ + g] = zs[g];
+      }
+    }
+  }
 };
 
 // Shared memory of the epilogue: each warp's sums, then one item's result.
@@ -125,25 +233,17 @@ struct EpilogueSmem {
   float acc[8][kD];  // per warp: [head][channel]
 };
 
-// Combines the warps' softmax states and writes the item's partial for the group's heads.
-template <int kWarps, int kZ>
-__device__ void write_partial(const WarpSoftmax<kZ>& st, float* smem, float* partial, int group,
+// Combines the warps' softmax states (WarpSoftmax or WarpSoftmaxT, kZ value groups) and writes
+// the item's partial for the group's heads.
+template <int kWarps, typename State>
+__device__ void write_partial(const State& st, float* smem, float* partial, int group,
                               int value_group_size) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
   float* s_acc = smem;                  // [kWarps][8][128]
   float* s_m = smem + kWarps * 8 * kD;  // [kWarps][8]
   float* s_l = s_m + kWarps * 8;        // [kWarps][8]
   float* s_z = s_l + kWarps * 8;        // [kWarps][8][kZ]
-  float l = st.l;
-  l += __shfl_xor_sync(0xffffffffu, l, 1);
-  l += __shfl_xor_sync(0xffffffffu, l, 2);
-  float z[kZ];
-#pragma unroll
-  for (int g = 0; g < kZ; ++g) {
-    z[g] = st.z[g];
-    z[g] += __shfl_xor_sync(0xffffffffu, z[g], 1);
-    z[g] += __shfl_xor_sync(0xffffffffu, z[g], 2);
-  }
+  constexpr int kZ = State::kValueGroups;
   float* wa = s_acc + warp * 8 * kD;
 #pragma unroll
   for (int mt = 0; mt < 8; ++mt) {
@@ -153,12 +253,7 @@ __device__ void write_partial(const WarpSoftmax<kZ>& st, float* smem, float* par
     wa[(2 * i) * kD + c1] = st.acc[mt][2];
     wa[(2 * i + 1) * kD + c1] = st.acc[mt][3];
   }
-  if (i == 0) {
-    s_m[warp * 8 + r] = st.m;
-    s_l[warp * 8 + r] = l;
-#pragma unroll
-    for (int g = 0; g < kZ; ++g) s_z[(warp * 8 + r) * kZ + g] = z[g];
-  }
+  st.publish(s_m, s_l, s_z, warp, lane);
   __syncthreads();
   for (int idx = threadIdx.x; idx < group * kD; idx += kWarps * 32) {
     const int hh = idx / kD, c = idx % kD, vg = c / value_group_size;

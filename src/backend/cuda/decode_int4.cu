@@ -63,17 +63,17 @@ __global__ void __launch_bounds__(kWarps * 32, kInt4MinBlocks)
   const int kc0 = static_cast<int>(L.k_codes_offset / 16),
             vc0 = static_cast<int>(L.v_codes_offset / 16);
 
-  // Stage k % kInt4Stages <- block it.begin + k. Each thread copies the same 16-byte chunks of
-  // every block: their source and swizzled destination byte offsets are computed once (packed
-  // source << 16 | destination), and the next block's entry of the block table is read one block
-  // ahead, so a block's copy costs one address and a cp.async per chunk.
+  // Stage k % kInt4Stages <- block it.begin + k. Thread x copies the 16-byte chunks x + j kThreads
+  // of every block: from source byte 16 x + 16 j kThreads of the block (one address a block, the
+  // rest immediate offsets) to their swizzled destinations (computed once); the next block's
+  // entry of the block table is read one block ahead.
+  constexpr int kThreads = kWarps * 32;
   constexpr int kChunks = kBlockBytes / 16;
-  constexpr int kChunksPerThread = (kChunks + kWarps * 32 - 1) / (kWarps * 32);
-  static_assert(kBlockBytes < 65536, "chunk offsets are packed in 16 bits");
-  uint32_t chunk[kChunksPerThread];
+  constexpr int kChunksPerThread = (kChunks + kThreads - 1) / kThreads;
+  uint32_t chunk_to[kChunksPerThread];
 #pragma unroll
   for (int j = 0; j < kChunksPerThread; ++j) {
-    const int c = static_cast<int>(threadIdx.x) + j * kWarps * 32;
+    const int c = static_cast<int>(threadIdx.x) + j * kThreads;
     int to = c;
     if (c >= kc0 && c < kc0 + 4 * B) {
       const int t = (c - kc0) / 4;
@@ -82,13 +82,13 @@ __global__ void __launch_bounds__(kWarps * 32, kInt4MinBlocks)
       const int t = (c - vc0) / 4;
       to = vc0 + 4 * t + (((c - vc0) % 4) ^ ((t >> 1) & 3));
     }
-    chunk[j] = static_cast<uint32_t>(16 * c) << 16 | static_cast<uint32_t>(16 * to);
+    chunk_to[j] = static_cast<uint32_t>(16 * to);
   }
   const bool last_chunk =
-      static_cast<int>(threadIdx.x) + (kChunksPerThread - 1) * kWarps * 32 < kChunks;
+      static_cast<int>(threadIdx.x) + (kChunksPerThread - 1) * kThreads < kChunks;
   const uint32_t stages_shared = static_cast<uint32_t>(__cvta_generic_to_shared(stages));
-  const auto* pool =
-      reinterpret_cast<const unsigned char*>(a.pool) + static_cast<int64_t>(g) * L.block_bytes;
+  const auto* pool = reinterpret_cast<const unsigned char*>(a.pool) +
+                     static_cast<int64_t>(g) * L.block_bytes + 16 * threadIdx.x;
   const int64_t block_stride = static_cast<int64_t>(a.num_kv_heads) * L.block_bytes;
   int32_t next_block = n > 0 ? __ldg(table + it.begin) : 0;
   auto issue = [&](int k) {
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kWarps * 32, kInt4MinBlocks)
 #pragma unroll
       for (int j = 0; j < kChunksPerThread; ++j) {
         if (j + 1 < kChunksPerThread || last_chunk) {
-          cp_async16_shared(dst + (chunk[j] & 0xffffu), src + (chunk[j] >> 16));
+          cp_async16_shared(dst + chunk_to[j], src + 16 * j * kThreads);
         }
       }
     }
@@ -125,15 +125,20 @@ __global__ void __launch_bounds__(kWarps * 32, kInt4MinBlocks)
     }
   }
   // The cos / sin of this warp's frequency pairs at a block's first position.
+  // fetch_turn(k) is called for k = 0, 1, 2, ..., so the rows advance by one block a call.
   float2 tc[kPairs], ts[kPairs];
+  const int64_t turn_row0 = static_cast<int64_t>(it.begin) * B * (kD / 2) + 16 * i + 2 * m0;
+  const auto* turn_cos = reinterpret_cast<const float2*>(a.rope_cos + turn_row0);
+  const auto* turn_sin = reinterpret_cast<const float2*>(a.rope_sin + turn_row0);
   auto fetch_turn = [&](int k) {
     if (k >= n) return;
-    const int64_t row = static_cast<int64_t>(it.begin + k) * B * (kD / 2) + 16 * i + 2 * m0;
 #pragma unroll
     for (int e = 0; e < kPairs; ++e) {
-      tc[e] = __ldg(reinterpret_cast<const float2*>(a.rope_cos + row) + e);
-      ts[e] = __ldg(reinterpret_cast<const float2*>(a.rope_sin + row) + e);
+      tc[e] = __ldg(turn_cos + e);
+      ts[e] = __ldg(turn_sin + e);
     }
+    turn_cos += B * (kD / 2) / 2;
+    turn_sin += B * (kD / 2) / 2;
   };
   // (R(p0)^T q) for block k's start p0, this warp's words, into buffer k % 2.
   auto store_turn = [&](int k) {
@@ -154,9 +159,14 @@ __global__ void __launch_bounds__(kWarps * 32, kInt4MinBlocks)
   fetch_turn(0);
   store_turn(0);
 
-  WarpSoftmax<kG> st;
-  const int tk0 = 16 * warp + r, tk1 = tk0 + 8;       // this lane's key positions in the block
-  const int tv = 16 * warp + 2 * i;                   // its value positions tv, +1, +8, +9
+  WarpSoftmaxT<kG> st;
+  // This lane's key positions in the block (the rows of its score C fragment), and its value
+  // positions tv, +1, +8, +9 (the k of its PV fragments).
+  const int tk0 = 16 * warp + r, tk1 = tk0 + 8;
+  const int tv = 16 * warp + 2 * i;
+  // The swizzles of the staged code chunks at those positions (see above): 2 ((t / 2) % 2) is
+  // 2 ((r / 2) % 2) at tk0 and tk1, and (t / 2) % 4 is i at tv, +1, +8, +9.
+  const int ksw = 2 * ((r >> 1) & 1);
   const uint32_t vsel = (r % 2) * 0x0101u + 0x0400u;  // byte_perm: bytes r % 2, 4 + r % 2
   // R(t) for the lane's key positions and frequency pairs 8i + m (half2 cos, sin), kept in
   // shared memory in lane order ([warp][nt][m][lane]) to spare 32 registers.
@@ -193,19 +203,20 @@ __global__ void __launch_bounds__(kWarps * 32, kInt4MinBlocks)
       }
     }
 
-    // Scores of positions tv.. (C fragment) from keys at tk0 / tk1 (B fragment).
-    float s[4];
+    // Scores of positions tk0 and tk1 (C fragment rows) for heads 2i, 2i + 1 (columns) from
+    // their keys (A fragment) and the turned query (B fragment).
     const auto* kcodes = reinterpret_cast<const uint2*>(base + L.k_codes_offset);
     const auto* kscale = reinterpret_cast<const uint4*>(base + L.k_scale_offset);
     const auto* kzero = reinterpret_cast<const uint4*>(base + L.k_zero_offset);
+    uint32_t kbs[2][16];  // the keys at tk0, tk1: the lane's channel pairs m (half2)
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       // Key code words 2i, 2i + 1 (chunk i / 2) and 2i + 8, 2i + 9.
-      const int t = nt == 0 ? tk0 : tk1, sw = 2 * ((t >> 1) & 1);
-      const uint2 w01 = kcodes[t * 8 + 2 * ((i / 2) ^ sw) + i % 2];
-      const uint2 w23 = kcodes[t * 8 + 2 * ((2 + i / 2) ^ sw) + i % 2];
+      const int t = nt == 0 ? tk0 : tk1;
+      const uint2 w01 = kcodes[t * 8 + 2 * ((i / 2) ^ ksw) + i % 2];
+      const uint2 w23 = kcodes[t * 8 + 2 * ((2 + i / 2) ^ ksw) + i % 2];
       const uint32_t w[4] = {w01.x, w01.y, w23.x, w23.y};
-      uint32_t kb[16];
+      uint32_t(&kb)[16] = kbs[nt];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {  // pairs 4j .. 4j + 3: one scale and one zero chunk
         const uint4 ks = kscale[j < 2 ? 2 * i + j : 8 + 2 * i + (j - 2)];
@@ -235,21 +246,25 @@ __global__ void __launch_bounds__(kWarps * 32, kInt4MinBlocks)
         kb[m] = *reinterpret_cast<const uint32_t*>(&nlo);
         kb[m + 8] = *reinterpret_cast<const uint32_t*>(&nhi);
       }
-      // Two chains of four MMAs (the k-tiles' order of summation differs from one chain).
-      float c[2][4] = {};
-#pragma unroll
-      for (int tt = 0; tt < 8; ++tt)
-        mma_rows8<false>(c[tt % 2], qa[2 * tt], qa[2 * tt + 1], kb[2 * tt], kb[2 * tt + 1]);
-      s[2 * nt] = c[0][0] + c[1][0];
-      s[2 * nt + 1] = c[0][1] + c[1][1];
     }
-    st.update(s, lane);
+    // Two chains of four MMAs (the k-tiles' order of summation differs from one chain).
+    float c[2][4] = {};
+#pragma unroll
+    for (int tt = 0; tt < 8; ++tt) {
+      const uint32_t ka[4] = {kbs[0][2 * tt], kbs[1][2 * tt], kbs[0][2 * tt + 1],
+                              kbs[1][2 * tt + 1]};
+      mma_m16n8k16<false>(c[tt % 2], ka, qa[2 * tt], qa[2 * tt + 1]);
+    }
+    float s[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) s[j] = c[0][j] + c[1][j];
+    st.update(s);
     store_turn(k + 1);  // read by every warp after the next block's barrier
 
-    // Values: probabilities times the value scales (B fragment per value group), the zeros'
-    // share, codes as the A fragment taken as fp16 subnormals: the nibble in bits 0..3 of a half
-    // is c 2^-24, the one in bits 4..7 is 16 c 2^-24, both exact (no conversion; the epilogue
-    // scales those m-tiles by 2^24 and 2^20).
+    // Values: probabilities times the value scales (per value group), transposed into the B
+    // fragment (positions tv.. of head r), the zeros' share, codes as the A fragment taken as
+    // fp16 subnormals: the nibble in bits 0..3 of a half is c 2^-24, the one in bits 4..7 is
+    // 16 c 2^-24, both exact (no conversion; the epilogue scales those m-tiles by 2^24 and 2^20).
     const auto* vscale = reinterpret_cast<const __half*>(base + L.v_scale_offset);
     const auto* vzero = reinterpret_cast<const __half*>(base + L.v_zero_offset);
     const auto* vcodes = reinterpret_cast<const uint32_t*>(base + L.v_codes_offset);
@@ -258,22 +273,21 @@ __global__ void __launch_bounds__(kWarps * 32, kInt4MinBlocks)
     for (int g32 = 0; g32 < 4; ++g32) {
       const int vg = g32 * kG / 4;
       if (g32 * kG % 4 == 0) {  // the first m-tile pair of value group vg
-        float vs[4], zsum = 0.0f;
+        const float vs0 = __half2float(vscale[tk0 * kG + vg]);
+        const float vs1 = __half2float(vscale[tk1 * kG + vg]);
+        const float z0 = __half2float(vzero[tk0 * kG + vg]);
+        const float z1 = __half2float(vzero[tk1 * kG + vg]);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int t = tv + (j & 1) + 8 * (j >> 1);
-          vs[j] = __half2float(vscale[t * kG + vg]);
-          zsum += s[j] * __half2float(vzero[t * kG + vg]);
-        }
-        st.z[vg] += zsum;
-        b0 = pack2<false>(s[0] * vs[0], s[1] * vs[1]);
-        b1 = pack2<false>(s[2] * vs[2], s[3] * vs[3]);
+        for (int e = 0; e < 2; ++e) st.z[vg][e] += s[e] * z0 + s[e + 2] * z1;
+        // [position r][heads 2i, 2i + 1] -> [head r][positions 2i, 2i + 1], and the same + 8.
+        b0 = transpose8x8_b16(pack2<false>(s[0] * vs0, s[1] * vs0));
+        b1 = transpose8x8_b16(pack2<false>(s[2] * vs1, s[3] * vs1));
       }
       uint32_t vc[4];  // [position tv + {0, 1, 8, 9}]
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int t = tv + (j & 1) + 8 * (j >> 1);
-        vc[j] = vcodes[t * 16 + 4 * (g32 ^ ((t >> 1) & 3)) + r / 2];
+        vc[j] = vcodes[t * 16 + 4 * (g32 ^ i) + r / 2];
       }
       // Bytes r % 2 (and 2 + r % 2) of two positions' words into bytes 0 and 2.
       const uint32_t lo01 = __byte_perm(vc[0], vc[1], vsel),

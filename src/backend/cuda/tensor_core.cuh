@@ -1,7 +1,7 @@
 // Device helpers of the tensor-core attention kernels (decode_attention.cu, decode_int4.cu,
-// prefill_attention.cu): 16-bit pair packing, the m16n8k16 MMA with fp32 accumulation, cp.async
-// (sm_80+), ex2 and the exact fp8_e4m3 pair widening. Each is one PTX instruction or a conversion
-// intrinsic.
+// prefill_attention.cu): 16-bit pair packing, the m16n8k16 MMA with fp32 accumulation, the 8x8
+// fragment transpose, cp.async (sm_80+), ex2 and the exact fp8_e4m3 pair widening. Each is one PTX
+// instruction or a conversion intrinsic.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -45,6 +45,15 @@ __device__ inline void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint3
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+}
+
+// The 8x8 16-bit matrix held by the warp in the fragment layout (lane 4 r + i: row r, columns
+// 2i and 2i + 1, the lower column in the low half) transposed, in the same layout
+// (movmatrix, sm_75+).
+__device__ inline uint32_t transpose8x8_b16(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
 }
 
 // 16 bytes global -> shared, asynchronously; groups committed, then waited for until at most
