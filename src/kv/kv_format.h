@@ -23,6 +23,15 @@ inline constexpr int kDefaultBlockSize = 64;
 inline constexpr int kDefaultValueGroupSize = 128;
 inline constexpr std::array<int, 3> kAllowedBlockSizes = {32, 64, 128};
 inline constexpr std::array<int, 3> kAllowedValueGroupSizes = {32, 64, 128};
+// The CUDA kernels split a position into block and row by shifts (int4_kivi_device.cuh).
+static_assert(
+    [] {
+      for (int b : kAllowedBlockSizes) {
+        if ((b & (b - 1)) != 0) return false;
+      }
+      return true;
+    }(),
+    "block sizes are powers of two");
 
 // Short name used in reports and JSON: "16bit", "int4_kivi", "fp8_e4m3".
 std::string_view kv_cache_dtype_name(KvCacheDtype dtype);
@@ -70,6 +79,8 @@ struct Int4KiviVariant {
 };
 inline constexpr int kMaxSinkBlocks = 1;
 inline constexpr int kMaxWindowBlocks = 1;
+// The residual ring (1 + window blocks) is a power of two for the CUDA kernels' masks.
+static_assert(kMaxWindowBlocks <= 1, "a ring of 1 or 2 blocks");
 
 // Refuses sink_blocks outside 0..kMaxSinkBlocks and value_hadamard with a head_dim that is not
 // a power of two, naming the value.

@@ -36,12 +36,13 @@ struct RowLocator {
   const int32_t* table;
   int g, start, q_begin, pool_end, slot;
 
+  // b is a power of two (kv_format.h): block p >> log2(b), row p & (b - 1).
   __device__ void rows(int p, const void*& k, const void*& v) const {
-    const int b = a->block_size;
+    const int b = a->block_size, lb = __ffs(b) - 1, in_block = p & (b - 1);
     const int64_t kv_dim = static_cast<int64_t>(a->num_kv_heads) * kD;
-    const int blk = p / b;
+    const int blk = p >> lb;
     if (a->cache != kv::KvCacheDtype::kInt4Kivi) {
-      const int64_t row = (static_cast<int64_t>(table[blk]) * b + p % b) * kv_dim + g * kD;
+      const int64_t row = ((static_cast<int64_t>(table[blk]) << lb) + in_block) * kv_dim + g * kD;
       const int64_t es = a->cache == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
       k = static_cast<const char*>(a->k_cache) + row * es;
       v = static_cast<const char*>(a->v_cache) + row * es;
@@ -51,7 +52,7 @@ struct RowLocator {
     int64_t v_off;
     if (blk < pool_end) {  // the sink block
       base = a->sink +
-             ((static_cast<int64_t>(table[blk] - a->num_pool_blocks) * 2) * b + p % b) * kv_dim +
+             ((static_cast<int64_t>(table[blk] - a->num_pool_blocks) * 2) * b + in_block) * kv_dim +
              g * kD;
       v_off = static_cast<int64_t>(b) * kv_dim;
     } else if (p < start) {  // the residual ring
@@ -141,106 +142,120 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   };
   issue(0);
 
+  // The query as the scores' B fragment (k-tile t: qa[2t], qa[2t + 1]). 16-bit: channels
+  // 16t + 2i, + 1 and 16t + 8 + 2i, + 1 of head r, as ldmatrix hands out the keys' channels;
+  // fp8: the lane's channel pairs (decode_attention_common.cuh), as the keys are widened below.
   uint32_t qa[16];
   {
     float q[16][2];
-    load_query(a, token, g, group, q);
+    if constexpr (kFp8) {
+      load_query(a, token, g, group, q);
+    } else {
+      const float f = a.scale * kLog2e;
+      const float* row = a.q + static_cast<int64_t>(token) * a.q_stride + (g * group + r) * kD;
+#pragma unroll
+      for (int m = 0; m < 16; ++m) {
+        const float2 x = r < group ? *reinterpret_cast<const float2*>(row + 8 * m + 2 * i)
+                                   : make_float2(0.0f, 0.0f);
+        q[m][0] = x.x * f;
+        q[m][1] = x.y * f;
+      }
+    }
 #pragma unroll
     for (int m = 0; m < 16; ++m) qa[m] = pack2<kBf16>(q[m][0], q[m][1]);
   }
+  // ldmatrix rows of the 16-bit tiles: lane l gives row l % 8 of matrix l / 8; for the keys
+  // (A = K) matrix j holds positions 8 (j % 2) + 0..7 and channels 8 (j / 2) + 0..7 of a k-tile,
+  // for the values (A = V^T, transposed) positions 8 (j / 2) + 0..7, channels 8 (j % 2) + 0..7
+  // of an m-tile.
+  const int lm = lane / 8, lr = lane % 8;
+  const uint32_t k_lane = (lr + 8 * (lm % 2)) * kRowBytes + 16 * (lm / 2);
+  const uint32_t v_lane = (lr + 8 * (lm / 2)) * kRowBytes + 16 * (lm % 2);
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(dsmem));
   WarpSoftmax<1> st;
   for (int k = 0; k < n; ++k) {
     issue(k + 1);
     cp_async_wait<1>();  // tile k has landed
     __syncthreads();
-    const unsigned char* ks = dsmem + (k % kRowStages) * kStageBytes + 16 * warp * kRowBytes;
+    const uint32_t ks_off = (k % kRowStages) * kStageBytes + 16 * warp * kRowBytes;
+    const unsigned char* ks = dsmem + ks_off;
     const unsigned char* vs = ks + kTile * kRowBytes;
     const int p0 = it.begin + k * kTile + 16 * warp;
-    // Keys of positions p0 + r and p0 + r + 8: the lane's 16 channel pairs.
-    uint32_t kb[2][16];
+    // Scores (C fragment: positions p0 + r, p0 + r + 8 x heads 2i, 2i + 1) with the keys as
+    // the A operand and the query as the B operand.
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if constexpr (kFp8) {
+      // The lane's 16 channel pairs of positions p0 + r and p0 + r + 8, widened to fp16.
+      uint32_t kb[2][16];
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      const unsigned char* kr = ks + (r + 8 * nt) * kRowBytes;
-      if constexpr (kFp8) {
+      for (int nt = 0; nt < 2; ++nt) {
+        const unsigned char* kr = ks + (r + 8 * nt) * kRowBytes;
         const uint4 lo = *reinterpret_cast<const uint4*>(kr + 16 * i);
         const uint4 hi = *reinterpret_cast<const uint4*>(kr + 64 + 16 * i);
         const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
         for (int m = 0; m < 16; ++m) kb[nt][m] = fp8x2_to_f16x2(w[m / 2] >> (16 * (m % 2)));
-      } else {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const uint4* src = reinterpret_cast<const uint4*>(kr + 128 * half + 32 * i);
-          const uint4 x = src[0], y = src[1];
-          kb[nt][8 * half + 0] = x.x;
-          kb[nt][8 * half + 1] = x.y;
-          kb[nt][8 * half + 2] = x.z;
-          kb[nt][8 * half + 3] = x.w;
-          kb[nt][8 * half + 4] = y.x;
-          kb[nt][8 * half + 5] = y.y;
-          kb[nt][8 * half + 6] = y.z;
-          kb[nt][8 * half + 7] = y.w;
-        }
       }
-    }
-    // Values of positions p0 + 2i + {0, 1, 8, 9}: per 32-channel group, the lane's word pair.
-    uint32_t vw[4][4][2];  // [position][group][h]
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const unsigned char* vr = vs + (2 * i + (j & 1) + 8 * (j >> 1)) * kRowBytes;
+      for (int t = 0; t < 8; ++t) {
+        const uint32_t ka[4] = {kb[0][2 * t], kb[1][2 * t], kb[0][2 * t + 1], kb[1][2 * t + 1]};
+        mma_m16n8k16<kBf16>(c, ka, qa[2 * t], qa[2 * t + 1]);
+      }
+    } else {
 #pragma unroll
-      for (int g32 = 0; g32 < 4; ++g32) {
-        if constexpr (kFp8) {
-          vw[j][g32][0] = *reinterpret_cast<const uint32_t*>(vr + 32 * g32 + 4 * r);
-          vw[j][g32][1] = 0;
-        } else {
-          const uint2 x = *reinterpret_cast<const uint2*>(vr + 64 * g32 + 8 * r);
-          vw[j][g32][0] = x.x;
-          vw[j][g32][1] = x.y;
-        }
+      for (int t = 0; t < 8; ++t) {  // k-tile t: channels 16t .. 16t + 15
+        uint32_t ka[4];
+        ldmatrix_x4(ka, smem_base + ks_off + k_lane + 32 * t);
+        mma_m16n8k16<kBf16>(c, ka, qa[2 * t], qa[2 * t + 1]);
       }
     }
     float s[4];
+    s[0] = p0 + r < it.end ? c[0] : -INFINITY;
+    s[1] = p0 + r < it.end ? c[1] : -INFINITY;
+    s[2] = p0 + r + 8 < it.end ? c[2] : -INFINITY;
+    s[3] = p0 + r + 8 < it.end ? c[3] : -INFINITY;
+    st.update(s);
+    // The probabilities transposed into the PV B fragment (positions p0 + 2i.. of head r).
+    const uint32_t b0 = transpose8x8_b16(pack2<kBf16>(s[0], s[1]));
+    const uint32_t b1 = transpose8x8_b16(pack2<kBf16>(s[2], s[3]));
+    if constexpr (kFp8) {
+      // Values of positions p0 + 2i + {0, 1, 8, 9}: per 32-channel group, the lane's word.
+      uint32_t vw[4][4];  // [position][group]
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int j = 0; j < 4; ++j) {
+        const unsigned char* vr = vs + (2 * i + (j & 1) + 8 * (j >> 1)) * kRowBytes;
 #pragma unroll
-      for (int t = 0; t < 8; ++t) {
-        mma_rows8<kBf16>(c, qa[2 * t], qa[2 * t + 1], kb[nt][2 * t], kb[nt][2 * t + 1]);
+        for (int g32 = 0; g32 < 4; ++g32) {
+          vw[j][g32] = *reinterpret_cast<const uint32_t*>(vr + 32 * g32 + 4 * r);
+        }
       }
-      s[2 * nt] = p0 + 8 * nt + 2 * i < it.end ? c[0] : -INFINITY;
-      s[2 * nt + 1] = p0 + 8 * nt + 2 * i + 1 < it.end ? c[1] : -INFINITY;
-    }
-    st.update(s, lane);
-    const uint32_t b0 = pack2<kBf16>(s[0], s[1]);
-    const uint32_t b1 = pack2<kBf16>(s[2], s[3]);
 #pragma unroll
-    for (int g32 = 0; g32 < 4; ++g32) {
+      for (int g32 = 0; g32 < 4; ++g32) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        uint32_t av[4];
-        if constexpr (kFp8) {
+        for (int h = 0; h < 2; ++h) {
           const int k0 = 2 * h;  // byte of row r; row r + 8 is the next byte
           const uint32_t sel_r = static_cast<uint32_t>(k0 | ((4 + k0) << 4));
           const uint32_t sel_r8 = static_cast<uint32_t>((k0 + 1) | ((5 + k0) << 4));
-          av[0] = fp8x2_to_f16x2(__byte_perm(vw[0][g32][0], vw[1][g32][0], sel_r));
-          av[1] = fp8x2_to_f16x2(__byte_perm(vw[0][g32][0], vw[1][g32][0], sel_r8));
-          av[2] = fp8x2_to_f16x2(__byte_perm(vw[2][g32][0], vw[3][g32][0], sel_r));
-          av[3] = fp8x2_to_f16x2(__byte_perm(vw[2][g32][0], vw[3][g32][0], sel_r8));
-        } else {
-          av[0] = __byte_perm(vw[0][g32][h], vw[1][g32][h], 0x5410);
-          av[1] = __byte_perm(vw[0][g32][h], vw[1][g32][h], 0x7632);
-          av[2] = __byte_perm(vw[2][g32][h], vw[3][g32][h], 0x5410);
-          av[3] = __byte_perm(vw[2][g32][h], vw[3][g32][h], 0x7632);
+          const uint32_t av[4] = {fp8x2_to_f16x2(__byte_perm(vw[0][g32], vw[1][g32], sel_r)),
+                                  fp8x2_to_f16x2(__byte_perm(vw[0][g32], vw[1][g32], sel_r8)),
+                                  fp8x2_to_f16x2(__byte_perm(vw[2][g32], vw[3][g32], sel_r)),
+                                  fp8x2_to_f16x2(__byte_perm(vw[2][g32], vw[3][g32], sel_r8))};
+          mma_m16n8k16<kBf16>(st.acc[2 * g32 + h], av, b0, b1);
         }
-        mma_m16n8k16<kBf16>(st.acc[2 * g32 + h], av, b0, b1);
+      }
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < 8; ++mt) {  // m-tile mt: channels 16 mt .. 16 mt + 15
+        uint32_t av[4];
+        ldmatrix_x4_trans(av, smem_base + ks_off + kTile * kRowBytes + v_lane + 32 * mt);
+        mma_m16n8k16<kBf16>(st.acc[mt], av, b0, b1);
       }
     }
     __syncthreads();  // the stage is refilled next iteration
   }
   cp_async_wait<0>();
   __syncthreads();
-  write_partial<kRowWarps>(
+  write_partial<kRowWarps, !kFp8>(
       st, reinterpret_cast<float*>(dsmem),
       d.partials + (static_cast<int64_t>(item) * a.num_kv_heads + g) * group * kDecodePartialFloats,
       group, kD);

@@ -4,17 +4,16 @@
 //
 // Fragments of mma.sync.m16n8k16 (lane = 4 r + i): A rows r and r + 8, columns 2i, 2i + 1 and
 // 2i + 8, 2i + 9; B columns (n) r, rows (k) the same four; C rows r and r + 8, columns 2i, 2i + 1.
-// QK^T: A = Q (rows: the group's query heads, at most 8, so rows 8..15 stay zero), B = K^T
-// (n: 8 positions). Any order of the 128 channels along k gives the same dot products, so lane i
-// takes the channel pairs m = 0..15 of its own: channels 16i + 64 (m / 8) + 2 (m % 8) + {0, 1}
-// (RoPE's partners c and c + 64 are pairs m and m + 8 of one lane, and an int4 code word holds
-// pairs m % 4 of word m / 4 of the lane's four words 2i, 2i + 1, 2i + 8, 2i + 9); k-tile t
-// takes pairs 2t and 2t + 1.
+// QK^T: A = K (m: the warp's 16 positions), B = Q^T (n: the group's query heads, at most 8).
+// Any order of the 128 channels along k gives the same dot products, so lane i takes the channel
+// pairs m = 0..15 of its own: channels 16i + 64 (m / 8) + 2 (m % 8) + {0, 1} (RoPE's partners c
+// and c + 64 are pairs m and m + 8 of one lane, and an int4 code word holds pairs m % 4 of word
+// m / 4 of the lane's four words 2i, 2i + 1, 2i + 8, 2i + 9); k-tile t takes pairs 2t and 2t + 1.
 // PV: O^T = V^T P^T, A = V^T (rows: 16 channels per m-tile, k: 16 positions), B = P^T, whose
-// fragment is the score C fragment as it stands. M-tile mt = 2 g + h holds channels of one
-// 32-channel group g (so one value scale per position multiplies the B fragment): row r + 8 hi
-// is nibble 4 hi + h + 2 (r % 2) of word 4 g + r / 2 (int4_kivi_layout.h's nibble order), the
-// channel phys_channel() below.
+// fragment is the score C fragment transposed (two 8 x 8 movmatrix: transpose8x8_b16). M-tile
+// mt = 2 g + h holds channels of one 32-channel group g (so one value scale per position
+// multiplies the B fragment): row r + 8 hi is nibble 4 hi + h + 2 (r % 2) of word 4 g + r / 2
+// (int4_kivi_layout.h's nibble order), the channel phys_channel() below.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,14 +29,6 @@ namespace s4kv::backend::cuda::decode_detail {
 
 constexpr int kD = 128;
 constexpr float kLog2e = 1.4426950408889634f;
-
-// c += A B with A's rows 8..15 zero (the query side of QK^T: at most 8 heads).
-template <bool kBf16>
-__device__ inline void mma_rows8(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0,
-                                 uint32_t b1) {
-  const uint32_t a[4] = {a0, 0u, a2, 0u};
-  mma_m16n8k16<kBf16>(c, a, b0, b1);
-}
 
 // Two 4-bit codes of x as an fp16 pair of exact integers 0..15: those in bits 0..3 and 16..19
 // under the exponent of 1024 (0x6400, where those bits weigh 1..8), or those in bits 4..7 and
@@ -66,96 +57,20 @@ __device__ inline int phys_channel(int mt, int rho) {
   return 8 * (4 * g + rr / 2) + e;
 }
 
-// One warp's online softmax over its positions, for the group's query heads (row r of the
-// lane; rows >= the group size compute unused values).
+// One warp's online softmax over its 16 positions of a tile, for the group's query heads (heads
+// >= the group size compute unused values). The scores are QK^T's C fragment: the lane holds
+// positions r and r + 8 of heads 2i and 2i + 1, so each head's max is reduced over the eight
+// lanes of i and the sums (O^T's m-tiles, whose columns are the heads) rescale without a
+// shuffle.
 template <int kZ>  // value groups (int4_kivi's kG; 1 for the rows, whose zeros stay 0)
 struct WarpSoftmax {
   static constexpr int kValueGroups = kZ;
-  float m = -INFINITY;  // row r's running max (log2 units), equal in the four lanes of r
-  float l = 0.0f;       // this lane's part of row r's sum
-  float acc[8][4];      // O^T m-tiles: [0], [1] row r, heads 2i, 2i + 1; [2], [3] row r + 8
-  float z[kZ] = {};     // int4: this lane's part of sum(p * value zero) per value group, row r
-
-  __device__ WarpSoftmax() {
-#pragma unroll
-    for (int mt = 0; mt < 8; ++mt) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc[mt][j] = 0.0f;
-    }
-  }
-
-  // s: scores (log2 units) of positions 2i, 2i + 1, 2i + 8, 2i + 9 of the tile for row r;
-  // turns them into probabilities and rescales the sums.
-  __device__ void update(float (&s)[4], int lane) {
-    float mx = fmaxf(fmaxf(s[0], s[1]), fmaxf(s[2], s[3]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m, mx);
-    float corr = 1.0f;
-    if (m_new == -INFINITY) {  // nothing seen yet
-#pragma unroll
-      for (int j = 0; j < 4; ++j) s[j] = 0.0f;
-    } else {
-      corr = fast_exp2(m - m_new);  // 0 when m is -inf
-#pragma unroll
-      for (int j = 0; j < 4; ++j) s[j] = fast_exp2(s[j] - m_new);
-    }
-    const bool moved = m_new != m;
-    m = m_new;
-    l = l * corr + ((s[0] + s[1]) + (s[2] + s[3]));
-    // Rescale only when some row's max moved (corr is 1 otherwise): after the first blocks of
-    // a context the max rarely moves, and the sums are 36 registers.
-    if (!__any_sync(0xffffffffu, moved)) return;
-#pragma unroll
-    for (int g = 0; g < kZ; ++g) z[g] *= corr;
-    const int i = lane % 4;
-    const float ca = __shfl_sync(0xffffffffu, corr, 8 * i);  // head 2i lives in lanes 8i..
-    const float cb = __shfl_sync(0xffffffffu, corr, 8 * i + 4);
-#pragma unroll
-    for (int mt = 0; mt < 8; ++mt) {
-      acc[mt][0] *= ca;
-      acc[mt][1] *= cb;
-      acc[mt][2] *= ca;
-      acc[mt][3] *= cb;
-    }
-  }
-
-  // The warp's max, sum and zero sums of each head, summed over the lanes, into write_partial's
-  // shared memory ([warp][head], [warp][head][kZ]).
-  __device__ void publish(float* s_m, float* s_l, float* s_z, int warp, int lane) const {
-    const int r = lane / 4, i = lane % 4;
-    float sum = l;
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    float zs[kZ];
-#pragma unroll
-    for (int g = 0; g < kZ; ++g) {
-      zs[g] = z[g];
-      zs[g] += __shfl_xor_sync(0xffffffffu, zs[g], 1);
-      zs[g] += __shfl_xor_sync(0xffffffffu, zs[g], 2);
-    }
-    if (i == 0) {
-      s_m[warp * 8 + r] = m;
-      s_l[warp * 8 + r] = sum;
-#pragma unroll
-      for (int g = 0; g < kZ; ++g) s_z[(warp * 8 + r) * kZ + g] = zs[g];
-    }
-  }
-};
-
-// The same with the scores transposed (QK^T with K as the A operand: C rows are the warp's
-// positions, columns the heads): the lane holds positions r and r + 8 of heads 2i and 2i + 1,
-// so the sums' rescaling needs no shuffle and the max is reduced over the eight lanes of i.
-// The sums (acc) are laid out as WarpSoftmax's.
-template <int kZ>
-struct WarpSoftmaxT {
-  static constexpr int kValueGroups = kZ;
   float m[2] = {-INFINITY, -INFINITY};  // heads 2i, 2i + 1: running max (log2 units)
   float l[2] = {0.0f, 0.0f};            // this lane's part of their sums
-  float acc[8][4];
+  float acc[8][4];      // O^T m-tiles: [0], [1] row r, heads 2i, 2i + 1; [2], [3] row r + 8
   float z[kZ][2] = {};  // this lane's part of sum(p * value zero) per value group, heads 2i, 2i + 1
 
-  __device__ WarpSoftmaxT() {
+  __device__ WarpSoftmax() {
 #pragma unroll
     for (int mt = 0; mt < 8; ++mt) {
 #pragma unroll
@@ -187,7 +102,9 @@ struct WarpSoftmaxT {
       m[e] = m_new;
       l[e] = l[e] * corr[e] + (s[e] + s[e + 2]);
     }
-    if (!__any_sync(0xffffffffu, moved)) return;  // as WarpSoftmax::update
+    // Rescale only when some head's max moved (corr is 1 otherwise): after the first blocks of
+    // a context the max rarely moves, and the sums are 36 registers.
+    if (!__any_sync(0xffffffffu, moved)) return;
 #pragma unroll
     for (int g = 0; g < kZ; ++g) {
       z[g][0] *= corr[0];
@@ -202,7 +119,8 @@ struct WarpSoftmaxT {
     }
   }
 
-  // As WarpSoftmax::publish: the sums reduced over the eight lanes of i.
+  // The warp's max, sum and zero sums of each head, summed over the lanes, into write_partial's
+  // shared memory ([warp][head], [warp][head][kZ]).
   __device__ void publish(float* s_m, float* s_l, float* s_z, int warp, int lane) const {
     const int r = lane / 4, i = lane % 4;
 #pragma unroll
@@ -233,9 +151,9 @@ struct EpilogueSmem {
   float acc[8][kD];  // per warp: [head][channel]
 };
 
-// Combines the warps' softmax states (WarpSoftmax or WarpSoftmaxT, kZ value groups) and writes
-// the item's partial for the group's heads.
-template <int kWarps, typename State>
+// Combines the warps' softmax states and writes the item's partial for the group's heads. The
+// sums' m-tile rows are the channels phys_channel() names, or with kNatural channels 16 mt + rho.
+template <int kWarps, bool kNatural = false, typename State>
 __device__ void write_partial(const State& st, float* smem, float* partial, int group,
                               int value_group_size) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
@@ -247,7 +165,8 @@ __device__ void write_partial(const State& st, float* smem, float* partial, int 
   float* wa = s_acc + warp * 8 * kD;
 #pragma unroll
   for (int mt = 0; mt < 8; ++mt) {
-    const int c0 = phys_channel(mt, r), c1 = phys_channel(mt, r + 8);
+    const int c0 = kNatural ? 16 * mt + r : phys_channel(mt, r);
+    const int c1 = kNatural ? 16 * mt + r + 8 : phys_channel(mt, r + 8);
     wa[(2 * i) * kD + c0] = st.acc[mt][0];
     wa[(2 * i + 1) * kD + c0] = st.acc[mt][1];
     wa[(2 * i) * kD + c1] = st.acc[mt][2];

@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kWarps * 32, kInt4MinBlocks)
   fetch_turn(0);
   store_turn(0);
 
-  WarpSoftmaxT<kG> st;
+  WarpSoftmax<kG> st;
   // This lane's key positions in the block (the rows of its score C fragment), and its value
   // positions tv, +1, +8, +9 (the k of its PV fragments).
   const int tk0 = 16 * warp + r, tk1 = tk0 + 8;

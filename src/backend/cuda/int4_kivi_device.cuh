@@ -29,8 +29,11 @@ __device__ inline float dequant_int4(const uint32_t* words, int c, float scale, 
 }
 
 // The residual ring's row of position p: ring blocks of b rows, position p in block p / b % ring.
+// b and ring are powers of two (kv_format.h's block sizes; ring = 1 + window blocks, 1 or 2), so
+// this is shifts and masks, not 64-bit divisions.
 __device__ inline int64_t ring_row(int64_t p, int b, int ring) {
-  return (p / b % ring) * b + p % b;
+  const int lb = __ffs(b) - 1;
+  return (((p >> lb) & (ring - 1)) << lb) | (p & (b - 1));
 }
 
 // A seat's residual ring, [seats, 2, ring * b, kv_dim] 16-bit (K rows, then V rows): where

@@ -1,7 +1,7 @@
 // Device helpers of the tensor-core attention kernels (decode_attention.cu, decode_int4.cu,
 // prefill_attention.cu): 16-bit pair packing, the m16n8k16 MMA with fp32 accumulation, the 8x8
-// fragment transpose, cp.async (sm_80+), ex2 and the exact fp8_e4m3 pair widening. Each is one PTX
-// instruction or a conversion intrinsic.
+// fragment transpose and loads, cp.async (sm_80+), ex2 and the exact fp8_e4m3 pair widening. Each
+// is one PTX instruction or a conversion intrinsic.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -54,6 +54,20 @@ __device__ inline uint32_t transpose8x8_b16(uint32_t x) {
   uint32_t y;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
   return y;
+}
+
+// Four 8x8 16-bit matrices from shared memory in the fragment layout (ldmatrix .x4): lane l gives
+// the address of row l % 8 of matrix l / 8 (16 bytes), d[j] is matrix j's fragment; _trans
+// gives each matrix transposed.
+__device__ inline void ldmatrix_x4(uint32_t (&d)[4], uint32_t smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(smem));
+}
+__device__ inline void ldmatrix_x4_trans(uint32_t (&d)[4], uint32_t smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(smem));
 }
 
 // 16 bytes global -> shared, asynchronously; groups committed, then waited for until at most
