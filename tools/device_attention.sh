@@ -11,35 +11,62 @@
 #   bash tools/device_attention.sh prefill [cuda_attention_bench --prefill args]  # the prefill
 #       kernels against the reference kernel, every format: $OUT/prefill_h200.json, the table
 #       in $OUT/prefill.txt; fails when a case's check is past 2e-2
+#   bash tools/device_attention.sh ab TAG... [-- attention_bench.py args]  # check, then run,
+#       each tagged build in turn (results under $OUT/TAG/), for an A/B of kernel versions
+# Tagged builds sit side by side: `build TAG` here leaves .devcarry/attention_bench_TAG.xz
+# (ATTN_NVCC_FLAGS adds nvcc flags), and ATTN_TAG=TAG makes run / ncu / check / prefill use it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
   build)
+    tag=${2:-}
     mkdir -p build-attn .devcarry
-    nvcc -std=c++20 -O3 -arch=sm_90 -Isrc -o build-attn/cuda_attention_bench \
+    # shellcheck disable=SC2086  # ATTN_NVCC_FLAGS is a list of flags
+    nvcc -std=c++20 -O3 -arch=sm_90 ${ATTN_NVCC_FLAGS:-} -Isrc -o build-attn/cuda_attention_bench \
       bench/cuda_attention_bench.cu bench/cuda_prefill_bench.cu src/backend/cuda/decode_attention.cu src/backend/cuda/decode_int4.cu \
       src/backend/cuda/prefill_attention.cu src/backend/cuda/paged_attention.cu src/backend/cuda/device.cu src/backend/rope_table.cc \
       src/backend/cpu/rope.cc src/backend/forward_batch_builder.cc src/common/check.cc src/common/dtype.cc src/backend/cpu/gemm16.cc src/backend/cpu/gemm16_packed.cc \
       src/kv/int4_kivi_layout.cc src/kv/kv_format.cc
     strip build-attn/cuda_attention_bench
-    echo "built from $(git describe --always --dirty) on $(date -u +%FT%TZ)" > build-attn/BUILD_INFO
-    tar -C build-attn -cf - cuda_attention_bench BUILD_INFO | xz -9e -T2 > .devcarry/attention_bench.xz
-    ls -la .devcarry/attention_bench.xz
+    echo "built from $(git describe --always --dirty) on $(date -u +%FT%TZ)" \
+      "${ATTN_NVCC_FLAGS:+with ${ATTN_NVCC_FLAGS}}" > build-attn/BUILD_INFO
+    out=.devcarry/attention_bench${tag:+_$tag}.xz
+    tar -C build-attn -cf - cuda_attention_bench BUILD_INFO | xz -9e -T2 > "$out"
+    ls -la "$out"
+    ;;
+  ab)
+    : "${OUT:?run on the GPU machine, where the device tool sets OUT}"
+    shift
+    tags=()
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do tags+=("$1") && shift; done
+    [ $# -gt 0 ] && shift
+    status=0
+    for tag in "${tags[@]}"; do
+      echo "== $tag"
+      mkdir -p "$OUT/$tag"
+      if ATTN_TAG=$tag OUT=$OUT/$tag bash "$0" check | tail -1; then
+        ATTN_TAG=$tag OUT=$OUT/$tag bash "$0" run "$@" || status=1
+      else
+        status=1
+      fi
+    done
+    exit $status
     ;;
   run | ncu | check | prefill)
     : "${OUT:?run on the GPU machine, where the device tool sets OUT}"
     mode=$1 && shift
-    mkdir -p /tmp/attn && xz -dc .devcarry/attention_bench.xz | tar -C /tmp/attn -xf -
-    cat /tmp/attn/BUILD_INFO
+    attn=/tmp/attn${ATTN_TAG:+_$ATTN_TAG}
+    mkdir -p "$attn" && xz -dc ".devcarry/attention_bench${ATTN_TAG:+_$ATTN_TAG}.xz" | tar -C "$attn" -xf -
+    cat "$attn/BUILD_INFO"
     if [ "$mode" = prefill ]; then
       status=0
-      /tmp/attn/cuda_attention_bench --prefill "$@" > "$OUT/prefill_h200.json" \
+      "$attn"/cuda_attention_bench --prefill "$@" > "$OUT/prefill_h200.json" \
         2> "$OUT/prefill.txt" || status=$?
       cat "$OUT/prefill.txt"
       [ "$status" = 0 ] || { echo "FAILED: exit status $status"; exit 1; }
       if grep -q FAILED "$OUT/prefill.txt"; then echo "FAILED: a check past 2e-2"; exit 1; fi
     elif [ "$mode" = check ]; then
-      bin=/tmp/attn/cuda_attention_bench
+      bin="$attn"/cuda_attention_bench
       args=(--check-only --batches 3,17 --contexts 700,2113 --heads 28/4,32/8 --reps 1)
       {
         for b in 32 64 128; do
@@ -61,16 +88,16 @@ case "${1:-}" in
                 if (bad) {print "FAILED: an error past its bound"; exit 1}
                 print "all " n " checks within bounds"}' "$OUT/check.txt"
     elif [ "$mode" = run ]; then
-      S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/attn/BUILD_INFO) \
-        python3 bench/attention_bench.py --bin /tmp/attn/cuda_attention_bench \
+      S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' "$attn"/BUILD_INFO) \
+        python3 bench/attention_bench.py --bin "$attn"/cuda_attention_bench \
         --out "$OUT/attention_h200.json" "$@" 2> "$OUT/attention_err.txt" | tee "$OUT/attention.txt"
     else
       ncu --clock-control none --section SpeedOfLight --section Occupancy \
         --section WarpStateStats --section SchedulerStats --section LaunchStats \
-        -k regex:decode_ /tmp/attn/cuda_attention_bench --reps 1 "$@" > "$OUT/ncu.txt" 2>&1 || true
+        -k regex:decode_ "$attn"/cuda_attention_bench --reps 1 "$@" > "$OUT/ncu.txt" 2>&1 || true
       grep -E "decode_|Duration|Throughput|Occupancy|Stall|Eligible|Issued|Registers|Block Limit|Warp Cycles" \
         "$OUT/ncu.txt" | head -120
     fi
     ;;
-  *) echo "usage: $0 build|run|ncu|check|prefill ..." >&2; exit 2 ;;
+  *) echo "usage: $0 build|run|ncu|check|prefill|ab ..." >&2; exit 2 ;;
 esac
