@@ -23,7 +23,11 @@ constexpr int kInt4Stages = 3;  // blocks in flight per thread block: this one a
 // (kInt4MinBlocks * 128)). Measured on the H200 (bench/results/cuda_h200/attention_notes.md,
 // version 4): 2 (~217 registers, no spills) is the fastest; 3 (168) and 4 (128) spill and
 // lose 5-20 % although more warps are resident.
-constexpr int kInt4MinBlocks = 2;
+// S4KV_INT4_MIN_BLOCKS overrides it for a measurement (tools/device_attention.sh ab).
+#ifndef S4KV_INT4_MIN_BLOCKS
+#define S4KV_INT4_MIN_BLOCKS 2
+#endif
+constexpr int kInt4MinBlocks = S4KV_INT4_MIN_BLOCKS;
 constexpr int kTurnBytes = 2 * 16 * 32 * 4;  // two turned queries: [buffer][word m][lane]
 template <int kWarps, int kG>
 __host__ __device__ constexpr int int4_smem_bytes() {
