@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   }
   cp_async_wait<0>();
   __syncthreads();
-  write_partial<kRowWarps, !kFp8>(
+  write_partial<kRowWarps, kFp8 ? ChannelMap::kPhys : ChannelMap::kNatural>(
       st, reinterpret_cast<float*>(dsmem),
       d.partials + (static_cast<int64_t>(item) * a.num_kv_heads + g) * group * kDecodePartialFloats,
       group, kD);

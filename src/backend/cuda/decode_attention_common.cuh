@@ -10,10 +10,10 @@
 // and c + 64 are pairs m and m + 8 of one lane, and an int4 code word holds pairs m % 4 of word
 // m / 4 of the lane's four words 2i, 2i + 1, 2i + 8, 2i + 9); k-tile t takes pairs 2t and 2t + 1.
 // PV: O^T = V^T P^T, A = V^T (rows: 16 channels per m-tile, k: 16 positions), B = P^T, whose
-// fragment is the score C fragment transposed (two 8 x 8 movmatrix: transpose8x8_b16). M-tile
-// mt = 2 g + h holds channels of one 32-channel group g (so one value scale per position
-// multiplies the B fragment): row r + 8 hi is nibble 4 hi + h + 2 (r % 2) of word 4 g + r / 2
-// (int4_kivi_layout.h's nibble order), the channel phys_channel() below.
+// fragment is the score C fragment transposed (two 8 x 8 movmatrix: transpose8x8_b16). Each
+// kernel's m-tile rows hold the channels its ChannelMap names below; with int4_kivi and fp8,
+// m-tile mt = 2 g + h holds channels of one 32-channel group g (so one value scale per position
+// multiplies the B fragment).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -49,7 +49,7 @@ __device__ inline uint32_t codes_hi_to_f16x2(uint32_t x) {
   return codes_under_f16x2<0x00f000f0u, 0x54005400u>(x);
 }
 
-// The cache channel of PV m-tile mt, row rho (0..15).
+// The cache channel of PV m-tile mt, row rho (0..15), for the fp8 rows' value fragments.
 __device__ inline int phys_channel(int mt, int rho) {
   const int g = mt / 2, h = mt % 2, rr = rho % 8, hi = rho / 8;
   const int nibble = 4 * hi + h + 2 * (rr % 2);
@@ -151,9 +151,23 @@ struct EpilogueSmem {
   float acc[8][kD];  // per warp: [head][channel]
 };
 
+// Which channel row rho (0..15) of PV m-tile mt holds: phys_channel() (fp8 rows), 16 mt + rho
+// (16-bit rows, ldmatrix), or int4_channel() (int4_kivi codes, ldmatrix).
+enum class ChannelMap { kPhys, kNatural, kInt4 };
+
+// The int4_kivi value channel of m-tile mt = 2 g + q, row rho: the value codes of 32-channel
+// group g come as 16-bit units (ldmatrix), unit u = rho % 8 of the group holding the nibbles
+// 0..3 of half u % 2 of word 4 g + u / 2, which are channels 8 (4 g + u / 2) + u % 2 + 2 n
+// (int4_kivi_layout.h's nibble order); m-tile q takes nibbles 2q (rows 0..7) and 2q + 1
+// (rows 8..15).
+__device__ inline int int4_channel(int mt, int rho) {
+  const int g = mt / 2, q = mt % 2, u = rho % 8, n = 2 * q + rho / 8;
+  return 8 * (4 * g + u / 2) + u % 2 + 2 * n;
+}
+
 // Combines the warps' softmax states and writes the item's partial for the group's heads. The
-// sums' m-tile rows are the channels phys_channel() names, or with kNatural channels 16 mt + rho.
-template <int kWarps, bool kNatural = false, typename State>
+// sums' m-tile rows are the channels kMap names.
+template <int kWarps, ChannelMap kMap, typename State>
 __device__ void write_partial(const State& st, float* smem, float* partial, int group,
                               int value_group_size) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
@@ -165,8 +179,17 @@ __device__ void write_partial(const State& st, float* smem, float* partial, int 
   float* wa = s_acc + warp * 8 * kD;
 #pragma unroll
   for (int mt = 0; mt < 8; ++mt) {
-    const int c0 = kNatural ? 16 * mt + r : phys_channel(mt, r);
-    const int c1 = kNatural ? 16 * mt + r + 8 : phys_channel(mt, r + 8);
+    int c0, c1;
+    if constexpr (kMap == ChannelMap::kNatural) {
+      c0 = 16 * mt + r;
+      c1 = c0 + 8;
+    } else if constexpr (kMap == ChannelMap::kInt4) {
+      c0 = int4_channel(mt, r);
+      c1 = int4_channel(mt, r + 8);
+    } else {
+      c0 = phys_channel(mt, r);
+      c1 = phys_channel(mt, r + 8);
+    }
     wa[(2 * i) * kD + c0] = st.acc[mt][0];
     wa[(2 * i + 1) * kD + c0] = st.acc[mt][1];
     wa[(2 * i) * kD + c1] = st.acc[mt][2];

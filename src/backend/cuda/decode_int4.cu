@@ -164,14 +164,21 @@ __global__ void __launch_bounds__(kWarps * 32, kInt4MinBlocks)
   store_turn(0);
 
   WarpSoftmax<kG> st;
-  // This lane's key positions in the block (the rows of its score C fragment), and its value
-  // positions tv, +1, +8, +9 (the k of its PV fragments).
+  // This lane's key positions in the block (the rows of its score C fragment); its value
+  // positions (the k of its PV fragments) are tv = 16 warp + 2i, tv + 1, tv + 8, tv + 9.
   const int tk0 = 16 * warp + r, tk1 = tk0 + 8;
-  const int tv = 16 * warp + 2 * i;
-  // The swizzles of the staged code chunks at those positions (see above): 2 ((t / 2) % 2) is
-  // 2 ((r / 2) % 2) at tk0 and tk1, and (t / 2) % 4 is i at tv, +1, +8, +9.
+  // The swizzle of the staged key code chunks at tk0 and tk1 (see above): 2 ((t / 2) % 2) is
+  // 2 ((r / 2) % 2) at both.
   const int ksw = 2 * ((r >> 1) & 1);
-  const uint32_t vsel = (r % 2) * 0x0101u + 0x0400u;  // byte_perm: bytes r % 2, 4 + r % 2
+  // The value codes by two ldmatrix .x4 .trans a block: matrix j of load c holds 16-byte chunk
+  // (32 channels) g = 2c + j / 2 of positions 16 warp + 8 (j % 2) + 0..7, each row at its
+  // swizzled place; lane l gives row l % 8 of matrix l / 8.
+  uint32_t v_lane[2];
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int j = lane / 8, t = 16 * warp + 8 * (j % 2) + lane % 8, g = 2 * c + j / 2;
+    v_lane[c] = static_cast<uint32_t>(L.v_codes_offset) + 64 * t + 16 * (g ^ ((t >> 1) & 3));
+  }
   // R(t) for the lane's key positions and frequency pairs 8i + m (half2 cos, sin), kept in
   // shared memory in lane order ([warp][nt][m][lane]) to spare 32 registers.
   uint4* rot = reinterpret_cast<uint4*>(turned + 2 * 16 * 32) + warp * 2 * 4 * 32 + lane;
@@ -267,11 +274,24 @@ __global__ void __launch_bounds__(kWarps * 32, kInt4MinBlocks)
 
     // Values: probabilities times the value scales (per value group), transposed into the B
     // fragment (positions tv.. of head r), the zeros' share, codes as the A fragment taken as
-    // fp16 subnormals: the nibble in bits 0..3 of a half is c 2^-24, the one in bits 4..7 is
-    // 16 c 2^-24, both exact (no conversion; the epilogue scales those m-tiles by 2^24 and 2^20).
+    // fp16 subnormals: a nibble in bits 0..3 of a half is c 2^-24, one in bits 4..7 is
+    // 16 c 2^-24, both exact (no conversion; the epilogue scales those rows by 2^24 and 2^20).
+    // ldmatrix .trans hands lane (r, i) unit r (nibbles 0..3) of group g at positions tv, tv + 1
+    // (x[g][0]) and tv + 8, tv + 9 (x[g][1]): m-tile 2g takes nibbles 0 and 1 (rows r, r + 8),
+    // m-tile 2g + 1 nibbles 2 and 3 (int4_channel()).
     const auto* vscale = reinterpret_cast<const __half*>(base + L.v_scale_offset);
     const auto* vzero = reinterpret_cast<const __half*>(base + L.v_zero_offset);
-    const auto* vcodes = reinterpret_cast<const uint32_t*>(base + L.v_codes_offset);
+    const uint32_t stage_shared = stages_shared + (k % kInt4Stages) * kBlockBytes;
+    uint32_t x[4][2];
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      uint32_t d4[4];
+      ldmatrix_x4_trans(d4, stage_shared + v_lane[c]);
+      x[2 * c][0] = d4[0];
+      x[2 * c][1] = d4[1];
+      x[2 * c + 1][0] = d4[2];
+      x[2 * c + 1][1] = d4[3];
+    }
     uint32_t b0 = 0, b1 = 0;
 #pragma unroll
     for (int g32 = 0; g32 < 4; ++g32) {
@@ -287,22 +307,12 @@ __global__ void __launch_bounds__(kWarps * 32, kInt4MinBlocks)
         b0 = transpose8x8_b16(pack2<false>(s[0] * vs0, s[1] * vs0));
         b1 = transpose8x8_b16(pack2<false>(s[2] * vs1, s[3] * vs1));
       }
-      uint32_t vc[4];  // [position tv + {0, 1, 8, 9}]
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int t = tv + (j & 1) + 8 * (j >> 1);
-        vc[j] = vcodes[t * 16 + 4 * (g32 ^ i) + r / 2];
-      }
-      // Bytes r % 2 (and 2 + r % 2) of two positions' words into bytes 0 and 2.
-      const uint32_t lo01 = __byte_perm(vc[0], vc[1], vsel),
-                     hi01 = __byte_perm(vc[0], vc[1], vsel + 0x0202);
-      const uint32_t lo89 = __byte_perm(vc[2], vc[3], vsel),
-                     hi89 = __byte_perm(vc[2], vc[3], vsel + 0x0202);
-      const uint32_t av0[4] = {lo01 & 0x000f000fu, hi01 & 0x000f000fu, lo89 & 0x000f000fu,
-                               hi89 & 0x000f000fu};
+      const uint32_t lo = x[g32][0], hi = x[g32][1], lo2 = lo >> 8, hi2 = hi >> 8;
+      const uint32_t av0[4] = {lo & 0x000f000fu, lo & 0x00f000f0u, hi & 0x000f000fu,
+                               hi & 0x00f000f0u};
       mma_m16n8k16<false>(st.acc[2 * g32], av0, b0, b1);
-      const uint32_t av1[4] = {lo01 & 0x00f000f0u, hi01 & 0x00f000f0u, lo89 & 0x00f000f0u,
-                               hi89 & 0x00f000f0u};
+      const uint32_t av1[4] = {lo2 & 0x000f000fu, lo2 & 0x00f000f0u, hi2 & 0x000f000fu,
+                               hi2 & 0x00f000f0u};
       mma_m16n8k16<false>(st.acc[2 * g32 + 1], av1, b0, b1);
     }
   }
@@ -311,12 +321,13 @@ __global__ void __launch_bounds__(kWarps * 32, kInt4MinBlocks)
 #pragma unroll
   for (int mt = 0; mt < 8; ++mt) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) st.acc[mt][j] *= mt % 2 == 0 ? 16777216.0f : 1048576.0f;  // exact
+    for (int j = 0; j < 4; ++j) st.acc[mt][j] *= j < 2 ? 16777216.0f : 1048576.0f;  // exact
   }
-  write_partial<kWarps>(st, reinterpret_cast<float*>(dsmem),
-                        d.partials + (static_cast<int64_t>(blockIdx.x) * a.num_kv_heads + g) *
-                                         group * kDecodePartialFloats,
-                        group, kD / kG);
+  write_partial<kWarps, ChannelMap::kInt4>(
+      st, reinterpret_cast<float*>(dsmem),
+      d.partials +
+          (static_cast<int64_t>(blockIdx.x) * a.num_kv_heads + g) * group * kDecodePartialFloats,
+      group, kD / kG);
 }
 
 // The kernel for kWarps and kG with its attributes set (once): its shared memory bytes.
