@@ -137,12 +137,20 @@ std::string describe_capacity(const ResolvedEngineConfig& r) {
   std::ostringstream os;
   os << kv::format_kv_capacity(r.capacity) << "; max_model_len " << r.scheduler.max_model_len
      << ", max_num_seqs " << r.scheduler.max_num_seqs;
-  // vLLM's figure: the cache's tokens over max_model_len.
+  // vLLM's figure: the cache's tokens over max_model_len; for int4_kivi the pool blocks over
+  // what one such request holds there (its blocks but the sink block, and its seat's ring).
   os.setf(std::ios::fixed);
   os.precision(2);
-  os << "; maximum concurrency for " << r.scheduler.max_model_len << " tokens per request: "
-     << static_cast<double>(r.capacity.num_tokens) / static_cast<double>(r.scheduler.max_model_len)
-     << "x";
+  double concurrency =
+      static_cast<double>(r.capacity.num_tokens) / static_cast<double>(r.scheduler.max_model_len);
+  if (r.ring_blocks > 0) {
+    const int64_t B = r.capacity.block_size;
+    const int64_t per_request = (r.scheduler.max_model_len + B - 1) / B -
+                                (r.cache.num_sink_blocks > 0 ? 1 : 0) + r.ring_blocks;
+    concurrency = static_cast<double>(r.capacity.num_blocks) / static_cast<double>(per_request);
+  }
+  os << "; maximum concurrency for " << r.scheduler.max_model_len
+     << " tokens per request: " << concurrency << "x";
   if (r.ring_blocks > 0) {
     os << "; each running sequence's 16-bit residual ring takes " << r.ring_blocks
        << " of these blocks while it runs; plus " << r.sink_bytes
