@@ -131,6 +131,18 @@ Status check_kv_cache_shape(const KvCacheConfig& kv, int64_t head_dim) {
       return invalid_argument("int4_kivi: num_seats must be positive (got " +
                               std::to_string(kv.num_seats) + ")");
     }
+    // The seats' rings after the block ids, or all of them within (the dummy seat's after).
+    const int64_t rings =
+        layout->ring_blocks(1 + static_cast<int>(kv.num_window_blocks)) * kv.num_seats;
+    if (kv.ring_base_block >= 0 && kv.ring_base_block < kv.num_blocks &&
+        kv.ring_base_block + rings != kv.num_blocks) {
+      return invalid_argument(
+          "int4_kivi: the seats' rings from block " + std::to_string(kv.ring_base_block) +
+          " take " + std::to_string(rings) + " blocks, not the " +
+          std::to_string(kv.num_blocks - kv.ring_base_block) + " up to num_blocks");
+    }
+  } else if (kv.ring_base_block >= 0) {
+    return invalid_argument("ring_base_block is for int4_kivi");
   }
   if (kv.block_size <= 0) {
     return invalid_argument("block_size must be positive (got " + std::to_string(kv.block_size) +

@@ -45,6 +45,13 @@ struct KvCacheConfig {
   // int4_kivi only, an `s4kv eval` candidate: values rotated by a Hadamard transform before
   // quantization (docs/kv-format.md).
   bool int4_value_hadamard = false;
+  // int4_kivi: the seats' residual rings live in the pool's memory, seat s (the dummy seat too)
+  // in the Int4KiviLayout::ring_blocks(1 + num_window_blocks) blocks from ring_base_block +
+  // s * that; -1 puts them after the block ids (num_blocks on). The engine puts the real seats'
+  // inside, at the top of 0..num_blocks-1, and never gives a held seat's blocks to a block table
+  // (kv_cache_manager.h); backends allocate pool memory up to the dummy seat's ring.
+  int64_t ring_base_block = -1;
+  int64_t ring_base() const { return ring_base_block < 0 ? num_blocks : ring_base_block; }
   // Padding (a step of fixed shape with fewer real sequences, as CUDA graphs replay): one more
   // block and one more seat than the counts above, which backends allocate and the engine never
   // hands out. A padding sequence has seat dummy_seat() (or, without seats, dummy_block() first)

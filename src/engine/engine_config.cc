@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "kv/int4_kivi_layout.h"
+
 namespace s4kv::engine {
 namespace {
 
@@ -71,24 +73,39 @@ Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
   const int64_t max_num_batched_tokens =
       c.max_num_batched_tokens > 0 ? c.max_num_batched_tokens : kDefaultMaxNumBatchedTokens;
   const bool int4 = c.kv_cache_dtype == kv::KvCacheDtype::kInt4Kivi;
-  // int4_kivi format v2 (docs/kv-format.md) keeps, outside the pool and 16-bit, each running
-  // sequence's partly filled block and its last full block (the residual slot, a ring of two
-  // blocks) and its first block (a sink pool of one block per running sequence).
+  // int4_kivi format v2 (docs/kv-format.md) keeps 16-bit each running sequence's partly filled
+  // block and its last full block (the residual ring of its seat, in pool blocks the seat holds
+  // while it runs: ring_blocks of the capacity's, plus one more ring after them for the dummy
+  // seat) and its first block (a sink pool of one block per running sequence, off the budget).
   const kv::Int4KiviVariant v2;
   const int64_t block_16bit = int64_t{c.block_size} * bytes_per_token_16bit(m);
-  r.residual_bytes = int4 ? max_num_seqs * (1 + v2.window_blocks) * block_16bit : 0;
+  if (int4) {
+    S4KV_ASSIGN_OR_RETURN(const kv::Int4KiviLayout layout,
+                          kv::Int4KiviLayout::create(c.block_size, static_cast<int>(m.head_dim),
+                                                     kv::kDefaultValueGroupSize));
+    r.ring_blocks = layout.ring_blocks(1 + v2.window_blocks);
+  }
   r.sink_bytes = int4 ? max_num_seqs * v2.sink_blocks * block_16bit : 0;
-  if (r.residual_bytes + r.sink_bytes >= c.kv_cache_memory_bytes) {
+  if (r.sink_bytes >= c.kv_cache_memory_bytes) {
     return bad("--kv-cache-memory", c.kv_cache_memory_bytes,
-               "holds no KV block: int4_kivi's 16-bit residual and sink blocks for "
-               "--max-num-seqs=" +
-                   std::to_string(max_num_seqs) + " alone need " +
-                   std::to_string(r.residual_bytes + r.sink_bytes) + " bytes");
+               "holds no KV block: int4_kivi's 16-bit sink blocks for --max-num-seqs=" +
+                   std::to_string(max_num_seqs) + " alone need " + std::to_string(r.sink_bytes) +
+                   " bytes");
   }
   S4KV_ASSIGN_OR_RETURN(
-      r.capacity, kv::plan_kv_capacity(c.kv_cache_memory_bytes - r.residual_bytes - r.sink_bytes,
-                                       c.kv_cache_dtype, m.num_hidden_layers, m.num_key_value_heads,
-                                       m.head_dim, c.block_size));
+      r.capacity,
+      kv::plan_kv_capacity(c.kv_cache_memory_bytes - r.sink_bytes, c.kv_cache_dtype,
+                           m.num_hidden_layers, m.num_key_value_heads, m.head_dim, c.block_size));
+  if (int4) {  // the dummy seat's ring, after the blocks the engine hands out
+    if (r.capacity.num_blocks <= r.ring_blocks) {
+      return bad("--kv-cache-memory", c.kv_cache_memory_bytes,
+                 "holds " + std::to_string(r.capacity.num_blocks) +
+                     " KV blocks, no more than int4_kivi's one residual ring takes (" +
+                     std::to_string(r.ring_blocks) + ")");
+    }
+    r.capacity.num_blocks -= r.ring_blocks;
+    r.capacity.num_tokens = r.capacity.num_blocks * c.block_size;
+  }
   S4KV_ASSIGN_OR_RETURN(const int64_t max_model_len, resolve_max_model_len(c, m, r.capacity));
 
   r.scheduler.max_num_seqs = max_num_seqs;
@@ -99,6 +116,7 @@ Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
   r.cache.block_size = c.block_size;
   r.cache.enable_prefix_caching = c.enable_prefix_caching;
   r.cache.num_sink_blocks = int4 ? max_num_seqs * v2.sink_blocks : 0;
+  r.cache.blocks_per_seat = static_cast<int>(r.ring_blocks);
   S4KV_RETURN_IF_ERROR(Scheduler::validate(r.scheduler, r.cache));
 
   r.kv.num_blocks = r.capacity.num_blocks;
@@ -109,6 +127,8 @@ Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
   r.kv.num_sink_blocks = r.cache.num_sink_blocks;
   r.kv.num_window_blocks = int4 ? v2.window_blocks : 0;
   r.kv.int4_value_hadamard = int4 && v2.value_hadamard;
+  // The real seats' rings at the top of the blocks the engine hands out, the dummy seat's after.
+  r.kv.ring_base_block = int4 ? r.kv.num_blocks - int64_t{max_num_seqs} * r.ring_blocks : -1;
   r.runner = ModelRunnerConfig{max_num_seqs, max_num_batched_tokens, max_model_len};
   return r;
 }
@@ -117,16 +137,24 @@ std::string describe_capacity(const ResolvedEngineConfig& r) {
   std::ostringstream os;
   os << kv::format_kv_capacity(r.capacity) << "; max_model_len " << r.scheduler.max_model_len
      << ", max_num_seqs " << r.scheduler.max_num_seqs;
-  // vLLM's figure: the cache's tokens over max_model_len.
+  // vLLM's figure: the cache's tokens over max_model_len; for int4_kivi the pool blocks over
+  // what one such request holds there (its blocks but the sink block, and its seat's ring).
   os.setf(std::ios::fixed);
   os.precision(2);
-  os << "; maximum concurrency for " << r.scheduler.max_model_len << " tokens per request: "
-     << static_cast<double>(r.capacity.num_tokens) / static_cast<double>(r.scheduler.max_model_len)
-     << "x";
-  if (r.residual_bytes > 0) {
-    os << "; plus " << r.residual_bytes + r.sink_bytes
-       << " bytes of 16-bit residual and sink blocks for " << r.kv.num_seats
-       << " running sequences";
+  double concurrency =
+      static_cast<double>(r.capacity.num_tokens) / static_cast<double>(r.scheduler.max_model_len);
+  if (r.ring_blocks > 0) {
+    const int64_t B = r.capacity.block_size;
+    const int64_t per_request = (r.scheduler.max_model_len + B - 1) / B -
+                                (r.cache.num_sink_blocks > 0 ? 1 : 0) + r.ring_blocks;
+    concurrency = static_cast<double>(r.capacity.num_blocks) / static_cast<double>(per_request);
+  }
+  os << "; maximum concurrency for " << r.scheduler.max_model_len
+     << " tokens per request: " << concurrency << "x";
+  if (r.ring_blocks > 0) {
+    os << "; each running sequence's 16-bit residual ring takes " << r.ring_blocks
+       << " of these blocks while it runs; plus " << r.sink_bytes
+       << " bytes of 16-bit sink blocks for " << r.kv.num_seats << " running sequences";
   }
   return os.str();
 }

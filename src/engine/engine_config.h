@@ -58,8 +58,11 @@ struct ResolvedEngineConfig {
   backend::KvCacheConfig kv;
   ModelRunnerConfig runner;
   kv::KvCapacity capacity;
-  int64_t residual_bytes = 0;  // int4_kivi: max_num_seqs 16-bit tail blocks, off the budget
-  int64_t sink_bytes = 0;      // int4_kivi: max_num_seqs 16-bit sink blocks, off the budget
+  // int4_kivi: pool blocks a running sequence's 16-bit residual ring takes (its seat's; the
+  // capacity's blocks include them, kv_cache_manager.h), and max_num_seqs 16-bit sink blocks,
+  // off the budget.
+  int64_t ring_blocks = 0;
+  int64_t sink_bytes = 0;
   uint64_t seed = 0;
 };
 

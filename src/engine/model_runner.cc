@@ -24,8 +24,7 @@ ModelRunner::ModelRunner(backend::Backend& backend, const ModelRunnerConfig& con
   if (uses_seats_) {
     S4KV_CHECK(kv.num_seats >= config.max_num_seqs, "model runner: ", kv.num_seats, " seats for ",
                config.max_num_seqs, " sequences");
-    // Highest first, so pop_back hands out slot 0 first (easier to read in a debugger).
-    for (int32_t s = config.max_num_seqs - 1; s >= 0; --s) free_slots_.push_back(s);
+    slot_held_.assign(static_cast<size_t>(config.max_num_seqs), 0);
   }
   // Each running request contributes at least one token, so num_seqs <= both limits.
   const auto max_tokens = static_cast<size_t>(config.max_num_batched_tokens);
@@ -40,23 +39,26 @@ ModelRunner::ModelRunner(backend::Backend& backend, const ModelRunnerConfig& con
 void ModelRunner::release(RequestId id) {
   const auto it = slot_of_.find(id);
   if (it == slot_of_.end()) return;  // never ran (aborted while waiting), or no seats
-  free_slots_.push_back(it->second.slot);
+  slot_held_[static_cast<size_t>(it->second.slot)] = 0;
   slot_of_.erase(it);
 }
 
-// A request keeps its slot across steps; a new (or resumed) one takes a free slot. Preempted
-// and finished requests were released first, and at most max_num_seqs run, so one is free.
-// A new request's slot holds its K/V from the tokens it starts at (a prefix-cache hit's length).
+// A request keeps its slot across steps; a new (or resumed) one takes the seat the scheduler
+// gave it, which preempted and finished requests released first. A new request's slot holds its
+// K/V from the tokens it starts at (a prefix-cache hit's length).
 ModelRunner::Seat ModelRunner::slot_for(const ScheduledRequest& s) {
   if (!s.is_new) {
     const auto it = slot_of_.find(s.request_id);
-    S4KV_CHECK(it != slot_of_.end(), "model runner: request ", s.request_id, " has no slot");
+    S4KV_CHECK(it != slot_of_.end() && it->second.slot == s.seat, "model runner: request ",
+               s.request_id, " has no slot, or not seat ", s.seat);
     return it->second;
   }
-  S4KV_CHECK(!slot_of_.contains(s.request_id) && !free_slots_.empty(),
-             "model runner: no free seat for request ", s.request_id);
-  const Seat seat{free_slots_.back(), s.num_computed_tokens};
-  free_slots_.pop_back();
+  S4KV_CHECK(!slot_of_.contains(s.request_id) && s.seat >= 0 && s.seat < config_.max_num_seqs &&
+                 !slot_held_[static_cast<size_t>(s.seat)],
+             "model runner: request ", s.request_id, " given seat ", s.seat,
+             " (taken, or outside 0..", config_.max_num_seqs - 1, ")");
+  const Seat seat{s.seat, s.num_computed_tokens};
+  slot_held_[static_cast<size_t>(s.seat)] = 1;
   slot_of_.emplace(s.request_id, seat);
   return seat;
 }

@@ -2,9 +2,9 @@
 // with its lowered sampling rows, and runs the step: the backend samples on its device and
 // returns token ids (and the logprobs asked for), never the logits. It owns the per-step host
 // arrays (sized once for max_num_batched_tokens / max_num_seqs and reused, so a steady-state
-// step allocates nothing here) and the seats (backend.h): each running request holds one seat
-// (for int4_kivi: its 16-bit tail block) from the step it is (re)admitted until it finishes, is
-// aborted or is preempted.
+// step allocates nothing here) and the seats' per-request state (backend.h): each running
+// request holds the seat the scheduler gave it (ScheduledRequest::seat; for int4_kivi its 16-bit
+// tail block) from the step it is (re)admitted until it finishes, is aborted or is preempted.
 //
 // Steps are submitted and waited for separately (at most Backend::kMaxInFlight in flight).
 // A scheduled token kPlaceholderTokenId (async scheduling) becomes the deferred token of the
@@ -55,7 +55,7 @@ class ModelRunner {
   double wait_seconds() const { return wait_seconds_; }
 
   int64_t max_num_blocks_per_seq() const { return max_num_blocks_per_seq_; }
-  int num_free_seats() const { return static_cast<int>(free_slots_.size()); }
+  int num_free_seats() const { return uses_seats_ ? config_.max_num_seqs - num_seats_in_use() : 0; }
   int num_seats_in_use() const { return static_cast<int>(slot_of_.size()); }
 
  private:
@@ -75,7 +75,7 @@ class ModelRunner {
   int64_t max_num_blocks_per_seq_;
   bool uses_seats_;
 
-  std::vector<int32_t> free_slots_;              // seats not held by anyone
+  std::vector<uint8_t> slot_held_;               // [max_num_seqs] with seats
   std::unordered_map<RequestId, Seat> slot_of_;  // running request -> its seat
 
   // The batch under construction; reserved at construction, cleared every step.

@@ -71,6 +71,10 @@ struct CacheConfig {
   // int4_kivi v2: every request's first block from a pool of this many 16-bit sink blocks (ids
   // after the main pool's; kv_cache_manager.h). 0: none.
   int num_sink_blocks = 0;
+  // int4_kivi: main-pool blocks each seat's 16-bit residual ring takes (kv_cache_manager.h);
+  // the scheduler gives every running request one of max_num_seqs seats. 0: seats hold no
+  // blocks.
+  int blocks_per_seat = 0;
 };
 
 // A token of ScheduledRequest::token_ids that the step in flight samples (schedule_ahead).
@@ -87,6 +91,8 @@ struct ScheduledRequest {
   std::vector<int32_t> token_ids;
   std::vector<kv::BlockId> block_table;    // the whole table, covering every position computed
   std::vector<kv::BlockId> new_block_ids;  // the table's blocks allocated by this step
+  // The request's seat (0..max_num_seqs - 1), held from admission to finish or preemption.
+  int32_t seat = -1;
   // First step since admission or resumption: the runner (re)creates its per-request state.
   bool is_new = false;
   // The chunk ends at the request's last token, so the runner samples one token for it.

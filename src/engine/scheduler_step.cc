@@ -150,6 +150,7 @@ void Scheduler::emit(SchedulerOutput& out, Request& req, int64_t start, int64_t 
              " scheduled past its one placeholder");
   s.block_table.assign(table.begin(), table.end());
   s.new_block_ids.assign(table.begin() + static_cast<std::ptrdiff_t>(num_old_blocks), table.end());
+  s.seat = kv_.seat(req.request_id());
   s.is_new = is_new;
   s.samples = start + num_tokens == req.num_tokens_with_placeholders();
   req.set_num_computed_tokens(start + num_tokens);

@@ -6,9 +6,11 @@
 
 namespace s4kv::kv {
 
-BlockPool::BlockPool(int num_blocks, bool enable_prefix_caching)
-    : enable_prefix_caching_(enable_prefix_caching) {
-  S4KV_CHECK(num_blocks >= 1, "num_blocks=", num_blocks);
+BlockPool::BlockPool(int num_blocks, bool enable_prefix_caching, int last_resort_from)
+    : last_resort_from_(last_resort_from < 0 ? num_blocks : last_resort_from),
+      enable_prefix_caching_(enable_prefix_caching) {
+  S4KV_CHECK(num_blocks >= 1 && last_resort_from_ <= num_blocks, "num_blocks=", num_blocks,
+             " last_resort_from=", last_resort_from);
   blocks_.resize(static_cast<size_t>(num_blocks));
   for (BlockId b = 0; b < num_blocks; ++b) push_back_free(b);
 }
@@ -29,13 +31,25 @@ std::optional<std::vector<BlockId>> BlockPool::allocate(int n) {
   std::vector<BlockId> out;
   out.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
-    const BlockId b = head_;
+    const BlockId b = head_[0] != kNone ? head_[0] : head_[1];
     unlink_free(b);
     evict_hash(b);  // its old contents are about to be overwritten
     at(b).ref_count = 1;
     out.push_back(b);
   }
   return out;
+}
+
+bool BlockPool::take(std::span<const BlockId> blocks) {
+  for (BlockId b : blocks) {
+    if (at(b).ref_count != 0) return false;
+  }
+  for (BlockId b : blocks) {
+    unlink_free(b);  // S4KV_CHECKs a block listed twice
+    evict_hash(b);
+    at(b).ref_count = 1;
+  }
+  return true;
 }
 
 void BlockPool::free(std::span<const BlockId> blocks) {
@@ -88,40 +102,46 @@ std::optional<BlockHash> BlockPool::block_hash(BlockId block) const { return at(
 std::vector<BlockId> BlockPool::free_list() const {
   std::vector<BlockId> out;
   out.reserve(static_cast<size_t>(num_free_));
-  for (BlockId b = head_; b != kNone; b = at(b).next) out.push_back(b);
+  for (int list = 0; list < 2; ++list) {
+    for (BlockId b = head_[list]; b != kNone; b = at(b).next) out.push_back(b);
+  }
   return out;
 }
 
 void BlockPool::push_back_free(BlockId block) {
   Block& b = at(block);
   S4KV_CHECK(!b.in_free_list, "block ", block, " already free");
-  b.prev = tail_;
+  const int list = list_of(block);
+  b.prev = tail_[list];
   b.next = kNone;
-  if (tail_ == kNone) {
-    head_ = block;
+  if (tail_[list] == kNone) {
+    head_[list] = block;
   } else {
-    at(tail_).next = block;
+    at(tail_[list]).next = block;
   }
-  tail_ = block;
+  tail_[list] = block;
   b.in_free_list = true;
+  ++num_free_in_[list];
   ++num_free_;
 }
 
 void BlockPool::unlink_free(BlockId block) {
   Block& b = at(block);
   S4KV_CHECK(b.in_free_list, "block ", block, " is not free");
+  const int list = list_of(block);
   if (b.prev == kNone) {
-    head_ = b.next;
+    head_[list] = b.next;
   } else {
     at(b.prev).next = b.next;
   }
   if (b.next == kNone) {
-    tail_ = b.prev;
+    tail_[list] = b.prev;
   } else {
     at(b.next).prev = b.prev;
   }
   b.prev = b.next = kNone;
   b.in_free_list = false;
+  --num_free_in_[list];
   --num_free_;
 }
 
@@ -135,7 +155,10 @@ void BlockPool::evict_hash(BlockId block) {
 
 void BlockPool::check_invariants() const {
   std::vector<char> seen(blocks_.size(), 0);
-  check_free_list(seen);
+  check_free_list(0, seen);
+  check_free_list(1, seen);
+  S4KV_CHECK(num_free_in_[0] + num_free_in_[1] == num_free_, "free ", num_free_in_[0], " + ",
+             num_free_in_[1], " != ", num_free_);
   int num_in_use = 0;
   int num_hashed = 0;
   for (BlockId id = 0; id < num_blocks(); ++id) {
@@ -164,21 +187,25 @@ void BlockPool::check_invariants() const {
   check_hash_map();
 }
 
-// Walks the list head to tail: each step's back link must point at the previous node, no node
-// may repeat (that would be a cycle), and the length must equal num_free_.
-void BlockPool::check_free_list(std::vector<char>& seen) const {
-  S4KV_CHECK((head_ == kNone) == (tail_ == kNone), "head ", head_, " tail ", tail_);
+// Walks a list head to tail: each step's back link must point at the previous node, no node
+// may repeat (that would be a cycle), every node belongs to the list, and the length must
+// equal its count.
+void BlockPool::check_free_list(int list, std::vector<char>& seen) const {
+  S4KV_CHECK((head_[list] == kNone) == (tail_[list] == kNone), "head ", head_[list], " tail ",
+             tail_[list]);
   int count = 0;
   BlockId prev = kNone;
-  for (BlockId b = head_; b != kNone; b = at(b).next) {
-    S4KV_CHECK(!seen[static_cast<size_t>(b)], "block ", b, " twice in the free list");
+  for (BlockId b = head_[list]; b != kNone; b = at(b).next) {
+    S4KV_CHECK(!seen[static_cast<size_t>(b)], "block ", b, " twice in the free lists");
+    S4KV_CHECK(list_of(b) == list, "block ", b, " in free list ", list);
     seen[static_cast<size_t>(b)] = 1;
     S4KV_CHECK(at(b).prev == prev, "block ", b, " prev ", at(b).prev, " expected ", prev);
     prev = b;
     ++count;
   }
-  S4KV_CHECK(prev == tail_, "list ends at ", prev, " but tail is ", tail_);
-  S4KV_CHECK(count == num_free_, "free list length ", count, " != num_free ", num_free_);
+  S4KV_CHECK(prev == tail_[list], "list ends at ", prev, " but tail is ", tail_[list]);
+  S4KV_CHECK(count == num_free_in_[list], "free list ", list, " length ", count,
+             " != ", num_free_in_[list]);
 }
 
 void BlockPool::check_hash_map() const {

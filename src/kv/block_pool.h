@@ -5,6 +5,9 @@
 // Invariants (check_invariants() verifies all of them):
 //   - a block is either in use (ref_count > 0) or in the free list exactly once (ref_count 0);
 //   - the free list is in LRU order: freed blocks join at the tail, allocation takes the head;
+//     blocks from `last_resort_from` on have a free list of their own, which allocation takes
+//     from only when the first is empty (KvCacheManager keeps the seats' 16-bit rings there, so
+//     requests leave those blocks free while they can);
 //   - a free block may keep its hash and stay findable by lookup() (a prefix-cache hit revives it
 //     with touch()) until allocate() hands it out again, which evicts the hash;
 //   - the hash map is a bijection between cached hashes and the blocks carrying them.
@@ -27,13 +30,18 @@ using BlockId = int32_t;
 
 class BlockPool {
  public:
-  // num_blocks >= 1 (S4KV_CHECK). Without prefix caching, lookup() never hits and
-  // cache_full_block() does nothing.
-  BlockPool(int num_blocks, bool enable_prefix_caching);
+  // num_blocks >= 1 and 0 <= last_resort_from <= num_blocks (S4KV_CHECK; -1: num_blocks, no
+  // last-resort blocks). Without prefix caching, lookup() never hits and cache_full_block()
+  // does nothing.
+  BlockPool(int num_blocks, bool enable_prefix_caching, int last_resort_from = -1);
 
-  // n blocks from the head of the free list with ref count 1, or nullopt (and no change) when
-  // fewer than n are free. A reallocated block loses its cached hash.
+  // n blocks from the head of the free list (then of the last-resort list) with ref count 1, or
+  // nullopt (and no change) when fewer than n are free. A reallocated block loses its hash.
   std::optional<std::vector<BlockId>> allocate(int n);
+
+  // Takes exactly these blocks (distinct) with ref count 1, evicting their hashes, when every
+  // one is free; otherwise returns false and changes nothing. free() gives them back.
+  [[nodiscard]] bool take(std::span<const BlockId> blocks);
 
   // Drops one reference per listed block; blocks reaching 0 join the free-list tail in the order
   // given. Pass a request's blocks last-first so that its tail blocks, the least likely to be
@@ -67,7 +75,9 @@ class BlockPool {
   // For tests and diagnostics.
   int ref_count(BlockId block) const;
   std::optional<BlockHash> block_hash(BlockId block) const;
-  std::vector<BlockId> free_list() const;  // head (next to allocate) first
+  // The free blocks in allocation order: the free list head first, then the last-resort list.
+  std::vector<BlockId> free_list() const;
+  int last_resort_from() const { return last_resort_from_; }
 
   // S4KV_CHECK on any broken invariant listed above. O(num_blocks).
   void check_invariants() const;
@@ -85,15 +95,19 @@ class BlockPool {
 
   Block& at(BlockId block);
   const Block& at(BlockId block) const;
+  int list_of(BlockId block) const { return block >= last_resort_from_ ? 1 : 0; }
   void push_back_free(BlockId block);
   void unlink_free(BlockId block);
   void evict_hash(BlockId block);
-  void check_free_list(std::vector<char>& seen) const;
+  void check_free_list(int list, std::vector<char>& seen) const;
   void check_hash_map() const;
 
   std::vector<Block> blocks_;
-  BlockId head_ = kNone;
-  BlockId tail_ = kNone;
+  int last_resort_from_;
+  // [0]: the free list, [1]: the last-resort list.
+  BlockId head_[2] = {kNone, kNone};
+  BlockId tail_[2] = {kNone, kNone};
+  int num_free_in_[2] = {0, 0};
   int num_free_ = 0;
   bool enable_prefix_caching_;
   std::unordered_map<BlockHash, BlockId> cached_blocks_;

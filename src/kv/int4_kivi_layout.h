@@ -50,6 +50,13 @@ struct Int4KiviLayout {
   static Result<Int4KiviLayout> create(int block_size, int head_dim, int value_group_size);
 
   int num_value_groups() const { return head_dim / value_group_size; }
+  // Pool blocks (one of every KV head, as a block table entry takes) that hold one seat's 16-bit
+  // residual ring of `ring` blocks: 2 (K, V) x ring x block_size rows of head_dim 16-bit values
+  // a head, laid out in those blocks' bytes as [2][ring * block_size][num_kv_heads * head_dim].
+  int ring_blocks(int ring) const {
+    const size_t bytes = size_t{4} * ring * block_size * head_dim;
+    return static_cast<int>((bytes + block_bytes - 1) / block_bytes);
+  }
   int words_per_token() const { return head_dim / kInt4CodesPerWord; }
 };
 

@@ -8,11 +8,55 @@
 namespace s4kv::kv {
 
 KvCacheManager::KvCacheManager(int num_blocks, int block_size, bool enable_prefix_caching,
-                               uint64_t salt, int num_sink_blocks)
-    : pool_(num_blocks, enable_prefix_caching), block_size_(block_size), salt_(salt) {
-  S4KV_CHECK(block_size > 0 && num_sink_blocks >= 0, "block_size=", block_size,
-             " num_sink_blocks=", num_sink_blocks);
+                               uint64_t salt, int num_sink_blocks, int num_seats,
+                               int blocks_per_seat)
+    : pool_(num_blocks, enable_prefix_caching,
+            num_blocks - std::max(0, num_seats) * std::max(0, blocks_per_seat)),
+      block_size_(block_size),
+      salt_(salt),
+      num_seats_(num_seats),
+      blocks_per_seat_(blocks_per_seat),
+      seat_base_(int64_t{num_blocks} - int64_t{num_seats} * blocks_per_seat),
+      seat_held_(static_cast<size_t>(std::max(0, num_seats)), 0) {
+  S4KV_CHECK(block_size > 0 && num_sink_blocks >= 0 && num_seats >= 0 && blocks_per_seat >= 0 &&
+                 seat_base_ >= 0,
+             "block_size=", block_size, " num_sink_blocks=", num_sink_blocks,
+             " num_seats=", num_seats, " blocks_per_seat=", blocks_per_seat,
+             " num_blocks=", num_blocks);
   if (num_sink_blocks > 0) sink_pool_.emplace(num_sink_blocks, enable_prefix_caching);
+}
+
+std::vector<BlockId> KvCacheManager::seat_run(int seat) const {
+  std::vector<BlockId> run(static_cast<size_t>(blocks_per_seat_));
+  for (int j = 0; j < blocks_per_seat_; ++j) {
+    run[static_cast<size_t>(j)] = static_cast<BlockId>(seat_block(seat) + j);
+  }
+  return run;
+}
+
+int KvCacheManager::find_seat(std::span<const BlockId> computed) const {
+  for (int s = 0; s < num_seats_; ++s) {
+    if (seat_held_[static_cast<size_t>(s)]) continue;
+    const int64_t lo = seat_block(s), hi = lo + blocks_per_seat_;
+    bool free = true;
+    for (int64_t b = lo; b < hi && free; ++b) free = pool_.ref_count(static_cast<BlockId>(b)) == 0;
+    for (size_t i = 0; i < computed.size() && free; ++i) {
+      // Table index 0 may be a sink id (not the main pool); the others are main-pool ids.
+      free = in_sink(i) || computed[i] < lo || computed[i] >= hi;
+    }
+    if (free) return s;
+  }
+  return -1;
+}
+
+int KvCacheManager::seat(RequestId id) const {
+  const auto it = requests_.find(id);
+  S4KV_CHECK(it != requests_.end() && it->second.seat >= 0, "request ", id, " has no seat");
+  return it->second.seat;
+}
+
+int KvCacheManager::num_free_seats() const {
+  return static_cast<int>(std::count(seat_held_.begin(), seat_held_.end(), uint8_t{0}));
 }
 
 int64_t KvCacheManager::num_blocks_for_tokens(int64_t num_tokens) const {
@@ -71,7 +115,10 @@ bool KvCacheManager::allocate_slots(RequestId id, int64_t num_new_tokens,
   const int sink_needed = sink_pool_ && num_have == 0 && num_needed > 0 ? 1 : 0;
   const int main_needed = static_cast<int>(num_needed) - sink_needed;
   const Counts evictable = num_evictable(computed.blocks);
-  if (main_needed + evictable.main > pool_.num_free_blocks()) return false;
+  const int seat = is_new && num_seats_ > 0 ? find_seat(computed.blocks) : -1;
+  if (is_new && num_seats_ > 0 && seat < 0) return false;
+  const int seat_blocks = seat >= 0 ? blocks_per_seat_ : 0;
+  if (main_needed + evictable.main + seat_blocks > pool_.num_free_blocks()) return false;
   if (sink_needed + evictable.sink > (sink_pool_ ? sink_pool_->num_free_blocks() : 0)) {
     return false;
   }
@@ -80,6 +127,10 @@ bool KvCacheManager::allocate_slots(RequestId id, int64_t num_new_tokens,
   for (size_t i = 0; i < computed.blocks.size(); ++i) {
     const BlockId local = to_local(i, computed.blocks[i]);
     pool_of(i).touch(std::span(&local, 1));
+  }
+  if (seat >= 0) {
+    S4KV_CHECK(pool_.take(seat_run(seat)), "seat ", seat, "'s blocks were checked free above");
+    seat_held_[static_cast<size_t>(seat)] = 1;
   }
   std::vector<BlockId> fresh;
   if (sink_needed > 0) {
@@ -96,6 +147,7 @@ bool KvCacheManager::allocate_slots(RequestId id, int64_t num_new_tokens,
     req.blocks = computed.blocks;
     req.hashes = computed.hashes;
     req.num_cached_blocks = computed.blocks.size();
+    req.seat = seat;
     if (pool_.prefix_caching_enabled()) {
       pool_.record_prefix_cache_query(computed.num_queried_tokens, computed.num_computed_tokens);
     }
@@ -131,6 +183,10 @@ void KvCacheManager::free(RequestId id) {
   for (size_t i = blocks.size(); i-- > 0;) {  // last block first
     const BlockId local = to_local(i, blocks[i]);
     pool_of(i).free(std::span(&local, 1));
+  }
+  if (const int seat = it->second.seat; seat >= 0) {
+    pool_.free(seat_run(seat));
+    seat_held_[static_cast<size_t>(seat)] = 0;
   }
   requests_.erase(it);
 }
@@ -175,7 +231,15 @@ void KvCacheManager::check_invariants() const {
                  " holds block ", req.blocks[i], " at index ", i, " outside its pool");
       ++r[static_cast<size_t>(local)];
     }
+    S4KV_CHECK((req.seat >= 0) == (num_seats_ > 0) &&
+                   (req.seat < 0 || seat_held_[static_cast<size_t>(req.seat)]),
+               "request ", id, " seat ", req.seat);
+    if (req.seat >= 0) {
+      for (BlockId b : seat_run(req.seat)) ++refs[static_cast<size_t>(b)];
+    }
   }
+  S4KV_CHECK(num_seats_ - num_free_seats() == (num_seats_ > 0 ? num_requests() : 0), "seats held ",
+             num_seats_ - num_free_seats(), " by ", num_requests(), " requests");
   // Only this manager takes references, so each ref count is exactly the number of tables
   // holding the block: a mismatch is a leak or a double free.
   const auto check = [](const BlockPool& pool, const std::vector<int>& r, BlockId offset) {

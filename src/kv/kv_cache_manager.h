@@ -8,6 +8,14 @@
 // is in. The engine sizes the sink pool at one block per running sequence, so admitting a
 // request under max_num_seqs always finds one (free or evictable).
 //
+// Seats (backend.h): with num_seats > 0 every request holds one of seats 0..num_seats-1 from
+// its first allocate_slots to free(), the lowest free one. With blocks_per_seat > 0 (int4_kivi:
+// the seat's 16-bit residual ring lives in the pool) seat s also holds the main-pool blocks
+// seat_block(s) .. + blocks_per_seat - 1, the top num_seats * blocks_per_seat blocks of the pool
+// cut into one run per seat: a request takes the lowest seat whose run is free (evicting cached
+// blocks there), and requests are given those blocks only when no other block is free
+// (BlockPool's last-resort list), so memory a seat does not use holds tokens.
+//
 // One request's life, as the scheduler drives it (vLLM v1's KVCacheManager protocol):
 //   1. computed = get_computed_blocks(tokens)          longest cached prefix of full blocks
 //   2. allocate_slots(id, num_new_tokens, computed)    all or nothing; later steps pass no
@@ -46,9 +54,11 @@ class KvCacheManager {
  public:
   // block_size > 0; the pool has num_blocks blocks, the sink pool num_sink_blocks (0: none, every
   // block from the main pool). `salt` roots the hash chain: the process salt in production, a
-  // fixed value in tests that compare hashes.
+  // fixed value in tests that compare hashes. Seats as above (num_seats * blocks_per_seat <=
+  // num_blocks, S4KV_CHECK).
   KvCacheManager(int num_blocks, int block_size, bool enable_prefix_caching,
-                 uint64_t salt = process_hash_salt(), int num_sink_blocks = 0);
+                 uint64_t salt = process_hash_salt(), int num_sink_blocks = 0, int num_seats = 0,
+                 int blocks_per_seat = 0);
 
   // Longest prefix of `token_ids` made of cached full blocks, stopping one token short of the
   // whole prompt: the last token must be computed to produce logits. Empty without prefix
@@ -57,8 +67,9 @@ class KvCacheManager {
 
   // Grows the request's block table to hold num_new_tokens more tokens. For a request without a
   // table, `computed` (from get_computed_blocks) becomes the table's prefix and counts as already
-  // computed; for a running request it must be empty. Returns false, changing nothing, when the
-  // pool cannot supply every block needed.
+  // computed; for a running request it must be empty. A new request also takes a seat (when
+  // there are seats). Returns false, changing nothing, when the pool cannot supply every block
+  // needed or no seat is free (with its blocks).
   [[nodiscard]] bool allocate_slots(RequestId id, int64_t num_new_tokens,
                                     const ComputedBlocks& computed = {});
 
@@ -74,6 +85,11 @@ class KvCacheManager {
   void free(RequestId id);
 
   bool has_request(RequestId id) const { return requests_.contains(id); }
+  // The request's seat (S4KV_CHECK: it has one), and the first pool block of a seat's run.
+  int seat(RequestId id) const;
+  int64_t seat_block(int seat) const { return seat_base_ + int64_t{seat} * blocks_per_seat_; }
+  int num_seats() const { return num_seats_; }
+  int num_free_seats() const;
   // The request's block ids, in token order. The request must have a table (S4KV_CHECK).
   std::span<const BlockId> block_table(RequestId id) const;
   // Tokens the table has slots for (computed prefix plus every num_new_tokens allocated).
@@ -98,6 +114,7 @@ class KvCacheManager {
     std::vector<BlockHash> hashes;  // chained hashes of the first num_cached_blocks blocks
     int64_t num_tokens = 0;
     size_t num_cached_blocks = 0;  // blocks passed to cache_full_block (or found cached)
+    int seat = -1;
   };
 
   int64_t num_blocks_for_tokens(int64_t num_tokens) const;
@@ -116,11 +133,18 @@ class KvCacheManager {
     int main = 0, sink = 0;
   };
   Counts num_evictable(std::span<const BlockId> table_prefix) const;
+  // The lowest seat not held whose run of blocks is free and not among `computed` (prefix hits
+  // about to be taken), or -1.
+  int find_seat(std::span<const BlockId> computed) const;
+  std::vector<BlockId> seat_run(int seat) const;
 
   BlockPool pool_;
   std::optional<BlockPool> sink_pool_;
   int block_size_;
   uint64_t salt_;
+  int num_seats_, blocks_per_seat_;
+  int64_t seat_base_;               // num_blocks - num_seats * blocks_per_seat
+  std::vector<uint8_t> seat_held_;  // [num_seats]
   std::unordered_map<RequestId, RequestBlocks> requests_;
 };
 

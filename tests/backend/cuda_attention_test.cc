@@ -310,8 +310,10 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
       at.pool = pool;
       at.layout = layout;
       at.num_pool_blocks = kv.num_blocks;
-      at.residual = d.put(std::span<const uint16_t>(
-          reinterpret_cast<const uint16_t*>(written.residual.data()), written.residual.size() / 2));
+      // The rings are in the pool's memory (cpu_kv_cache.h's KvStorageView).
+      at.residual =
+          reinterpret_cast<const uint16_t*>(pool + (written.residual.data() - written.pool.data()));
+      at.seat_stride = written.seat_stride / 2;
       at.ring = 1 + static_cast<int>(kv.num_window_blocks);
       at.sink = d.put(std::span<const uint16_t>(
           reinterpret_cast<const uint16_t*>(written.sink.data()), written.sink.size() / 2));

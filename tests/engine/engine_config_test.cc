@@ -1,7 +1,12 @@
 // --max-num-batched-tokens' default per device and use (vLLM's), and its resolution.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <string>
+
+#include "common/json.h"
 #include "engine/engine_config.h"
+#include "model/model_config.h"
 
 namespace s4kv::engine {
 namespace {
@@ -49,6 +54,73 @@ TEST(EngineConfigDefaults, UnsetBudgetResolvesTo2048AndANegativeOneIsRefused) {
   r = resolve_engine_config(c, small_model());
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("--max-num-batched-tokens"), std::string::npos);
+}
+
+model::ModelConfig fixture(const std::string& name) {
+  const std::string path = "tests/fixtures/configs/" + name + ".json";
+  auto doc = read_json_file(path);
+  S4KV_CHECK(doc.is_ok(), doc.status().message());
+  model::ConfigParse p = model::parse_model_config(*doc, path);
+  S4KV_CHECK(p.config.has_value(), name);
+  return *p.config;
+}
+
+// Capacity on Qwen2.5-7B at the KV budget the H200 gives at --gpu-memory-utilization 0.9
+// (108.68 GiB, bench/results/cuda_h200/capacity_h200.json) and the defaults: int4_kivi's 16-bit
+// residual rings live in pool blocks the running sequences' seats hold (not reserved for every
+// seat off the budget), so its KV tokens are the block density's 3.66x of the 16-bit cache's
+// less only the 16-bit sink blocks and the dummy seat's ring.
+TEST(EngineConfigCapacity, Int4KiviRingsInThePoolOnQwen7B) {
+  const model::ModelConfig m = fixture("qwen2.5-7b-instruct");
+  EngineConfig c;
+  c.max_num_seqs = 256;
+  c.kv_cache_memory_bytes = static_cast<int64_t>(108.68 * static_cast<double>(kGiB));
+  int64_t tokens[3] = {};
+  const kv::KvCacheDtype dtypes[3] = {kv::KvCacheDtype::k16Bit, kv::KvCacheDtype::kFp8E4M3,
+                                      kv::KvCacheDtype::kInt4Kivi};
+  for (int d = 0; d < 3; ++d) {
+    c.kv_cache_dtype = dtypes[d];
+    auto r = resolve_engine_config(c, m);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    tokens[d] = r->capacity.num_tokens;
+    if (d == 2) {
+      EXPECT_EQ(r->ring_blocks, 8);  // 2 x 2 x 64 x 128 x 2 bytes a head in 8960-byte blocks
+      EXPECT_EQ(r->cache.blocks_per_seat, 8);
+      EXPECT_EQ(r->kv.ring_base_block, r->kv.num_blocks - 256 * 8);
+      EXPECT_EQ(r->sink_bytes, int64_t{256} * 64 * 57344);
+      const std::string line = describe_capacity(*r);
+      EXPECT_NE(line.find("residual ring takes 8 of these blocks"), std::string::npos) << line;
+      // 32,768-token requests: 511 pool blocks (the first is a sink block) and 8 for the ring.
+      char want[96];
+      std::snprintf(want, sizeof want, "maximum concurrency for 32768 tokens per request: %.2fx",
+                    static_cast<double>(r->capacity.num_blocks) / 519.0);
+      EXPECT_NE(line.find(want), std::string::npos) << line << " / " << want;
+    } else {
+      EXPECT_EQ(r->kv.ring_base_block, -1);
+      EXPECT_EQ(r->cache.blocks_per_seat, 0);
+    }
+  }
+  const double vs16 = static_cast<double>(tokens[2]) / static_cast<double>(tokens[0]);
+  const double vs8 = static_cast<double>(tokens[2]) / static_cast<double>(tokens[1]);
+  std::printf(
+      "[ capacity ] Qwen2.5-7B at 108.68 GiB: 16-bit %lld, fp8 %lld, int4_kivi %lld "
+      "tokens: %.3fx, %.3fx\n",
+      static_cast<long long>(tokens[0]), static_cast<long long>(tokens[1]),
+      static_cast<long long>(tokens[2]), vs16, vs8);
+  EXPECT_GE(vs16, 3.6);
+  EXPECT_GE(vs8, 1.8);
+}
+
+// The rings of --max-num-seqs seats must fit the pool: a budget too small says so.
+TEST(EngineConfigCapacity, RingsOfEverySeatMustFit) {
+  EngineConfig c;
+  c.kv_cache_dtype = kv::KvCacheDtype::kInt4Kivi;
+  c.max_num_seqs = 256;
+  c.max_model_len = 128;
+  c.kv_cache_memory_bytes = 40 << 20;  // 16.8 MB of sink blocks; 1,398 blocks for 2,048
+  const auto r = resolve_engine_config(c, small_model());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("residual rings"), std::string::npos) << r.status().message();
 }
 
 }  // namespace

@@ -370,9 +370,11 @@ TEST(EngineCore, Int4KiviResidualSlotsUnderPressure) {
   a.config.block_size = 32;
   a.config.max_num_seqs = 4;
   a.config.max_model_len = 128;
-  // Format v2: per slot a residual ring of 2 blocks and a sink block, 3 x 32 tokens x 6144
-  // bytes; pool: 4 blocks of 32 tokens (int4_kivi; each sequence's first block is a sink block).
-  a.config.kv_cache_memory_bytes = 4 * 3 * 32 * 6144 + 4 * 32 * 1776;
+  // Format v2: per seat a 16-bit sink block (32 tokens x 6144 bytes, off the pool) and a
+  // residual ring of 2 blocks in 7 pool blocks of 32 int4_kivi tokens (1776 bytes a token);
+  // pool: 4 seats' rings, the dummy seat's, and 4 blocks for the sequences (each sequence's
+  // first block is a sink block), so all 4 running leave 4 blocks for their tables.
+  a.config.kv_cache_memory_bytes = 4 * 32 * 6144 + (4 * 7 + 7 + 4) * 32 * 1776;
   auto loaded = load_llm_engine(a);
   if (!loaded.is_ok() && loaded.status().code() == StatusCode::kUnsupported) {
     GTEST_SKIP() << loaded.status().message();

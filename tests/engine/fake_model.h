@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -63,12 +64,27 @@ class FakeModel {
 
   // One sampled token per scheduled entry (-1 where the entry does not sample).
   std::vector<int32_t> forward(const SchedulerOutput& out) {
-    for (RequestId id : out.preempted_ids) num_computed_.erase(id);
-    for (RequestId id : out.finished_ids) num_computed_.erase(id);
+    for (const std::vector<RequestId>* gone : {&out.preempted_ids, &out.finished_ids}) {
+      for (RequestId id : *gone) {
+        num_computed_.erase(id);
+        seat_of_.erase(id);
+      }
+    }
     std::vector<int32_t> sampled;
     int64_t total = 0;
+    std::vector<int32_t> step_seats;
     for (const ScheduledRequest& s : out.scheduled) {
       check_range(s);
+      // A request keeps the seat it was admitted with; no two running requests share one.
+      EXPECT_GE(s.seat, 0);
+      if (s.is_new) {
+        for (const auto& [id, seat] : seat_of_) EXPECT_NE(seat, s.seat) << "seat taken";
+        seat_of_[s.request_id] = s.seat;
+      } else {
+        EXPECT_EQ(seat_of_[s.request_id], s.seat);
+      }
+      EXPECT_EQ(std::count(step_seats.begin(), step_seats.end(), s.seat), 0);
+      step_seats.push_back(s.seat);
       for (int64_t i = 0; i < s.num_scheduled_tokens; ++i) {
         write(s.block_table, s.num_computed_tokens + i, s.token_ids[static_cast<size_t>(i)]);
       }
@@ -83,6 +99,8 @@ class FakeModel {
   // Requests whose state the "runner" still holds (should be none once all have finished and a
   // last schedule() has reported them).
   size_t num_tracked() const { return num_computed_.size(); }
+  // Requests holding a seat as the "runner" sees them.
+  size_t num_seated() const { return seat_of_.size(); }
 
  private:
   struct Slot {
@@ -138,6 +156,7 @@ class FakeModel {
   int block_size_;
   int32_t vocab_;
   std::unordered_map<RequestId, int64_t> num_computed_;
+  std::unordered_map<RequestId, int32_t> seat_of_;
 };
 
 // The engine side of the loop: schedule -> fake forward -> update -> finish after max_tokens.

@@ -35,8 +35,11 @@ SchedulerConfig config(int64_t budget, int max_num_seqs = 8, int64_t max_model_l
   return c;
 }
 
-CacheConfig cache(int num_blocks, int block_size = 4, bool prefix_caching = true) {
-  return CacheConfig{num_blocks, block_size, prefix_caching, kSalt};
+CacheConfig cache(int num_blocks, int block_size = 4, bool prefix_caching = true,
+                  int blocks_per_seat = 0) {
+  CacheConfig c{num_blocks, block_size, prefix_caching, kSalt};
+  c.blocks_per_seat = blocks_per_seat;
+  return c;
 }
 
 const ScheduledRequest* find(const SchedulerOutput& out, RequestId id) {
@@ -298,6 +301,7 @@ struct Mix {
   int block_size;
   bool prefix_caching;
   std::vector<MixRequest> requests;
+  int blocks_per_seat = 0;  // int4_kivi's rings: each running request's seat holds some blocks
 };
 
 Mix random_mix(std::mt19937& rng) {
@@ -309,6 +313,7 @@ Mix random_mix(std::mt19937& rng) {
   m.config.max_num_seqs = pick(1, 6);
   m.config.max_num_batched_tokens = std::vector<int>{1, 3, 8, 16, 64}[size_t(pick(0, 4))];
   m.config.long_prefill_token_threshold = pick(0, 2) == 0 ? pick(1, 8) : 0;
+  m.blocks_per_seat = pick(0, 2);
   // Two shared stems so that prompts hit each other's cached blocks.
   std::vector<std::vector<int32_t>> stems(2);
   for (auto& stem : stems) {
@@ -337,7 +342,8 @@ struct MixStats {
 template <typename OnStep>
 std::map<RequestId, std::vector<int32_t>> run_mix(const Mix& m, int num_blocks, OnStep on_step,
                                                   MixStats* stats = nullptr) {
-  FakeEngine e(m.config, cache(num_blocks, m.block_size, m.prefix_caching), kVocab);
+  FakeEngine e(m.config, cache(num_blocks, m.block_size, m.prefix_caching, m.blocks_per_seat),
+               kVocab);
   size_t next = 0;
   for (int step = 0; next < m.requests.size() || e.scheduler.has_unfinished_requests(); ++step) {
     EXPECT_LT(step, 100000) << "no progress";
@@ -358,10 +364,14 @@ std::map<RequestId, std::vector<int32_t>> run_mix(const Mix& m, int num_blocks, 
   return e.outputs;
 }
 
+// The fewest blocks validate() accepts (one max_model_len request and its seat's blocks, and
+// every seat's blocks), plus 0..3.
 int tiny_pool(const Mix& m, std::mt19937& rng) {
   const int min_blocks =
-      static_cast<int>((m.config.max_model_len + m.block_size - 1) / m.block_size);
-  return min_blocks + std::uniform_int_distribution<int>(0, 3)(rng);
+      static_cast<int>((m.config.max_model_len + m.block_size - 1) / m.block_size) +
+      m.blocks_per_seat;
+  return std::max(min_blocks, m.config.max_num_seqs * m.blocks_per_seat) +
+         std::uniform_int_distribution<int>(0, 3)(rng);
 }
 
 TEST(SchedulerRandomized, OutputsUnchangedUnderMemoryPressure) {

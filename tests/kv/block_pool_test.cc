@@ -117,6 +117,39 @@ TEST(BlockPool, CountersAccumulateTokens) {
   EXPECT_EQ(pool.prefix_cache_hits(), 64);
 }
 
+// Blocks from last_resort_from on are handed out only when no other block is free, and go back
+// to their own list; take() claims given free blocks, all or none.
+TEST(BlockPool, LastResortBlocksGoLastAndTakeIsAllOrNothing) {
+  BlockPool pool(6, true, /*last_resort_from=*/4);
+  EXPECT_EQ(pool.free_list(), (std::vector<BlockId>{0, 1, 2, 3, 4, 5}));
+  ASSERT_TRUE(pool.take(std::vector<BlockId>{4, 5}));
+  pool.check_invariants();
+  EXPECT_EQ(pool.ref_count(4), 1);
+  EXPECT_EQ(pool.num_free_blocks(), 4);
+  pool.free(std::vector<BlockId>{5, 4});  // back to the last-resort list, behind 0..3
+  pool.check_invariants();
+  EXPECT_EQ(pool.free_list(), (std::vector<BlockId>{0, 1, 2, 3, 5, 4}));
+
+  const auto a = take(pool, 3);  // 0 1 2
+  pool.free(std::vector<BlockId>{a[2], a[1], a[0]});
+  // Freed ordinary blocks still go before the last-resort ones.
+  EXPECT_EQ(pool.free_list(), (std::vector<BlockId>{3, 2, 1, 0, 5, 4}));
+  EXPECT_EQ(take(pool, 5), (std::vector<BlockId>{3, 2, 1, 0, 5}));
+
+  // take() with one block in use changes nothing; a cached free block loses its hash.
+  EXPECT_FALSE(pool.take(std::vector<BlockId>{4, 5}));
+  EXPECT_EQ(pool.ref_count(4), 0);
+  pool.check_invariants();
+  ASSERT_TRUE(pool.cache_full_block(5, 0xabc));
+  pool.free(std::vector<BlockId>{5});
+  ASSERT_EQ(pool.lookup(0xabc), std::optional<BlockId>(5));
+  ASSERT_TRUE(pool.take(std::vector<BlockId>{4, 5}));
+  EXPECT_FALSE(pool.lookup(0xabc).has_value());
+  EXPECT_FALSE(pool.block_hash(5).has_value());
+  EXPECT_EQ(pool.num_free_blocks(), 0);
+  pool.check_invariants();
+}
+
 TEST(BlockPoolDeathTest, DoubleFreeAborts) {
   BlockPool pool(2, true);
   const auto a = take(pool, 1);

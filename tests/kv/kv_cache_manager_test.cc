@@ -197,9 +197,10 @@ TEST(KvCacheManager, PrefixCachingOff) {
 // Runs with and without a sink pool (int4_kivi v2: every table's first block from it).
 class KvCacheManagerStress : public ::testing::TestWithParam<int> {};
 
+// The parameter: sink blocks (ones digit), and with 10 added 4 seats of 2 blocks each.
 TEST_P(KvCacheManagerStress, RandomizedSchedulerStress) {
-  const int num_sink = GetParam();
-  KvCacheManager m(24, kBlock, true, kSalt, num_sink);
+  const int num_sink = GetParam() % 10, num_seats = GetParam() >= 10 ? 4 : 0;
+  KvCacheManager m(24, kBlock, true, kSalt, num_sink, num_seats, num_seats > 0 ? 2 : 0);
   std::mt19937 rng(7);
   std::vector<std::vector<int32_t>> prefixes;
   for (int p = 0; p < 4; ++p) prefixes.push_back(iota_tokens(12, 1000 * p));
@@ -223,6 +224,9 @@ TEST_P(KvCacheManagerStress, RandomizedSchedulerStress) {
         }
         m.cache_blocks(next_id, prompt, static_cast<int64_t>(prompt.size()));
         running[next_id] = prompt;
+        if (num_seats > 0) {
+          EXPECT_LE(static_cast<int>(running.size()), num_seats);
+        }
       }
       ++next_id;
     } else if (op <= 2 && !running.empty()) {  // decode a token, or preempt when full
@@ -249,9 +253,10 @@ TEST_P(KvCacheManagerStress, RandomizedSchedulerStress) {
   if (num_sink > 0) {
     EXPECT_EQ(m.sink_pool()->num_free_blocks(), num_sink);
   }
+  EXPECT_EQ(m.num_free_seats(), num_seats);
 }
 
-INSTANTIATE_TEST_SUITE_P(SinkPool, KvCacheManagerStress, ::testing::Values(0, 3));
+INSTANTIATE_TEST_SUITE_P(SinkPool, KvCacheManagerStress, ::testing::Values(0, 3, 10, 13));
 
 // int4_kivi v2: the first block of every table comes from the sink pool (ids after the main
 // pool's), is cached and shared like any block, and the sink pool's size bounds admissions.
@@ -297,6 +302,80 @@ TEST(KvCacheManager, SinkPoolSuppliesEveryFirstBlock) {
   m.check_invariants();
   EXPECT_EQ(m.block_table(5)[0], sink_a);
   EXPECT_TRUE(m.get_computed_blocks(a).blocks.empty());
+}
+
+// Seats with blocks (int4_kivi's residual rings): each request holds the lowest seat whose run
+// is free, the runs sit at the top of the pool, requests use those blocks only when nothing else
+// is free, and a seat whose run holds a request's block (or a prefix hit) is passed over.
+TEST(KvCacheManager, SeatsHoldTheirRunsOfBlocks) {
+  // 12 blocks of 4 tokens; 3 seats of 2 blocks: runs 6-7, 8-9, 10-11.
+  KvCacheManager m(12, kBlock, true, kSalt, /*num_sink_blocks=*/0, /*num_seats=*/3,
+                   /*blocks_per_seat=*/2);
+  EXPECT_EQ(m.seat_block(0), 6);
+  EXPECT_EQ(m.pool().last_resort_from(), 6);
+  admit(m, 1, iota_tokens(8));  // 2 blocks
+  EXPECT_EQ(m.seat(1), 0);
+  EXPECT_EQ(m.block_table(1)[0], 0);
+  EXPECT_EQ(m.pool().ref_count(6), 1);
+  EXPECT_EQ(m.pool().ref_count(7), 1);
+  EXPECT_EQ(m.pool().num_free_blocks(), 8);
+  EXPECT_EQ(m.num_free_seats(), 2);
+
+  // A request of 6 blocks takes seat 1's run 8-9, blocks 2..5, then seat 2's idle run (the last
+  // resort): 10, 11.
+  admit(m, 2, iota_tokens(24, 100));
+  EXPECT_EQ(m.seat(2), 1);  // seat 1's run 8-9 was free when it was admitted
+  const std::vector<BlockId> t2(m.block_table(2).begin(), m.block_table(2).end());
+  EXPECT_EQ(t2, (std::vector<BlockId>{2, 3, 4, 5, 10, 11}));
+  EXPECT_EQ(m.pool().num_free_blocks(), 0);
+
+  // No free seat run (seat 2's run is request 2's): a third request waits, nothing changes.
+  EXPECT_FALSE(m.allocate_slots(3, 1));
+  EXPECT_FALSE(m.has_request(3));
+  m.check_invariants();
+
+  // Request 1 finishes: its seat's run and blocks are free; the next request takes seat 0.
+  m.free(1);
+  m.check_invariants();
+  EXPECT_EQ(m.num_free_seats(), 2);
+  EXPECT_EQ(m.pool().num_free_blocks(), 4);
+  ASSERT_TRUE(m.allocate_slots(3, 4));
+  EXPECT_EQ(m.seat(3), 0);
+  EXPECT_EQ(m.block_table(3)[0], 1);  // the ordinary blocks first (0 and 1 were freed last-first)
+  m.check_invariants();
+  m.free(2);
+  m.free(3);
+  m.check_invariants();
+  EXPECT_EQ(m.num_free_seats(), 3);
+  EXPECT_EQ(m.pool().num_free_blocks(), 12);
+}
+
+TEST(KvCacheManager, SeatRunsSkipPrefixHits) {
+  // 12 blocks; 3 seats of 1 block: runs 9, 10, 11. A cached block lands in seat 0's run; a
+  // request hitting it must not take seat 0 (which would evict its own hit): it takes seat 1.
+  KvCacheManager m(12, kBlock, true, kSalt, 0, /*num_seats=*/3, /*blocks_per_seat=*/1);
+  admit(m, 1, iota_tokens(4));        // seat 0 (run 9), block 0
+  admit(m, 2, iota_tokens(20, 100));  // seat 1 (run 10), blocks 1-5
+  admit(m, 3, iota_tokens(12, 200));  // seat 2 (run 11), blocks 6-8: no ordinary block left
+  m.free(1);                          // seat 0 and its run 9 are free, block 0 too
+  std::vector<int32_t> b = iota_tokens(28, 100);
+  ASSERT_TRUE(m.allocate_slots(2, 8));  // blocks 0, then 9 (the last resort)
+  m.cache_blocks(2, b, 28);
+  EXPECT_EQ(m.block_table(2)[6], 9);
+  m.free(3);
+  m.free(2);
+  m.check_invariants();
+
+  b.push_back(7);
+  const ComputedBlocks hit = m.get_computed_blocks(b);
+  ASSERT_EQ(hit.blocks.size(), 7u);
+  EXPECT_EQ(hit.blocks[6], 9);
+  ASSERT_TRUE(m.allocate_slots(4, 1, hit));
+  EXPECT_EQ(m.seat(4), 1);
+  EXPECT_EQ(m.block_table(4)[6], 9);
+  EXPECT_EQ(m.pool().ref_count(9), 1);
+  EXPECT_EQ(m.num_free_seats(), 2);
+  m.check_invariants();
 }
 
 TEST(KvCapacity, BlocksForBudget) {

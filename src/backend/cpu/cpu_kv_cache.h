@@ -33,9 +33,12 @@ struct CpuKvCacheShape {
 // backend (the CUDA equivalence tests); empty spans for parts a dtype does not have. Layouts
 // as each cache documents them (paged_kv_cache.h, int4_kivi_kv_cache.h), one layer each.
 struct KvStorageView {
-  std::span<const std::byte> k, v;       // 16-bit / fp8: [num_blocks, B, nkv, D] elements
-  std::span<const std::byte> pool;       // int4_kivi: [num_blocks, nkv, block_bytes]
-  std::span<const std::byte> residual;   // int4_kivi: [slots, 2, ring * B, nkv * D] 16-bit
+  std::span<const std::byte> k, v;  // 16-bit / fp8: [num_blocks, B, nkv, D] elements
+  std::span<const std::byte> pool;  // int4_kivi: [num_blocks, nkv, block_bytes]
+  // int4_kivi: the seats' rings in the pool ([slots] of seat_stride bytes, each [2, ring * B,
+  // nkv * D] 16-bit), a view of the pool's memory.
+  std::span<const std::byte> residual;
+  int64_t seat_stride = 0;
   std::span<const std::byte> sink;       // int4_kivi: [num_sink, 2, B, nkv * D] 16-bit
   std::span<const std::byte> staging_k;  // int4_kivi: [num_tokens, nkv * D] 16-bit (this
   std::span<const std::byte> staging_v;  //   step's write, until commit)

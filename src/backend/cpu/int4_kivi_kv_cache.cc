@@ -28,7 +28,10 @@ Int4KiviKvCache::Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheSh
       dtype_(shape.dtype),
       keys_post_rope_(config.int4_keys_post_rope),
       value_hadamard_(config.int4_value_hadamard),
-      rope_(inv_freq) {
+      rope_(inv_freq),
+      ring_blocks_(layout.ring_blocks(static_cast<int>(ring_))),
+      ring_base_(config.ring_base()),
+      pool_blocks_(std::max(num_blocks_, ring_base_ + ring_blocks_ * num_slots_)) {
   S4KV_CHECK(
       num_layers_ > 0 && num_blocks_ > 0 && num_slots_ > 0 && num_sink_ >= 0 && num_kv_heads_ > 0,
       "Int4KiviKvCache: non-positive dimension");
@@ -36,10 +39,11 @@ Int4KiviKvCache::Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheSh
                  layout.value_group_size == config.value_group_size,
              "Int4KiviKvCache: layout does not match the config");
   S4KV_CHECK(dtype_ == DType::kBF16 || dtype_ == DType::kF16, "Int4KiviKvCache: 16-bit dtype");
-  pool_.assign(static_cast<size_t>(num_layers_ * num_blocks_ * num_kv_heads_) * layout.block_bytes,
+  S4KV_CHECK(ring_base_ >= 0 && (ring_base_ >= num_blocks_ ||
+                                 ring_base_ + ring_blocks_ * (num_slots_ - 1) <= num_blocks_),
+             "Int4KiviKvCache: rings from block ", ring_base_, " of ", num_blocks_);
+  pool_.assign(static_cast<size_t>(num_layers_ * pool_blocks_ * num_kv_heads_) * layout.block_bytes,
                std::byte{0});
-  residual_.assign(
-      static_cast<size_t>(num_layers_ * num_slots_ * 2 * ring_ * block_size_ * slot_elems_), 0);
   sink_.assign(static_cast<size_t>(num_layers_ * num_sink_ * 2 * block_size_ * slot_elems_), 0);
   S4KV_CHECK(!value_hadamard_ || (head_dim_ & (head_dim_ - 1)) == 0,
              "Int4KiviKvCache: Hadamard values need a power-of-two head_dim");
@@ -145,7 +149,7 @@ Int4BlockRun Int4KiviKvCache::int4_run(int64_t layer, const ForwardBatch& batch,
   }
   const size_t stride = static_cast<size_t>(num_kv_heads_) * layout_.block_bytes;
   return {.layout = &layout_,
-          .base = pool_.data() + static_cast<size_t>(layer * num_blocks_) * stride +
+          .base = pool_.data() + static_cast<size_t>(layer * pool_blocks_) * stride +
                   static_cast<size_t>(kv_head) * layout_.block_bytes,
           .block_stride = stride,
           .table = table,
@@ -177,7 +181,7 @@ std::span<const std::byte> Int4KiviKvCache::block(int64_t layer, int64_t block_i
                  kv_head >= 0 && kv_head < num_kv_heads_,
              "int4_kivi: block ", block_id, " head ", kv_head, " of layer ", layer);
   const auto index =
-      static_cast<size_t>((layer * num_blocks_ + block_id) * num_kv_heads_ + kv_head);
+      static_cast<size_t>((layer * pool_blocks_ + block_id) * num_kv_heads_ + kv_head);
   return std::span<const std::byte>(pool_).subspan(index * layout_.block_bytes,
                                                    layout_.block_bytes);
 }
@@ -211,25 +215,30 @@ uint16_t* Int4KiviKvCache::sink_row(int64_t layer, int32_t block_id, int which, 
 uint16_t* Int4KiviKvCache::residual(int64_t layer, int64_t slot, int which) {
   S4KV_CHECK(layer >= 0 && layer < num_layers_ && slot >= 0 && slot < num_slots_,
              "int4_kivi: residual slot ", slot, " of layer ", layer);
-  return residual_.data() +
-         ((layer * num_slots_ + slot) * 2 + which) * ring_ * block_size_ * slot_elems_;
+  const size_t block = static_cast<size_t>(
+      (layer * pool_blocks_ + ring_base_ + slot * ring_blocks_) * num_kv_heads_);
+  return reinterpret_cast<uint16_t*>(pool_.data() + block * layout_.block_bytes) +
+         which * ring_ * block_size_ * slot_elems_;
 }
 
 KvStorageView Int4KiviKvCache::storage(int64_t layer) const {
   S4KV_CHECK(layer >= 0 && layer < num_layers_, "int4_kivi storage: layer ", layer);
   const auto l = static_cast<size_t>(layer);
-  const auto pool = static_cast<size_t>(num_blocks_ * num_kv_heads_) * layout_.block_bytes;
-  const auto res = static_cast<size_t>(num_slots_ * 2 * ring_ * block_size_ * slot_elems_);
+  const auto pool = static_cast<size_t>(pool_blocks_ * num_kv_heads_) * layout_.block_bytes;
+  const auto block = static_cast<size_t>(num_kv_heads_) * layout_.block_bytes;
   const auto sink = static_cast<size_t>(num_sink_ * 2 * block_size_ * slot_elems_);
+  const auto res_begin = static_cast<size_t>(ring_base_) * block;
   return {.pool = std::span<const std::byte>(pool_).subspan(l * pool, pool),
-          .residual = std::as_bytes(std::span<const uint16_t>(residual_).subspan(l * res, res)),
+          .residual = std::span<const std::byte>(pool_).subspan(
+              l * pool + res_begin, static_cast<size_t>(ring_blocks_ * num_slots_) * block),
+          .seat_stride = static_cast<int64_t>(ring_blocks_) * static_cast<int64_t>(block),
           .sink = std::as_bytes(std::span<const uint16_t>(sink_).subspan(l * sink, sink)),
           .staging_k = std::as_bytes(std::span<const uint16_t>(staging_k_)),
           .staging_v = std::as_bytes(std::span<const uint16_t>(staging_v_))};
 }
 
 int64_t Int4KiviKvCache::num_bytes() const {
-  return static_cast<int64_t>(pool_.size() + (residual_.size() + sink_.size()) * sizeof(uint16_t));
+  return static_cast<int64_t>(pool_.size() + sink_.size() * sizeof(uint16_t));
 }
 
 }  // namespace s4kv::backend::cpu

@@ -2,12 +2,12 @@
 // "The CPU backend"). Per layer:
 //   pool      [num_blocks, num_kv_heads] int4 blocks of Int4KiviLayout (block_bytes each): the
 //             full blocks, keys quantized before RoPE (after RoPE with int4_keys_post_rope);
-//   residual  [num_seats + 1 (the dummy seat), R * block_size, num_kv_heads, head_dim] 16-bit
-//             K and V: each
-//             running sequence's partly filled tail block, keys after RoPE, exactly the bits the
-//             16-bit cache holds (slot = ForwardBatch::seats[s]); with the window
-//             candidate (R = 2) also its last full block. Position p is at row
-//             (p / B % R) * B + p % B: a ring of R blocks;
+//   residual  per seat (num_seats + 1, the dummy seat last) [2 (K, V), R * block_size,
+//             num_kv_heads, head_dim] 16-bit in the pool's memory, ring_blocks pool blocks from
+//             block ring_base + seat * ring_blocks (backend.h): each running sequence's partly
+//             filled tail block, keys after RoPE, exactly the bits the 16-bit cache holds
+//             (slot = ForwardBatch::seats[s]); with the window candidate (R = 2) also its last
+//             full block. Position p is at row (p / B % R) * B + p % B: a ring of R blocks;
 //   staging   [num_tokens, num_kv_heads, head_dim] 16-bit K and V of this step's new tokens
 //             (per step, shared by the layers: kv_write fills it, kv_commit empties it).
 //   sink      [num_sink_blocks + 1 (the dummy block, backend.h), 2 (K, V), block_size,
@@ -106,9 +106,11 @@ class Int4KiviKvCache final : public CpuKvCache {
   bool keys_post_rope_;
   bool value_hadamard_;
   RopeTable rope_;
-  std::vector<std::byte> pool_;      // [num_layers, num_blocks, num_kv_heads, block_bytes]
-  std::vector<uint16_t> residual_;   // [num_layers, num_slots, 2 (K, V), ring * B, slot_elems]
-  std::vector<uint16_t> sink_;       // [num_layers, num_sink, 2 (K, V), block_size, slot_elems]
+  int64_t ring_blocks_;          // pool blocks of one seat's ring
+  int64_t ring_base_;            // the first seat's first pool block
+  int64_t pool_blocks_;          // pool blocks a layer: num_blocks, or up to the dummy seat's ring
+  std::vector<std::byte> pool_;  // [num_layers, pool_blocks, num_kv_heads, block_bytes]
+  std::vector<uint16_t> sink_;   // [num_layers, num_sink, 2 (K, V), block_size, slot_elems]
   std::vector<uint16_t> staging_k_;  // [num_tokens, slot_elems], grown to the largest step
   std::vector<uint16_t> staging_v_;
   std::vector<uint8_t> slot_used_;    // begin_step's check_distinct_seats scratch

@@ -72,8 +72,7 @@ KvParts kv_parts(const model::ModelConfig& c, const KvCacheConfig& kv,
   const int64_t kv_dim = nkv * kHeadDim;
   KvParts p;
   if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
-    p.pool = L * kv.num_blocks * nkv * static_cast<int64_t>(layout.block_bytes);
-    p.residual = L * (kv.num_seats + 1) * 2 * (1 + kv.num_window_blocks) * B * kv_dim * 2;
+    p.pool = L * int4_pool_blocks(kv, layout) * nkv * static_cast<int64_t>(layout.block_bytes);
     p.sink = L * (kv.num_sink_blocks + 1) * 2 * B * kv_dim * 2;
   } else {
     const int64_t es = kv.dtype == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;

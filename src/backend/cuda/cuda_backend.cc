@@ -185,7 +185,6 @@ void CudaBackend::allocate_cache(const KvCacheConfig& kv, std::vector<DeviceBuff
   const KvParts parts = kv_parts(config_, kv, layout_);
   if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
     pool_ = static_cast<std::byte*>(alloc(static_cast<size_t>(parts.pool), into));
-    residual_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(parts.residual), into));
     sink_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(parts.sink), into));
     slot_used_.assign(static_cast<size_t>(kv.num_seats + 1), 0);
   } else {
@@ -233,7 +232,6 @@ void CudaBackend::profiling_step() {
   kv_ = shape;
   initialized_ = false;
   pool_ = nullptr;
-  residual_ = nullptr;
   sink_ = nullptr;
   kv_k_ = kv_v_ = nullptr;
 }

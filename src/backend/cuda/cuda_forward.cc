@@ -82,10 +82,12 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
   at.cache = kv_.dtype;
   at.bf16 = kv16_ == DType::kBF16;
   if (int4) {
-    at.pool = pool_ + layer * kv_.num_blocks * nkv * static_cast<int64_t>(layout_.block_bytes);
+    const int64_t block_stride = nkv * static_cast<int64_t>(layout_.block_bytes);
+    at.pool = pool_ + layer * int4_pool_blocks(kv_, layout_) * block_stride;
     at.layout = layout_;
     at.num_pool_blocks = kv_.num_blocks;
-    at.residual = residual_ + layer * (kv_.num_seats + 1) * 2 * ring_ * B * kv_dim_;
+    at.residual = reinterpret_cast<const uint16_t*>(at.pool + kv_.ring_base() * block_stride);
+    at.seat_stride = int4_ring_blocks(kv_, layout_) * block_stride / 2;
     at.ring = ring_;
     at.sink = sink_ + layer * (kv_.num_sink_blocks + 1) * 2 * B * kv_dim_;
     at.staging_k = staging_k_;

@@ -56,7 +56,7 @@ struct RowLocator {
              g * kD;
       v_off = static_cast<int64_t>(b) * kv_dim;
     } else if (p < start) {  // the residual ring
-      base = a->residual + ring_k_offset(slot, p, b, a->ring, kv_dim) + g * kD;
+      base = a->residual + ring_k_offset(slot, p, b, a->ring, kv_dim, a->seat_stride) + g * kD;
       v_off = ring_v_offset(b, a->ring, kv_dim);
     } else {  // this step's token
       const int64_t row = static_cast<int64_t>(q_begin + p - start) * kv_dim + g * kD;
@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(kD) decode_merge_kernel(PagedAttentionArgs a, 
       const int64_t kv_dim = static_cast<int64_t>(a.num_kv_heads) * kD;
       const int64_t src = sq.token * kv_dim + h * kD + c;
       uint16_t* k = const_cast<uint16_t*>(a.residual) +
-                    ring_k_offset(a.seats[s], p, b, a.ring, kv_dim) + h * kD + c;
+                    ring_k_offset(a.seats[s], p, b, a.ring, kv_dim, a.seat_stride) + h * kD + c;
       k[0] = a.staging_k[src];
       k[ring_v_offset(b, a.ring, kv_dim)] = a.staging_v[src];
     }

@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kFillThreads)
       v = layer.staging_v + (q_begin + pos - start) * kv_dim;
     } else {
       const int64_t slot = batch.seats[f.seq];
-      k = layer.residual + ring_k_offset(slot, pos, b, layer.ring, kv_dim);
+      k = layer.residual + ring_k_offset(slot, pos, b, layer.ring, kv_dim, layer.seat_stride);
       v = k + ring_v_offset(b, layer.ring, kv_dim);
     }
     uint16_t *dk, *dv;
@@ -74,7 +74,7 @@ __global__ void residual_write_kernel(Int4CacheBatch batch, Int4CacheLayer layer
   if (!ring_keeps(p, batch.seq_lens[s], b, layer.ring)) return;
   const int64_t kv_dim = static_cast<int64_t>(layer.num_kv_heads) * kD;
   const int64_t slot = batch.seats[s];
-  uint16_t* k = layer.residual + ring_k_offset(slot, p, b, layer.ring, kv_dim);
+  uint16_t* k = layer.residual + ring_k_offset(slot, p, b, layer.ring, kv_dim, layer.seat_stride);
   uint16_t* v = k + ring_v_offset(b, layer.ring, kv_dim);
   for (int64_t i = threadIdx.x * 8; i < kv_dim; i += blockDim.x * 8) {  // 16 bytes a load
     *reinterpret_cast<uint4*>(k + i) =
@@ -151,6 +151,7 @@ Int4CacheBatch int4_cache_batch(const PagedAttentionArgs& at) {
 Int4CacheLayer int4_cache_layer(const PagedAttentionArgs& at) {
   Int4CacheLayer cl;
   cl.residual = const_cast<uint16_t*>(at.residual);
+  cl.seat_stride = at.seat_stride;
   cl.sink = const_cast<uint16_t*>(at.sink);
   cl.staging_k = at.staging_k;
   cl.staging_v = at.staging_v;

@@ -101,7 +101,8 @@ __device__ inline bool load_kv(const PagedAttentionArgs& a, const SeqView& sv, i
     return a.value_hadamard;
   }
   if (p < sv.start) {  // the residual ring
-    const uint16_t* kr = a.residual + ring_k_offset(sv.slot, p, b, a.ring, kv_dim) + g * kD;
+    const uint16_t* kr =
+        a.residual + ring_k_offset(sv.slot, p, b, a.ring, kv_dim, a.seat_stride) + g * kD;
     load_16bit_row(kr, lane, a.bf16, k);
     load_16bit_row(kr + ring_v_offset(b, a.ring, kv_dim), lane, a.bf16, v);
     return false;

@@ -54,8 +54,11 @@ struct PagedAttentionArgs {
   // int4_kivi: this layer's parts (int4_kivi_kv_cache.h has the same arrays on the CPU).
   const std::byte* pool = nullptr;  // [num_blocks, num_kv_heads, block_bytes]
   kv::Int4KiviLayout layout;
-  int64_t num_pool_blocks = 0;         // block ids >= this are sink blocks
-  const uint16_t* residual = nullptr;  // [num_slots, 2, ring * B, num_kv_heads * 128]
+  int64_t num_pool_blocks = 0;  // block ids >= this are sink blocks
+  // [num_slots] rings of seat_stride elements (0: 2 * ring * B * num_kv_heads * 128, packed),
+  // each [2, ring * B, num_kv_heads * 128]
+  const uint16_t* residual = nullptr;
+  int64_t seat_stride = 0;
   int ring = 1;
   const uint16_t* sink = nullptr;       // [num_sink, 2, B, num_kv_heads * 128]
   const uint16_t* staging_k = nullptr;  // [num_tokens, num_kv_heads * 128]

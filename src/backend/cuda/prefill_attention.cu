@@ -152,7 +152,7 @@ __device__ inline void rows16(const PagedAttentionArgs& a, const Ctx& c, int p, 
     return;
   }
   if (p < c.start) {
-    k = a.residual + ring_k_offset(c.slot, p, b, a.ring, kv_dim) + c.g * kD;
+    k = a.residual + ring_k_offset(c.slot, p, b, a.ring, kv_dim, a.seat_stride) + c.g * kD;
     v = k + ring_v_offset(b, a.ring, kv_dim);
     return;
   }
