@@ -203,6 +203,7 @@ void CudaBackend::profiling_step() {
   KvCacheConfig kv = kv_;
   kv.num_blocks = 0;
   kv.num_seats = 0;
+  kv.ring_base_block = -1;  // the dummy seat's ring, the pool's only blocks
   std::vector<DeviceBuffer> cache;
   allocate_cache(kv, cache);
   const KvCacheConfig shape = kv_;
