@@ -25,6 +25,8 @@
 #include "backend/cuda/device.h"
 #include "backend/forward_batch_builder.h"
 #include "backend/registry.h"
+#include "common/check.h"
+#include "kv/int4_kivi_layout.h"
 #include "model/model_config.h"
 #include "model/weights.h"
 
@@ -78,6 +80,14 @@ class Scenario {
   Scenario(const Format& f, int64_t vocab) : f_(f), rng_(7) {
     blocks_per_seq_ = kMaxModelLen / f.block_size + 1;
     num_blocks_ = kMaxSeqs * blocks_per_seq_;
+    if (f.dtype == kv::KvCacheDtype::kInt4Kivi) {
+      // The seats' rings inside the block ids, after the tables' blocks, as the engine puts
+      // them (backend.h ring_base_block); the dummy seat's after num_blocks.
+      auto layout = kv::Int4KiviLayout::create(f.block_size, 128, f.gv);
+      S4KV_CHECK(layout.is_ok(), layout.status().message());
+      ring_base_ = num_blocks_;
+      num_blocks_ += kMaxSeqs * layout->ring_blocks(f.v2 ? 2 : 1);
+    }
     std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab - 1));
     for (int i = 0; i < 5; ++i) {
       Seq s;
@@ -106,6 +116,7 @@ class Scenario {
     kv.dtype = f_.dtype;
     if (f_.dtype == kv::KvCacheDtype::kInt4Kivi) {
       kv.num_seats = kMaxSeqs;
+      kv.ring_base_block = ring_base_;
       kv.value_group_size = f_.gv;
       if (f_.v2) {
         kv.num_sink_blocks = kMaxSeqs;
@@ -159,7 +170,7 @@ class Scenario {
   Format f_;
   std::mt19937 rng_;
   std::vector<Seq> seqs_;
-  int64_t blocks_per_seq_ = 0, num_blocks_ = 0;
+  int64_t blocks_per_seq_ = 0, num_blocks_ = 0, ring_base_ = -1;
   int step_ = 0;
 };
 
