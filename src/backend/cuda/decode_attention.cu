@@ -69,7 +69,13 @@ struct RowLocator {
   }
 };
 
-constexpr int kRowStages = 2;  // tiles in flight per thread block: this one and the next
+// Tiles in flight per thread block: this one and the next (S4KV_ROW_STAGES overrides it for a
+// measurement, tools/device_attention.sh ab).
+#ifndef S4KV_ROW_STAGES
+#define S4KV_ROW_STAGES 2
+#endif
+constexpr int kRowStages = S4KV_ROW_STAGES;
+static_assert(kRowStages >= 2, "the row kernel's pipeline");
 
 template <RowFormat F>
 __host__ __device__ constexpr int row_bytes() {  // a staged row: 128 values and 16 bytes of pad
@@ -140,7 +146,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
     }
     cp_async_commit();
   };
-  issue(0);
+  for (int j = 0; j + 1 < kRowStages; ++j) issue(j);
 
   // The query as the scores' B fragment (k-tile t: qa[2t], qa[2t + 1]). 16-bit: channels
   // 16t + 2i, + 1 and 16t + 8 + 2i, + 1 of head r, as ldmatrix hands out the keys' channels;
@@ -174,8 +180,8 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(dsmem));
   WarpSoftmax<1> st;
   for (int k = 0; k < n; ++k) {
-    issue(k + 1);
-    cp_async_wait<1>();  // tile k has landed
+    issue(k + kRowStages - 1);        // into the stage tile k - 1 used
+    cp_async_wait<kRowStages - 1>();  // tile k has landed
     __syncthreads();
     const uint32_t ks_off = (k % kRowStages) * kStageBytes + 16 * warp * kRowBytes;
     const unsigned char* ks = dsmem + ks_off;
@@ -269,6 +275,11 @@ int configured_rows_kernel() {
   static const bool attribute_set = [] {
     S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_rows_kernel<F>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    if (kRowStages > 2) {  // deeper stages: room for more than one thread block
+      S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_rows_kernel<F>,
+                                           cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared));
+    }
     return true;
   }();
   (void)attribute_set;
