@@ -44,9 +44,12 @@ case "${1:-}" in
     for tag in "${tags[@]}"; do
       echo "== $tag"
       mkdir -p "$OUT/$tag"
-      if ATTN_TAG=$tag OUT=$OUT/$tag bash "$0" check | tail -1; then
+      if ATTN_TAG=$tag OUT=$OUT/$tag bash "$0" check > "$OUT/$tag/check_log.txt" 2>&1; then
+        tail -1 "$OUT/$tag/check_log.txt"
         ATTN_TAG=$tag OUT=$OUT/$tag bash "$0" run "$@" || status=1
       else
+        echo "$tag: the checks FAILED, not timed ($tag/check_log.txt):"
+        tail -5 "$OUT/$tag/check_log.txt"
         status=1
       fi
     done
