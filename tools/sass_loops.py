@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The instruction mix of the loops in a CUDA kernel's machine code (SASS), read from an object
 file or cubin: for each backward branch spanning more than --min instructions, the loop's
-address range, its instruction count and the count of each opcode. A static count, no GPU
+address range, its instruction count and the count of each opcode; and each function's
+registers and stack bytes (cuobjdump --dump-resource-usage: stack above 0 means spills). A static count, no GPU
 needed: with the instructions a loop iteration runs per warp and the bytes it reads, it says
 how many bytes a warp instruction moves, and so which rate (memory or instruction issue) can
 bound the kernel (docs/performance.md, "Roofline per kernel").
@@ -22,6 +23,8 @@ import sys
 INSTR = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s*(.*?)\s*;")
 BRANCH = re.compile(r"\bBRA\s+(?:!?U?P\w+,\s*)?`?\(?0x([0-9a-f]+)")
 FUNCTION = re.compile(r"Function\s*:\s*(\S+)")
+RESOURCE_FUNCTION = re.compile(r"Function\s+(\S+?):?\s*$")
+RESOURCE = re.compile(r"REG:(\d+)\s+STACK:(\d+)")
 
 
 def functions(sass):
@@ -36,6 +39,21 @@ def functions(sass):
         m = INSTR.match(line)
         if m and name is not None:
             out[name].append((int(m.group(1), 16), m.group(2)))
+    return out
+
+
+def resources(text):
+    """{mangled name: (registers, stack bytes)} from cuobjdump --dump-resource-usage."""
+    out, name = {}, None
+    for line in text.splitlines():
+        m = RESOURCE_FUNCTION.search(line)
+        if m:
+            name = m.group(1)
+            continue
+        m = RESOURCE.search(line)
+        if m and name is not None:
+            out[name] = (int(m.group(1)), int(m.group(2)))
+            name = None
     return out
 
 
@@ -76,14 +94,22 @@ def main():
         sys.exit(f"sass_loops: no cuobjdump at {args.cuobjdump} (--cuobjdump PATH)")
     except subprocess.CalledProcessError as e:
         sys.exit(f"sass_loops: cuobjdump failed on {args.object}: {e.stderr.strip()}")
+    usage = subprocess.run([args.cuobjdump, "--dump-resource-usage", args.object],
+                           capture_output=True, text=True).stdout
+    regs = resources(usage)
     picked = {n: i for n, i in functions(sass).items() if re.search(args.kernel, n)}
     if not picked:
         sys.exit(f"sass_loops: no function in {args.object} matches {args.kernel!r}")
     report = []
     for name, instrs in picked.items():
         found = loops(instrs, args.min)
-        report.append({"function": name, "instructions": len(instrs), "loops": found})
-        print(f"{name}: {len(instrs)} instructions")
+        entry = {"function": name, "instructions": len(instrs), "loops": found}
+        line = f"{name}: {len(instrs)} instructions"
+        if name in regs:
+            entry["registers"], entry["stack_bytes"] = regs[name]
+            line += f", {regs[name][0]} registers, {regs[name][1]} bytes of stack"
+        report.append(entry)
+        print(line)
         for lp in found:
             top = ", ".join(f"{k} {v}" for k, v in list(lp["opcodes"].items())[:14])
             print(f"  loop {lp['begin']}-{lp['end']}: {lp['instructions']} instructions: {top}")

@@ -1,6 +1,7 @@
 """tools/sass_loops.py on SASS text (the form cuobjdump -sass prints): functions split by their
 headers, loops found from backward branches, guarded and dotted opcodes counted by their base,
-and a clear exit when cuobjdump is missing or no function matches."""
+registers and stack from the resource usage cuobjdump --dump-resource-usage prints, and a clear
+exit when cuobjdump is missing or no function matches."""
 import importlib.util
 import os
 import subprocess
@@ -32,6 +33,21 @@ SASS = """
 """
 
 
+USAGE = """
+Resource usage:
+ Common:
+  GLOBAL:0
+ Function _Z6kernelAv:
+  REG:184 STACK:0 SHARED:1024 LOCAL:0 CONSTANT[0]:936 TEXTURE:0 SURFACE:0 SAMPLER:0
+ Function _Z6kernelBv:
+  REG:168 STACK:24 SHARED:0 LOCAL:0 CONSTANT[0]:900 TEXTURE:0 SURFACE:0 SAMPLER:0
+"""
+
+
+def test_resources():
+    assert sass_loops.resources(USAGE) == {"_Z6kernelAv": (184, 0), "_Z6kernelBv": (168, 24)}
+
+
 def test_functions_and_loops():
     fns = sass_loops.functions(SASS)
     assert list(fns) == ["_Z6kernelAv", "_Z6kernelBv"]
@@ -51,7 +67,8 @@ def test_missing_cuobjdump_and_no_match(tmp_path):
                         str(tmp_path / "nope")], capture_output=True, text=True)
     assert r.returncode == 1 and "no cuobjdump at" in r.stderr
     fake = tmp_path / "cuobjdump"
-    fake.write_text("#!/bin/sh\ncat <<'EOS'\n" + SASS + "EOS\n")
+    fake.write_text("#!/bin/sh\nif [ \"$1\" = --dump-resource-usage ]; then cat <<'EOS'\n" + USAGE +
+                    "EOS\nelse cat <<'EOS'\n" + SASS + "EOS\nfi\n")
     fake.chmod(0o755)
     r = subprocess.run([sys.executable, TOOL, str(obj), "--kernel", "kernelZ", "--cuobjdump",
                         str(fake)], capture_output=True, text=True)
@@ -60,3 +77,4 @@ def test_missing_cuobjdump_and_no_match(tmp_path):
                         "--cuobjdump", str(fake)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "loop 0x30-0x70: 5 instructions" in r.stdout
+    assert "_Z6kernelAv: 10 instructions, 184 registers, 0 bytes of stack" in r.stdout
