@@ -20,41 +20,40 @@ import shutil
 import subprocess
 import sys
 
-INSTR = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s*(.*?)\s*;")
+INSTR = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s*(.*?)\s*;")
 BRANCH = re.compile(r"\bBRA\s+(?:!?U?P\w+,\s*)?`?\(?0x([0-9a-f]+)")
 FUNCTION = re.compile(r"Function\s*:\s*(\S+)")
 RESOURCE_FUNCTION = re.compile(r"Function\s+(\S+?):?\s*$")
 RESOURCE = re.compile(r"REG:(\d+)\s+STACK:(\d+)")
 
 
-def functions(sass):
-    """{mangled name: [(address, instruction text)]}."""
+def per_function(text, header, item):
+    """{name: [item(m) for each line `item`'s pattern matches]} for the lines under each header
+    line `header` matches (its group 1 the name). `item`: (pattern, function of the match)."""
+    pattern, make = item
     out, name = {}, None
-    for line in sass.splitlines():
-        m = FUNCTION.search(line)
+    for line in text.splitlines():
+        m = header.search(line)
         if m:
             name = m.group(1)
             out[name] = []
             continue
-        m = INSTR.match(line)
+        m = pattern.search(line)
         if m and name is not None:
-            out[name].append((int(m.group(1), 16), m.group(2)))
+            out[name].append(make(m))
     return out
+
+
+def functions(sass):
+    """{mangled name: [(address, instruction text)]}."""
+    return per_function(sass, FUNCTION, (INSTR, lambda m: (int(m.group(1), 16), m.group(2))))
 
 
 def resources(text):
     """{mangled name: (registers, stack bytes)} from cuobjdump --dump-resource-usage."""
-    out, name = {}, None
-    for line in text.splitlines():
-        m = RESOURCE_FUNCTION.search(line)
-        if m:
-            name = m.group(1)
-            continue
-        m = RESOURCE.search(line)
-        if m and name is not None:
-            out[name] = (int(m.group(1)), int(m.group(2)))
-            name = None
-    return out
+    found = per_function(text, RESOURCE_FUNCTION,
+                         (RESOURCE, lambda m: (int(m.group(1)), int(m.group(2)))))
+    return {name: rows[0] for name, rows in found.items() if rows}
 
 
 def opcode(text):
