@@ -124,9 +124,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (context <= 0 || context % block_size != 0 || regions <= 0 || repeats <= 0) {
+  if (context <= 0 || context % block_size != 0) {
     std::fprintf(stderr, "--context must be a positive multiple of --block-size (%d), got %d\n",
                  block_size, context);
+    return 2;
+  }
+  if (regions <= 0 || repeats <= 0) {
+    std::fprintf(stderr, "--regions and --repeats must be positive, got %d and %d\n", regions,
+                 repeats);
     return 2;
   }
   std::mt19937 rng(7);

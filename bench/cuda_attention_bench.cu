@@ -231,6 +231,7 @@ int run(int argc, char** argv) {
             at.layout = layout;
             at.num_pool_blocks = num_blocks;
             at.residual = static_cast<const uint16_t*>(residual.data());
+            at.seat_stride = 2 * ring * B * kv_dim;  // packed rings
             at.ring = ring;
             at.sink = static_cast<const uint16_t*>(sink.data());
             at.staging_k = static_cast<const uint16_t*>(staging_k.data());

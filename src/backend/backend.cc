@@ -132,8 +132,7 @@ Status check_kv_cache_shape(const KvCacheConfig& kv, int64_t head_dim) {
                               std::to_string(kv.num_seats) + ")");
     }
     // The seats' rings after the block ids, or all of them within (the dummy seat's after).
-    const int64_t rings =
-        layout->ring_blocks(1 + static_cast<int>(kv.num_window_blocks)) * kv.num_seats;
+    const int64_t rings = int4_ring_blocks(kv, *layout) * kv.num_seats;
     if (kv.ring_base_block >= 0 && kv.ring_base_block < kv.num_blocks &&
         kv.ring_base_block + rings != kv.num_blocks) {
       return invalid_argument(

@@ -16,6 +16,7 @@
 
 #include "backend/sampling.h"
 #include "common/status.h"
+#include "kv/int4_kivi_layout.h"
 #include "kv/kv_format.h"
 
 namespace s4kv::backend {
@@ -118,6 +119,17 @@ struct StepOutput {
   // [num_logits] when the batch had sampling rows, else empty.
   std::span<const SampleOutput> samples;
 };
+
+// int4_kivi: the pool blocks one seat's residual ring takes (1 + num_window_blocks ring blocks,
+// Int4KiviLayout::ring_blocks), and the pool blocks a layer allocates: the block ids and every
+// seat's ring, the dummy seat's included (ring_base_block). One rule for every backend.
+inline int64_t int4_ring_blocks(const KvCacheConfig& kv, const kv::Int4KiviLayout& layout) {
+  return layout.ring_blocks(1 + static_cast<int>(kv.num_window_blocks));
+}
+inline int64_t int4_pool_blocks(const KvCacheConfig& kv, const kv::Int4KiviLayout& layout) {
+  const int64_t end = kv.ring_base() + int4_ring_blocks(kv, layout) * (kv.num_seats + 1);
+  return end > kv.num_blocks ? end : kv.num_blocks;
+}
 
 // The cache shape's own rules, whatever the backend (num_blocks aside): sink, window and
 // Hadamard values only with int4_kivi, a window of 0 or 1 blocks, sink blocks >= 0, the int4

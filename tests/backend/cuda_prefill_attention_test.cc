@@ -418,6 +418,7 @@ void run_batch(Caches& c, const Heads& hs, const std::vector<SeqSpec>& specs, No
     a.layout = c.layout;
     a.num_pool_blocks = c.num_blocks;
     a.residual = static_cast<const uint16_t*>(c.dres.data());
+    a.seat_stride = 2 * c.ring * B * c.kv_dim;  // packed rings (c.res)
     a.ring = c.ring;
     a.sink = static_cast<const uint16_t*>(c.dsink.data());
     a.staging_k = static_cast<const uint16_t*>(d_stage_k.data());

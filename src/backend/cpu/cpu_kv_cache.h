@@ -34,7 +34,7 @@ struct CpuKvCacheShape {
 // as each cache documents them (paged_kv_cache.h, int4_kivi_kv_cache.h), one layer each.
 struct KvStorageView {
   std::span<const std::byte> k, v;  // 16-bit / fp8: [num_blocks, B, nkv, D] elements
-  std::span<const std::byte> pool;  // int4_kivi: [num_blocks, nkv, block_bytes]
+  std::span<const std::byte> pool;  // int4_kivi: [int4_pool_blocks, nkv, block_bytes]
   // int4_kivi: the seats' rings in the pool ([slots] of seat_stride bytes, each [2, ring * B,
   // nkv * D] 16-bit), a view of the pool's memory.
   std::span<const std::byte> residual;

@@ -29,9 +29,9 @@ Int4KiviKvCache::Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheSh
       keys_post_rope_(config.int4_keys_post_rope),
       value_hadamard_(config.int4_value_hadamard),
       rope_(inv_freq),
-      ring_blocks_(layout.ring_blocks(static_cast<int>(ring_))),
+      ring_blocks_(int4_ring_blocks(config, layout)),
       ring_base_(config.ring_base()),
-      pool_blocks_(std::max(num_blocks_, ring_base_ + ring_blocks_ * num_slots_)) {
+      pool_blocks_(int4_pool_blocks(config, layout)) {
   S4KV_CHECK(
       num_layers_ > 0 && num_blocks_ > 0 && num_slots_ > 0 && num_sink_ >= 0 && num_kv_heads_ > 0,
       "Int4KiviKvCache: non-positive dimension");
@@ -39,9 +39,6 @@ Int4KiviKvCache::Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheSh
                  layout.value_group_size == config.value_group_size,
              "Int4KiviKvCache: layout does not match the config");
   S4KV_CHECK(dtype_ == DType::kBF16 || dtype_ == DType::kF16, "Int4KiviKvCache: 16-bit dtype");
-  S4KV_CHECK(ring_base_ >= 0 && (ring_base_ >= num_blocks_ ||
-                                 ring_base_ + ring_blocks_ * (num_slots_ - 1) <= num_blocks_),
-             "Int4KiviKvCache: rings from block ", ring_base_, " of ", num_blocks_);
   pool_.assign(static_cast<size_t>(num_layers_ * pool_blocks_ * num_kv_heads_) * layout.block_bytes,
                std::byte{0});
   sink_.assign(static_cast<size_t>(num_layers_ * num_sink_ * 2 * block_size_ * slot_elems_), 0);

@@ -106,11 +106,11 @@ class Int4KiviKvCache final : public CpuKvCache {
   bool keys_post_rope_;
   bool value_hadamard_;
   RopeTable rope_;
-  int64_t ring_blocks_;          // pool blocks of one seat's ring
-  int64_t ring_base_;            // the first seat's first pool block
-  int64_t pool_blocks_;          // pool blocks a layer: num_blocks, or up to the dummy seat's ring
-  std::vector<std::byte> pool_;  // [num_layers, pool_blocks, num_kv_heads, block_bytes]
-  std::vector<uint16_t> sink_;   // [num_layers, num_sink, 2 (K, V), block_size, slot_elems]
+  int64_t ring_blocks_;              // pool blocks of one seat's ring
+  int64_t ring_base_;                // the first seat's first pool block
+  int64_t pool_blocks_;              // pool blocks a layer (int4_pool_blocks, backend.h)
+  std::vector<std::byte> pool_;      // [num_layers, pool_blocks, num_kv_heads, block_bytes]
+  std::vector<uint16_t> sink_;       // [num_layers, num_sink, 2 (K, V), block_size, slot_elems]
   std::vector<uint16_t> staging_k_;  // [num_tokens, slot_elems], grown to the largest step
   std::vector<uint16_t> staging_v_;
   std::vector<uint8_t> slot_used_;    // begin_step's check_distinct_seats scratch

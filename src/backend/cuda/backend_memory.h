@@ -44,16 +44,6 @@ struct Sizes {
   int64_t total() const;
 };
 
-// int4_kivi: pool blocks a seat's residual ring takes, and pool blocks a layer allocates (the
-// block ids and the seats' rings, the dummy seat's included; backend.h ring_base_block).
-inline int64_t int4_ring_blocks(const KvCacheConfig& kv, const kv::Int4KiviLayout& layout) {
-  return layout.ring_blocks(1 + static_cast<int>(kv.num_window_blocks));
-}
-inline int64_t int4_pool_blocks(const KvCacheConfig& kv, const kv::Int4KiviLayout& layout) {
-  const int64_t end = kv.ring_base() + int4_ring_blocks(kv, layout) * (kv.num_seats + 1);
-  return end > kv.num_blocks ? end : kv.num_blocks;
-}
-
 // Device bytes of the KV cache's parts (all layers): int4_kivi's pool (the residual rings in it)
 // and sink blocks (plus the dummy block); or the paged K and V of the other dtypes (each
 // num_blocks plus the dummy block). init_kv_cache checks their sum against free memory and

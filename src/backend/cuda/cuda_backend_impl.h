@@ -132,7 +132,7 @@ class CudaBackend final : public Backend {
   void* kv_k_ = nullptr;  // 16-bit / fp8: [L, num_blocks * B * kv_dim]
   void* kv_v_ = nullptr;
   int64_t kv_layer_elems_ = 0;
-  // int4: [L, int4_pool_blocks, nkv, block_bytes]; the seats' rings in it (backend_memory.h)
+  // int4: [L, int4_pool_blocks, nkv, block_bytes]; the seats' rings in it (backend.h)
   std::byte* pool_ = nullptr;
   uint16_t* sink_ = nullptr;       // [L, num_sink, 2, B, kv_dim]
   uint16_t* staging_k_ = nullptr;  // [max_tokens, kv_dim]

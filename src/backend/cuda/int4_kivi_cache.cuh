@@ -42,7 +42,7 @@ struct Int4CacheBatch {
 
 struct Int4CacheLayer {
   uint16_t* residual = nullptr;  // [num_slots] rings of seat_stride elements, [2, ring * B, kv_dim]
-  int64_t seat_stride = 0;       // 0: packed (PagedAttentionArgs::seat_stride)
+  int64_t seat_stride = 0;       // elements between seats' rings (PagedAttentionArgs')
   uint16_t* sink = nullptr;      // [num_sink, 2, B, kv_dim]
   const uint16_t* staging_k = nullptr;  // [num_tokens, kv_dim]
   const uint16_t* staging_v = nullptr;

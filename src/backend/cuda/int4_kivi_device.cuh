@@ -37,12 +37,11 @@ __device__ inline int64_t ring_row(int64_t p, int b, int ring) {
 }
 
 // A seat's residual ring, [2, ring * b, kv_dim] 16-bit (K rows, then V rows), seat_stride
-// elements from the previous seat's (0: packed, 2 * ring * b * kv_dim): where position p's K
-// row starts; its V row is ring_v_offset elements after it.
+// elements from the previous seat's (at least 2 * ring * b * kv_dim): where position p's K row
+// starts; its V row is ring_v_offset elements after it.
 __device__ inline int64_t ring_k_offset(int64_t seat, int64_t p, int b, int ring, int64_t kv_dim,
                                         int64_t seat_stride) {
-  const int64_t stride = seat_stride > 0 ? seat_stride : 2 * ring * b * kv_dim;
-  return seat * stride + ring_row(p, b, ring) * kv_dim;
+  return seat * seat_stride + ring_row(p, b, ring) * kv_dim;
 }
 __device__ inline int64_t ring_v_offset(int b, int ring, int64_t kv_dim) {
   return static_cast<int64_t>(ring) * b * kv_dim;

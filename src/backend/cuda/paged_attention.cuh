@@ -55,8 +55,8 @@ struct PagedAttentionArgs {
   const std::byte* pool = nullptr;  // [num_blocks, num_kv_heads, block_bytes]
   kv::Int4KiviLayout layout;
   int64_t num_pool_blocks = 0;  // block ids >= this are sink blocks
-  // [num_slots] rings of seat_stride elements (0: 2 * ring * B * num_kv_heads * 128, packed),
-  // each [2, ring * B, num_kv_heads * 128]
+  // [num_slots] rings seat_stride elements apart (int4_kivi_device.cuh's ring_k_offset), each
+  // [2, ring * B, num_kv_heads * 128]
   const uint16_t* residual = nullptr;
   int64_t seat_stride = 0;
   int ring = 1;

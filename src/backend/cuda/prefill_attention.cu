@@ -721,7 +721,8 @@ void launch_prefill_attention(const PagedAttentionArgs& a, const PrefillTile* ti
   const bool int4 = a.cache == kv::KvCacheDtype::kInt4Kivi;
   if (int4) {
     S4KV_CHECK(a.pool && a.residual && a.staging_k && a.staging_v && a.seats && a.pool_ends &&
-                   a.rope_cos && a.rope_sin && a.ring >= 1,
+                   a.rope_cos && a.rope_sin && a.ring >= 1 &&
+                   a.seat_stride >= 2 * a.ring * a.block_size * a.num_kv_heads * kD,
                "prefill attention: int4_kivi arguments");
   } else {
     S4KV_CHECK(a.k_cache != nullptr && a.v_cache != nullptr, "prefill attention: null cache");
