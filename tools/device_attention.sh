@@ -3,7 +3,7 @@
 # pack of tools/device_cuda_tests.sh: `build` compiles cuda_attention_bench here with nvcc alone
 # (sm_90; the few sources it needs) and leaves it stripped and xz-compressed in
 # .devcarry/attention_bench.xz, small enough for one call to carry beside the tree. There:
-#   bash tools/device_attention.sh run [attention_bench.py args]   # results under $OUT
+#   bash tools/device_attention.sh run [cuda_attention_bench args]  # the grid beside SDPA, under $OUT
 #   bash tools/device_attention.sh ncu [cuda_attention_bench args] # one launch of each kernel
 #   bash tools/device_attention.sh check   # the decode kernels against the exact kernel: every
 #       int4_kivi layout (B 32/64/128 x Gv 32/64/128, v1 and v2), 16-bit and fp8 at B 16/128;
@@ -11,7 +11,7 @@
 #   bash tools/device_attention.sh prefill [cuda_attention_bench --prefill args]  # the prefill
 #       kernels against the reference kernel, every format: $OUT/prefill_h200.json, the table
 #       in $OUT/prefill.txt; fails when a case's check is past 2e-2
-#   bash tools/device_attention.sh ab TAG... [-- attention_bench.py args]  # check, then run,
+#   bash tools/device_attention.sh ab TAG... [-- cuda_attention_bench args]  # check, then run,
 #       each tagged build in turn (results under $OUT/TAG/), for an A/B of kernel versions
 # Tagged builds sit side by side: `build TAG` here leaves .devcarry/attention_bench_TAG.xz
 # (ATTN_NVCC_FLAGS adds nvcc flags), and ATTN_TAG=TAG makes run / ncu / check / prefill use it.
@@ -48,10 +48,16 @@ case "${1:-}" in
         tail -1 "$OUT/$tag/check_log.txt"
         ATTN_TAG=$tag OUT=$OUT/$tag bash "$0" run "$@" || status=1
       else
-        echo "$tag: the checks FAILED, not timed ($tag/check_log.txt):"
+        echo "$tag: the checks FAILED, not timed (ab_$tag.txt):"
         tail -5 "$OUT/$tag/check_log.txt"
         status=1
       fi
+      # Two files a build (the device tool brings back 8): the JSON and one text file with the
+      # checks, the table and the bench's stderr.
+      cat "$OUT/$tag"/check_log.txt "$OUT/$tag"/attention.txt "$OUT/$tag"/attention_err.txt \
+        > "$OUT/ab_$tag.txt" 2> /dev/null || true
+      [ -f "$OUT/$tag/attention_h200.json" ] && mv "$OUT/$tag/attention_h200.json" "$OUT/ab_$tag.json"
+      rm -rf "${OUT:?}/$tag"
     done
     exit $status
     ;;
@@ -70,6 +76,7 @@ case "${1:-}" in
       if grep -q FAILED "$OUT/prefill.txt"; then echo "FAILED: a check past 2e-2"; exit 1; fi
     elif [ "$mode" = check ]; then
       bin="$attn"/cuda_attention_bench
+      # shellcheck disable=SC2054  # the commas are the bench's list syntax
       args=(--check-only --batches 3,17 --contexts 700,2113 --heads 28/4,32/8 --reps 1)
       {
         for b in 32 64 128; do
@@ -93,7 +100,7 @@ case "${1:-}" in
     elif [ "$mode" = run ]; then
       S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' "$attn"/BUILD_INFO) \
         python3 bench/attention_bench.py --bin "$attn"/cuda_attention_bench \
-        --out "$OUT/attention_h200.json" "$@" 2> "$OUT/attention_err.txt" | tee "$OUT/attention.txt"
+        --out "$OUT/attention_h200.json" -- "$@" 2> "$OUT/attention_err.txt" | tee "$OUT/attention.txt"
     else
       ncu --clock-control none --section SpeedOfLight --section Occupancy \
         --section WarpStateStats --section SchedulerStats --section LaunchStats \
