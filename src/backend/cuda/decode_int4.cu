@@ -20,14 +20,19 @@ __host__ __device__ constexpr int int4_block_bytes() {
 }
 constexpr int kInt4Stages = 3;  // blocks in flight per thread block: this one and two ahead
 // Thread blocks per multiprocessor the int4 kernel is compiled for (registers a thread <= 65536 /
-// (kInt4MinBlocks * 128)). Measured on the H200 (bench/results/cuda_h200/attention_notes.md,
-// version 4): 2 (~217 registers, no spills) is the fastest; 3 (168) and 4 (128) spill and
-// lose 5-20 % although more warps are resident.
-// S4KV_INT4_MIN_BLOCKS overrides it for a measurement (tools/device_attention.sh ab).
-#ifndef S4KV_INT4_MIN_BLOCKS
-#define S4KV_INT4_MIN_BLOCKS 2
+// (blocks x kWarps x 32)). Measured on the H200 at B 64 (bench/results/cuda_h200/
+// attention_notes.md): version 4's kernel ran fastest at 2 (~217 registers; 3 and 4 spilled),
+// version 5's at 3 (168 registers, no spills: 8-20 % faster than 2). Other block sizes keep 2.
+// S4KV_INT4_MIN_BLOCKS overrides it for every block size, for a measurement
+// (tools/device_attention.sh ab).
+template <int kWarps>
+constexpr int int4_min_blocks() {
+#ifdef S4KV_INT4_MIN_BLOCKS
+  return S4KV_INT4_MIN_BLOCKS;
+#else
+  return kWarps == 4 ? 3 : 2;
 #endif
-constexpr int kInt4MinBlocks = S4KV_INT4_MIN_BLOCKS;
+}
 constexpr int kTurnBytes = 2 * 16 * 32 * 4;  // two turned queries: [buffer][word m][lane]
 template <int kWarps, int kG>
 __host__ __device__ constexpr int int4_smem_bytes() {
@@ -44,7 +49,7 @@ __host__ __device__ constexpr int int4_smem_bytes() {
 // warp w turns the channel pairs 8 w / kWarps .. (and their RoPE partners) for the next block
 // while this one is read, into shared memory that every warp reads after the block's barrier.
 template <int kWarps, int kG>
-__global__ void __launch_bounds__(kWarps * 32, kInt4MinBlocks)
+__global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     decode_int4_kernel(PagedAttentionArgs a, DecodeLaunch d) {
   constexpr int B = kWarps * 16;
   constexpr int kBlockBytes = int4_block_bytes<B, kG>();
@@ -337,7 +342,7 @@ int configured_int4_kernel() {
   static const bool attribute_set = [] {
     S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_int4_kernel<kWarps, kG>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    // All the multiprocessor's on-chip memory as shared memory: kInt4MinBlocks thread blocks
+    // All the multiprocessor's on-chip memory as shared memory: int4_min_blocks() thread blocks
     // of ~47 KB each must fit (the driver's own choice left room for two).
     S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_int4_kernel<kWarps, kG>,
                                          cudaFuncAttributePreferredSharedMemoryCarveout,
