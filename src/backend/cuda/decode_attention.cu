@@ -617,9 +617,10 @@ void plan_attention(const ForwardBatch& b, const DecodeShape& shape, bool decode
 void launch_decode_attention(const PagedAttentionArgs& a, const DecodeLaunch& d,
                              cudaStream_t stream, const DecodeFork* fork) {
   if (d.num_seqs == 0) return;
-  S4KV_CHECK(a.cache != kv::KvCacheDtype::kInt4Kivi ||
-                 a.seat_stride >= 2 * a.ring * a.block_size * a.num_kv_heads * kD,
-             "decode attention: int4_kivi ring stride");
+  S4KV_CHECK(
+      a.cache != kv::KvCacheDtype::kInt4Kivi ||
+          ring_stride_fits(a.seat_stride, a.block_size, a.ring, int64_t{a.num_kv_heads} * kD),
+      "decode attention: int4_kivi ring stride");
   const int num_rows = d.num_items - d.num_int4_items;
   const bool forked = fork != nullptr && d.num_int4_items > 0 && num_rows > 0;
   cudaStream_t rows_stream = stream;

@@ -117,7 +117,8 @@ void launch_int4_kivi_gather_fills(const Int4FillBlock* fills, int64_t num_fills
                                    const int32_t* live_fills) {
   S4KV_CHECK(num_fills >= 0 && num_fills <= 0x7fffffff && layer.block_size > 0 &&
                  layer.block_size <= 65535 && layer.num_kv_heads > 0 && layer.ring >= 1 &&
-                 layer.seat_stride >= 2 * layer.ring * layer.block_size * layer.num_kv_heads * kD,
+                 ring_stride_fits(layer.seat_stride, layer.block_size, layer.ring,
+                                  int64_t{layer.num_kv_heads} * kD),
              "int4_kivi gather_fills: shape");
   if (num_fills == 0) return;
   const int64_t chunks = (layer.block_size + kFillTokens - 1) / kFillTokens;
@@ -130,7 +131,8 @@ void launch_int4_kivi_gather_fills(const Int4FillBlock* fills, int64_t num_fills
 void launch_int4_kivi_residual_write(const Int4CacheBatch& batch, const Int4CacheLayer& layer,
                                      cudaStream_t stream) {
   S4KV_CHECK(batch.num_tokens >= 0 && batch.num_tokens <= 0x7fffffff &&
-                 layer.seat_stride >= 2 * layer.ring * layer.block_size * layer.num_kv_heads * kD,
+                 ring_stride_fits(layer.seat_stride, layer.block_size, layer.ring,
+                                  int64_t{layer.num_kv_heads} * kD),
              "residual_write: tokens or ring stride");
   if (batch.num_tokens == 0) return;
   launch_dependent(residual_write_kernel, static_cast<unsigned>(batch.num_tokens), 128, 0, stream,

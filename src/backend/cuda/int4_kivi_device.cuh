@@ -43,8 +43,13 @@ __device__ inline int64_t ring_k_offset(int64_t seat, int64_t p, int b, int ring
                                         int64_t seat_stride) {
   return seat * seat_stride + ring_row(p, b, ring) * kv_dim;
 }
-__device__ inline int64_t ring_v_offset(int b, int ring, int64_t kv_dim) {
+__host__ __device__ inline int64_t ring_v_offset(int b, int ring, int64_t kv_dim) {
   return static_cast<int64_t>(ring) * b * kv_dim;
+}
+// Whether seat_stride leaves room for a whole ring (K and V rows): what every launcher that
+// addresses the rings checks.
+inline bool ring_stride_fits(int64_t seat_stride, int b, int ring, int64_t kv_dim) {
+  return seat_stride >= 2 * ring_v_offset(b, ring, kv_dim);
 }
 
 // Whether position p of a sequence of seq_len tokens is kept in the residual ring after the

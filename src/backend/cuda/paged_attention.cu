@@ -208,12 +208,12 @@ void launch_paged_attention(const PagedAttentionArgs& a, cudaStream_t stream) {
   const int64_t rows = a.token_list != nullptr ? a.num_listed : a.num_tokens;
   if (rows == 0) return;
   if (a.cache == kv::KvCacheDtype::kInt4Kivi) {
-    S4KV_CHECK(a.layout.head_dim == kD && a.layout.block_size == a.block_size && a.pool &&
-                   a.residual && a.staging_k && a.staging_v && a.seats && a.pool_ends &&
-                   a.ring >= 1 &&
-                   a.seat_stride >= 2 * a.ring * a.block_size * a.num_kv_heads * kD &&
-                   (a.keys_post_rope || a.rope_cos),
-               "paged_attention: int4_kivi arguments");
+    S4KV_CHECK(
+        a.layout.head_dim == kD && a.layout.block_size == a.block_size && a.pool && a.residual &&
+            a.staging_k && a.staging_v && a.seats && a.pool_ends && a.ring >= 1 &&
+            ring_stride_fits(a.seat_stride, a.block_size, a.ring, int64_t{a.num_kv_heads} * kD) &&
+            (a.keys_post_rope || a.rope_cos),
+        "paged_attention: int4_kivi arguments");
   } else {
     S4KV_CHECK(a.k_cache != nullptr && a.v_cache != nullptr, "paged_attention: null cache");
   }

@@ -720,10 +720,11 @@ void launch_prefill_attention(const PagedAttentionArgs& a, const PrefillTile* ti
              "prefill attention: null arguments");
   const bool int4 = a.cache == kv::KvCacheDtype::kInt4Kivi;
   if (int4) {
-    S4KV_CHECK(a.pool && a.residual && a.staging_k && a.staging_v && a.seats && a.pool_ends &&
-                   a.rope_cos && a.rope_sin && a.ring >= 1 &&
-                   a.seat_stride >= 2 * a.ring * a.block_size * a.num_kv_heads * kD,
-               "prefill attention: int4_kivi arguments");
+    S4KV_CHECK(
+        a.pool && a.residual && a.staging_k && a.staging_v && a.seats && a.pool_ends &&
+            a.rope_cos && a.rope_sin && a.ring >= 1 &&
+            ring_stride_fits(a.seat_stride, a.block_size, a.ring, int64_t{a.num_kv_heads} * kD),
+        "prefill attention: int4_kivi arguments");
   } else {
     S4KV_CHECK(a.k_cache != nullptr && a.v_cache != nullptr, "prefill attention: null cache");
   }
