@@ -71,24 +71,6 @@ constexpr int smem_bytes() {
 
 // ---- small device helpers -------------------------------------------------------------------
 
-// Four 8x8 16-bit matrices from shared memory; lane l gives the address of row l % 8 of
-// matrix l / 8 (16 bytes), and receives element pair (row l / 4, columns 2 (l % 4), + 1) of each
-// matrix, or with .trans (rows 2 (l % 4), + 1; column l / 4).
-__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row) {
-  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s)
-               : "memory");
-}
-__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t* row) {
-  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s)
-               : "memory");
-}
-
 // 16 zero bytes where there is nothing to read.
 __device__ inline void zero16(void* smem) { *static_cast<uint4*>(smem) = make_uint4(0, 0, 0, 0); }
 

@@ -57,17 +57,26 @@ __device__ inline uint32_t transpose8x8_b16(uint32_t x) {
 }
 
 // Four 8x8 16-bit matrices from shared memory in the fragment layout (ldmatrix .x4): lane l gives
-// the address of row l % 8 of matrix l / 8 (16 bytes), d[j] is matrix j's fragment; _trans
-// gives each matrix transposed.
+// the address of row l % 8 of matrix l / 8 (16 bytes), d[j] is matrix j's fragment (element pair
+// (row l / 4, columns 2 (l % 4), + 1)); _trans gives each matrix transposed. The address as a
+// shared-memory offset, or as a generic pointer into shared memory.
 __device__ inline void ldmatrix_x4(uint32_t (&d)[4], uint32_t smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-               : "r"(smem));
+               : "r"(smem)
+               : "memory");
 }
 __device__ inline void ldmatrix_x4_trans(uint32_t (&d)[4], uint32_t smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-               : "r"(smem));
+               : "r"(smem)
+               : "memory");
+}
+__device__ inline void ldmatrix_x4(uint32_t (&d)[4], const uint16_t* row) {
+  ldmatrix_x4(d, static_cast<uint32_t>(__cvta_generic_to_shared(row)));
+}
+__device__ inline void ldmatrix_x4_trans(uint32_t (&d)[4], const uint16_t* row) {
+  ldmatrix_x4_trans(d, static_cast<uint32_t>(__cvta_generic_to_shared(row)));
 }
 
 // 16 bytes global -> shared, asynchronously; groups committed, then waited for until at most
