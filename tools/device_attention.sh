@@ -12,7 +12,8 @@
 #       kernels against the reference kernel, every format: $OUT/prefill_h200.json, the table
 #       in $OUT/prefill.txt; fails when a case's check is past 2e-2
 #   bash tools/device_attention.sh ab TAG... [-- cuda_attention_bench args]  # check, then run,
-#       each tagged build in turn (results under $OUT/TAG/), for an A/B of kernel versions
+#       each tagged build in turn (results in $OUT/ab_TAG.txt and .json), for an A/B of kernel
+#       versions
 # Tagged builds sit side by side: `build TAG` here leaves .devcarry/attention_bench_TAG.xz
 # (ATTN_NVCC_FLAGS adds nvcc flags), and ATTN_TAG=TAG makes run / ncu / check / prefill use it.
 set -euo pipefail
