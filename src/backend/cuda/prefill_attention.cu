@@ -144,47 +144,54 @@ __device__ inline void rows16(const PagedAttentionArgs& a, const Ctx& c, int p, 
 }
 
 // ---- loading a KV tile ----------------------------------------------------------------------
-// Thread mapping of every loader: thread 2 t + h takes position t of the tile. The converting
-// ones write channel chunks [32 h, 32 h + 32) and [64 + 32 h, 96 + 32 h) (the RoPE partners of
-// the first), 8 channels (16 bytes) per store.
+// Thread mapping of the converting loaders: thread 2 t + h takes position t of the tile, writing
+// channel chunks [32 h, 32 h + 32) and [64 + 32 h, 96 + 32 h) (the RoPE partners of the first),
+// 8 channels (16 bytes) per store. The copying loaders (issue_rows16, issue_fp8) give a row to
+// consecutive threads, one 16-byte chunk each, so that a warp's copy reads whole 128-byte lines
+// (a lane pair a row made each request touch 16 lines, one sector each: the decode row kernel
+// ran 1.3-1.5x faster once its copy read whole lines, bench/results/cuda_h200/ab_v6).
 
-// 16-bit rows straight into the stage: half h copies the row's 16-byte chunks h, h + 2, ...
+// 16-bit rows straight into the stage: thread x copies chunk x % 16 of positions x / 16 + 8 j.
 __device__ inline void issue_rows16(const PagedAttentionArgs& a, const Ctx& c, const KvTile& kt,
                                     uint16_t* kb, uint16_t* vb) {
-  const int t = threadIdx.x / 2, h = threadIdx.x % 2;
-  uint16_t* kd = kb + t * kLd;
-  uint16_t* vd = vb + t * kLd;
-  if (t < kt.count) {
-    const uint16_t *ks, *vs;
-    rows16(a, c, kt.p0 + t, ks, vs);
+  constexpr int kChunks = kD / 8, kPer = kThreads / kChunks;  // chunks a row, rows a pass
+  static_assert(kKv % kPer == 0, "whole passes");
+  const int ch = static_cast<int>(threadIdx.x) % kChunks;
 #pragma unroll
-    for (int j = h; j < kD / 8; j += 2) {
-      cp_async16(kd + 8 * j, ks + 8 * j);
-      cp_async16(vd + 8 * j, vs + 8 * j);
-    }
-  } else {
-#pragma unroll
-    for (int j = h; j < kD / 8; j += 2) {
-      zero16(kd + 8 * j);
-      zero16(vd + 8 * j);
+  for (int j = 0; j < kKv / kPer; ++j) {
+    const int t = static_cast<int>(threadIdx.x) / kChunks + kPer * j;
+    uint16_t* kd = kb + t * kLd + 8 * ch;
+    uint16_t* vd = vb + t * kLd + 8 * ch;
+    if (t < kt.count) {
+      const uint16_t *ks, *vs;
+      rows16(a, c, kt.p0 + t, ks, vs);
+      cp_async16(kd, ks + 8 * ch);
+      cp_async16(vd, vs + 8 * ch);
+    } else {
+      zero16(kd);
+      zero16(vd);
     }
   }
 }
 
-// fp8_e4m3 rows into the raw area (widened by convert_fp8 once they have landed).
+// fp8_e4m3 rows into the raw area (widened by convert_fp8 once they have landed): thread x
+// copies chunk x % 8 of positions x / 8 + 16 j.
 __device__ inline void issue_fp8(const PagedAttentionArgs& a, const Ctx& c, const KvTile& kt,
                                  unsigned char* raw) {
-  const int t = threadIdx.x / 2, h = threadIdx.x % 2;
-  if (t >= kt.count) return;
-  const int p = kt.p0 + t, b = a.block_size;
-  const int64_t row =
-      (static_cast<int64_t>(c.table[p / b]) * b + p % b) * a.num_kv_heads * kD + c.g * kD;
-  const auto* ks = static_cast<const unsigned char*>(a.k_cache) + row;
-  const auto* vs = static_cast<const unsigned char*>(a.v_cache) + row;
+  constexpr int kChunks = kD / 16, kPer = kThreads / kChunks;
+  static_assert(kKv % kPer == 0, "whole passes");
+  const int ch = static_cast<int>(threadIdx.x) % kChunks, b = a.block_size;
 #pragma unroll
-  for (int j = h; j < kD / 16; j += 2) {
-    cp_async16(raw + t * kRawFp8Ld + 16 * j, ks + 16 * j);
-    cp_async16(raw + (kKv + t) * kRawFp8Ld + 16 * j, vs + 16 * j);
+  for (int j = 0; j < kKv / kPer; ++j) {
+    const int t = static_cast<int>(threadIdx.x) / kChunks + kPer * j;
+    if (t >= kt.count) break;
+    const int p = kt.p0 + t;
+    const int64_t row =
+        (static_cast<int64_t>(c.table[p / b]) * b + p % b) * a.num_kv_heads * kD + c.g * kD;
+    cp_async16(raw + t * kRawFp8Ld + 16 * ch,
+               static_cast<const unsigned char*>(a.k_cache) + row + 16 * ch);
+    cp_async16(raw + (kKv + t) * kRawFp8Ld + 16 * ch,
+               static_cast<const unsigned char*>(a.v_cache) + row + 16 * ch);
   }
 }
 
