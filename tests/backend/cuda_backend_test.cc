@@ -384,8 +384,7 @@ TEST_P(CudaGraphs, ReplayIsBitEqualToEagerExecution) {
   constexpr int64_t kSeqs = 11, kMaxSeqsHere = 12, kModelLen = 1024;
   const int64_t blocks_per_seq = kModelLen / f.block_size + 1;
   const KvCacheConfig kv = format_kv(f, kSeqs * blocks_per_seq, kMaxSeqsHere, kSeqs);
-  // The engine's limits: one logits row a sequence (the graphs' padded steps included).
-  const BackendLimits limits{512, kMaxSeqsHere, kModelLen, kMaxSeqsHere};
+  const BackendLimits limits{512, kMaxSeqsHere, kModelLen};
   auto graphs = make_started_backend("cuda", DType::kBF16, *config, *weights, kv, limits);
   ASSERT_TRUE(graphs.is_ok()) << graphs.status().message();
   auto eager = make_started_backend("cuda", DType::kBF16, *config, *weights, kv, limits,
@@ -487,46 +486,6 @@ TEST(CudaBackend, RefusesWhatItCannotRun) {
   r = make_started_backend("cuda", DType::kBF16, *config, *weights, kv, {0, 1, 256});
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("limits"), std::string::npos) << r.status().message();
-}
-
-// The engine asks for one logits row a sequence and says so (BackendLimits::max_num_logits):
-// the logits buffers then hold that many rows instead of one a batched token, and profile()
-// gives the difference to the KV cache; a step asking for more rows is a broken invariant.
-TEST(CudaBackend, LogitsBuffersSizedByMaxNumLogits) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  auto config = model::load_model_config("models/s4kv-tiny");
-  ASSERT_TRUE(config.is_ok());
-  auto weights = model::load_weights("models/s4kv-tiny", *config, model::LoadFormat::kAuto);
-  ASSERT_TRUE(weights.is_ok());
-  KvCacheConfig kv;
-  kv.num_blocks = 8;
-  kv.block_size = 64;
-  kv.dtype = kv::KvCacheDtype::k16Bit;
-  constexpr int64_t kTokens = 4096, kSeqs = 4, kModelLen = 512;
-  auto kv_bytes = [&](const BackendLimits& limits) -> int64_t {
-    auto b = make_backend("cuda", DType::kBF16, *config, *weights, kv, limits);
-    EXPECT_TRUE(b.is_ok()) << b.status().message();
-    if (!b.is_ok()) return 0;
-    auto p = (*b)->profile();
-    EXPECT_TRUE(p.is_ok() && p->kv_cache_bytes) << p.status().message();
-    return p.is_ok() && p->kv_cache_bytes ? *p->kv_cache_bytes : 0;
-  };
-  const int64_t every = kv_bytes({kTokens, kSeqs, kModelLen});
-  const int64_t per_seq = kv_bytes({kTokens, kSeqs, kModelLen, kSeqs});
-  const int64_t freed = (kTokens - kSeqs) * config->vocab_size * 4;  // the device logits alone
-  EXPECT_GE(per_seq - every, freed * 9 / 10) << every << " vs " << per_seq << " bytes";
-
-  auto gpu = make_started_backend("cuda", DType::kBF16, *config, *weights, kv,
-                                  {kTokens, kSeqs, kModelLen, kSeqs});
-  ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
-  ForwardBatchBuilder b(kv.block_size, kv.num_blocks);
-  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8}, table = {0};
-  b.add(tokens, 0, table);
-  for (int32_t r = 0; r < kSeqs; ++r) b.want_logits(r);
-  EXPECT_EQ((*gpu)->forward(b.batch()).logits.size(),
-            static_cast<size_t>(kSeqs * config->vocab_size));
-  b.want_logits(kSeqs);
-  EXPECT_DEATH((*gpu)->forward(b.batch()), "5 rows of logits in one step, beyond the backend's 4");
 }
 
 }  // namespace
