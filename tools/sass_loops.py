@@ -5,7 +5,7 @@ address range, its instruction count and the count of each opcode; and each func
 registers and stack bytes (cuobjdump --dump-resource-usage: stack above 0 means spills). A
 static count, no GPU needed: with the instructions a loop iteration runs per warp and the
 bytes it reads, it says how many bytes a warp instruction moves, and so which rate (memory or
-instruction issue) can bound the kernel (docs/performance.md, "Roofline per kernel").
+instruction issue) can bound the kernel (docs/gpu_kernels.md, "Roofline per kernel").
 
   python3 tools/sass_loops.py build/src/backend/CMakeFiles/s4kv_backend_cuda.dir/cuda/decode_int4.cu.o \
       --kernel 'decode_int4_kernelILi4ELi4E' [--cuobjdump PATH] [--min 64] [--json OUT]
