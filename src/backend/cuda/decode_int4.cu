@@ -61,13 +61,9 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   uint32_t* turned = reinterpret_cast<uint32_t*>(dsmem + kInt4Stages * kBlockBytes);
   allow_dependent_launch();
   grid_dependency_wait();
-  // Item blockIdx.y, KV head blockIdx.x: the heads of an item are neighbours in dispatch order,
-  // so that in a graph replay (a grid of the capture size's capacity) the live items of every
-  // head come before the blocks past the live count, which return at once.
-  const int item = static_cast<int>(blockIdx.y);
-  if (d.live != nullptr && item >= d.live[0]) return;  // graph replay
-  const DecodeItem it = d.items[item];
-  const int g = blockIdx.x;
+  if (d.live != nullptr && static_cast<int>(blockIdx.x) >= d.live[0]) return;  // graph replay
+  const DecodeItem it = d.items[blockIdx.x];
+  const int g = blockIdx.y;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
   const int group = a.num_heads / a.num_kv_heads;
   const kv::Int4KiviLayout& L = a.layout;
@@ -334,7 +330,8 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   }
   write_partial<kWarps, ChannelMap::kInt4>(
       st, reinterpret_cast<float*>(dsmem),
-      d.partials + (static_cast<int64_t>(item) * a.num_kv_heads + g) * group * kDecodePartialFloats,
+      d.partials +
+          (static_cast<int64_t>(blockIdx.x) * a.num_kv_heads + g) * group * kDecodePartialFloats,
       group, kD / kG);
 }
 
@@ -397,8 +394,7 @@ void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cuda
     constexpr int kBlockBytes = int4_block_bytes<kWarps * 16, kG>();
     S4KV_CHECK(static_cast<int>(a.layout.block_bytes) == kBlockBytes,
                "decode attention: int4_kivi block of ", a.layout.block_bytes, " bytes");
-    S4KV_CHECK(d.num_int4_items <= 65535, "decode attention: ", d.num_int4_items, " int4 items");
-    const dim3 grid(static_cast<unsigned>(a.num_kv_heads), static_cast<unsigned>(d.num_int4_items));
+    const dim3 grid(static_cast<unsigned>(d.num_int4_items), static_cast<unsigned>(a.num_kv_heads));
     launch_dependent(decode_int4_kernel<kWarps, kG>, grid, kWarps * 32, smem, stream, a, d);
   });
 }
