@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Keeps a device call within its 64 MiB (the working tree that travels plus the carried paths):
+# the tree is ~67 MB, so a call that carries the packed build (tools/device_cuda_tests.sh pack,
+# ~5.3 MB) and attention benches (tools/device_attention.sh build, ~0.6 MB each) first moves out
+# files that no GPU step reads, and moves them back after the call. Never commit while they are
+# out (git status shows them deleted).
+#   bash tools/device_slim.sh size [CARRY...]  # bytes that would travel, against the limit
+#   bash tools/device_slim.sh out              # move them to ../device-slim-moved/
+#   bash tools/device_slim.sh in               # move them back
+# What moves: the tokenizer and chat-template goldens, the Qwen3 tokenizer (no GPU step uses
+# Qwen3; gpu_capacity.py and device_steps.sh read the Qwen2.5 and Llama-3 ones), the held-out
+# text, bench/results (results come back under $OUT).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+moved=../device-slim-moved
+paths=(tests/golden/tokenizers tests/golden/chat tests/fixtures/tokenizers/qwen3/tokenizer.json.xz
+  bench/data/heldout.txt.xz bench/results)
+limit=$((64 * 1024 * 1024))
+case "${1:-}" in
+  size)
+    shift
+    tree=$( (git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2>/dev/null || true) |
+      awk '{s += $1} END {print s + 0}')
+    carry=0
+    for c in "$@"; do carry=$((carry + $(du -sb "$c" | cut -f1))); done
+    total=$((tree + carry))
+    echo "tree $tree bytes + carry $carry bytes = $total of $limit ($((limit - total)) to spare)"
+    [ "$total" -le "$limit" ] || { echo "over the limit: move more out or carry less" >&2; exit 1; }
+    ;;
+  out)
+    [ ! -e "$moved" ] || { echo "$moved exists: already out? (run 'in' first)" >&2; exit 1; }
+    for p in "${paths[@]}"; do
+      mkdir -p "$moved/$(dirname "$p")" && mv "$p" "$moved/$p"
+    done
+    echo "moved out: ${paths[*]}"
+    ;;
+  in)
+    [ -d "$moved" ] || { echo "nothing moved out" >&2; exit 1; }
+    cp -a "$moved/." . && rm -rf "$moved"
+    git status --short | grep -v '^??' || echo "the tree is whole again"
+    ;;
+  *) echo "usage: $0 size [CARRY...]|out|in" >&2; exit 2 ;;
+esac
