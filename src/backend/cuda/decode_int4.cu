@@ -30,7 +30,7 @@ template <int B, int kG>
 __host__ __device__ constexpr int int4_block_bytes() {
   return Int4Block<B, kG>::bytes;
 }
-constexpr int kInt4Stages = 3;
+constexpr int kInt4Stages = 3;  // blocks in flight per thread block: this one and two ahead
 
 // x, kept in a register across the loop: ptxas would otherwise recompute a lane's offsets from
 // the thread index at every use (a dozen instructions a block); it does not recompute a shuffle.
@@ -98,7 +98,7 @@ __device__ inline void load_halves(const unsigned char* p, float (&out)[kG]) {
   } else {
     out[0] = __half2float(*reinterpret_cast<const __half*>(p));
   }
-}  // blocks in flight per thread block: this one and two ahead
+}
 // Thread blocks per multiprocessor the int4 kernel is compiled for (registers a thread <= 65536 /
 // (blocks x kWarps x 32)). Measured on the H200 at B 64 (bench/results/cuda_h200/
 // attention_notes.md): version 4's kernel ran fastest at 2 (~217 registers; 3 and 4 spilled),
@@ -329,8 +329,8 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
 #pragma unroll
     for (int jj = 0; jj < 2; ++jj) {
       const uint4 ks[2] = {kscale[jj], kscale[8 + jj]}, kz[2] = {kzero[jj], kzero[8 + jj]};
-      uint32_t kb[2]
-                 [8];  // [nt][h * 4 + e]: pair 4 jj + e (h = 0), its partner 8 + 4 jj + e (h = 1)
+      // The keys at tk0, tk1 (nt): kb[nt][e] pair 4 jj + e, kb[nt][4 + e] its partner 8 + 4 jj + e.
+      uint32_t kb[2][8];
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
