@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   constexpr int kRowBytes = row_bytes<F>();
   constexpr int kChunks = (kRowBytes - 16) / 16;
   constexpr int kStageBytes = 2 * kTile * kRowBytes;
-  extern __shared__ __align__(16) unsigned char dsmem[];
+  S4KV_DYNAMIC_SHARED(dsmem);
   allow_dependent_launch();
   grid_dependency_wait();
   // Graph replay: the grid is the plan's capacity; the step's counts are in d.live.

@@ -37,7 +37,11 @@ template <uint32_t kMask, uint32_t kMagic>
 __device__ inline uint32_t codes_under_f16x2(uint32_t x) {
   uint32_t y;
   const uint32_t magic = kMagic;
+#ifdef S4KV_CUDA_EMULATION
+  y = (x & kMask) | magic;  // LOP3's 0xea
+#else
   asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(y) : "r"(x), "r"(kMask), "r"(magic));
+#endif
   const __half2 h =
       __hsub2(*reinterpret_cast<const __half2*>(&y), *reinterpret_cast<const __half2*>(&magic));
   return *reinterpret_cast<const uint32_t*>(&h);

@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   constexpr int kPairs = 8 / kWarps;  // channel pairs m < 8 each warp turns
   static_assert(kInt4Stages * kBlockBytes >= (kWarps * 8 * kD + kWarps * 8 * 7) * 4,
                 "the epilogue reuses the stages");
-  extern __shared__ __align__(16) unsigned char dsmem[];
+  S4KV_DYNAMIC_SHARED(dsmem);
   unsigned char* stages = dsmem;
   uint32_t* turned = reinterpret_cast<uint32_t*>(dsmem + kInt4Stages * kBlockBytes);
   allow_dependent_launch();

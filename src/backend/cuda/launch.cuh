@@ -18,6 +18,14 @@
 
 #include "backend/cuda/cuda_check.h"
 
+#ifdef S4KV_CUDA_EMULATION
+#include "backend/cuda/emulation.h"
+// A kernel's dynamic shared memory: S4KV_DYNAMIC_SHARED(smem); declares unsigned char smem[].
+#define S4KV_DYNAMIC_SHARED(name) S4KV_EMULATED_DYNAMIC_SHARED(name)
+#else
+#define S4KV_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
 namespace s4kv::backend::cuda {
 
 __device__ __forceinline__ void grid_dependency_wait() {
@@ -42,6 +50,11 @@ bool dependent_launch_enabled(LaunchKind kind);
 template <typename... Params, typename... Args>
 void launch_dependent_as(LaunchKind kind, void (*kernel)(Params...), dim3 grid, dim3 block,
                          size_t smem, cudaStream_t stream, Args&&... args) {
+#ifdef S4KV_CUDA_EMULATION
+  (void)kind;
+  (void)stream;
+  emu::launch(kernel, grid, block, smem, std::tuple<Params...>(static_cast<Params>(args)...));
+#else
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -53,6 +66,7 @@ void launch_dependent_as(LaunchKind kind, void (*kernel)(Params...), dim3 grid, 
   cfg.attrs = attr;
   cfg.numAttrs = dependent_launch_enabled(kind) ? 1 : 0;
   S4KV_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
+#endif
 }
 
 template <typename... Params, typename... Args>

@@ -11,6 +11,10 @@
 #include <cstdint>
 #include <cstring>
 
+#ifdef S4KV_CUDA_EMULATION
+#include "backend/cuda/emulation.h"
+#endif
+
 namespace s4kv::backend::cuda {
 
 // Two fp32 values rounded (nearest even) to a bf16 or fp16 pair, lo in the low half.
@@ -27,6 +31,7 @@ __device__ inline uint32_t pack2(float lo, float hi) {
   return out;
 }
 
+#ifndef S4KV_CUDA_EMULATION  // emulation.h has these on the CPU
 // c += A B (mma.sync m16n8k16, row-major A, column-major B, fp32 accumulation), A and B bf16
 // or fp16 in the PTX fragment layout.
 template <bool kBf16>
@@ -72,6 +77,7 @@ __device__ inline void ldmatrix_x4_trans(uint32_t (&d)[4], uint32_t smem) {
                : "r"(smem)
                : "memory");
 }
+#endif
 __device__ inline void ldmatrix_x4(uint32_t (&d)[4], const uint16_t* row) {
   ldmatrix_x4(d, static_cast<uint32_t>(__cvta_generic_to_shared(row)));
 }
@@ -79,6 +85,7 @@ __device__ inline void ldmatrix_x4_trans(uint32_t (&d)[4], const uint16_t* row) 
   ldmatrix_x4_trans(d, static_cast<uint32_t>(__cvta_generic_to_shared(row)));
 }
 
+#ifndef S4KV_CUDA_EMULATION
 // 16 bytes global -> shared, asynchronously; groups committed, then waited for until at most
 // kPending are in flight.
 __device__ inline void cp_async16(void* smem, const void* gmem) {
@@ -101,6 +108,8 @@ __device__ inline float fast_exp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+
+#endif
 
 // Two fp8_e4m3 bytes (bits 0..15) as an fp16 pair (exact).
 __device__ inline uint32_t fp8x2_to_f16x2(uint32_t x) {

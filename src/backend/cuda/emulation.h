@@ -1,0 +1,324 @@
+// The decode attention kernels run on the CPU, for tests on machines without a GPU: with
+// S4KV_CUDA_EMULATION defined, a .cu file compiled as C++ (g++) gets here what the CUDA compiler
+// and the GPU would give it. Each thread of a thread block is a host thread; a launch runs the
+// grid's blocks one after another. Warp collectives (shuffles, votes, mma.sync, movmatrix,
+// ldmatrix) meet at a barrier of the warp's 32 threads and compute the PTX ISA's fragment
+// layouts from every lane's registers; __syncthreads is a barrier of the block's threads;
+// cp.async copies when its group is waited for. fp16 arithmetic is the host's (cuda_fp16.h's
+// host paths, single-rounded), mma.sync accumulates in fp32 in k order and ex2.approx is
+// exp2f: close to the GPU, not bit-exact, so tests of emulated kernels hold them to a tolerance.
+// Not for production builds: nvcc never sees this file (the headers that include it do so only
+// when S4KV_CUDA_EMULATION is defined and __CUDACC__ is not).
+#pragma once
+
+#if !defined(S4KV_CUDA_EMULATION) || defined(__CUDACC__)
+#error "emulation.h is for host builds with S4KV_CUDA_EMULATION"
+#endif
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <barrier>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "common/check.h"
+
+namespace s4kv::emu {
+
+struct Warp {
+  std::barrier<> bar{32};
+  std::array<std::array<uint32_t, 8>, 32> slot{};
+};
+
+struct Block {
+  Block(int threads, size_t smem_bytes) : bar(threads), warps((threads + 31) / 32) {
+    smem.resize(smem_bytes + 16);
+  }
+  std::barrier<> bar;
+  std::deque<Warp> warps;  // std::barrier is neither copyable nor movable
+  std::vector<unsigned char> smem;
+  unsigned char* dynamic() {
+    auto p = reinterpret_cast<uintptr_t>(smem.data());
+    return reinterpret_cast<unsigned char*>((p + 15) & ~uintptr_t{15});
+  }
+};
+
+struct Copy {
+  unsigned char* dst;
+  const void* src;
+};
+
+struct Thread {
+  dim3 tid, bid, bdim, gdim;
+  int lane = 0;
+  Block* block = nullptr;
+  std::vector<std::vector<Copy>> groups;  // committed cp.async groups, oldest first
+  std::vector<Copy> open;                 // issued since the last commit
+};
+
+inline thread_local Thread* self = nullptr;
+
+inline Warp& warp() { return self->block->warps[self->tid.x / 32]; }
+
+// Every lane's words after each lane has given its own (all 32 lanes call it together).
+template <size_t N>
+std::array<std::array<uint32_t, N>, 32> exchange(const std::array<uint32_t, N>& mine) {
+  static_assert(N <= 8);
+  Warp& w = warp();
+  std::copy(mine.begin(), mine.end(), w.slot[static_cast<size_t>(self->lane)].begin());
+  w.bar.arrive_and_wait();
+  std::array<std::array<uint32_t, N>, 32> all;
+  for (size_t l = 0; l < 32; ++l) std::copy_n(w.slot[l].begin(), N, all[l].begin());
+  w.bar.arrive_and_wait();  // everyone has read before the slots are written again
+  return all;
+}
+
+template <typename T>
+uint32_t bits(T v) {
+  static_assert(sizeof(T) == 4);
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
+template <typename T>
+T from_bits(uint32_t u) {
+  T v;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+
+// The 16-bit half h (0 low, 1 high) of a word as fp32 (fp16 or bf16).
+inline float half_of(uint32_t w, int h, bool bf16) {
+  const auto x = static_cast<uint16_t>(w >> (16 * h));
+  if (bf16) return from_bits<float>(uint32_t{x} << 16);
+  return __half2float(__ushort_as_half(x));
+}
+
+inline unsigned char* shared_at(uint32_t addr) {
+  Block* b = self->block;
+  S4KV_CHECK(addr < b->smem.size() - 16, "emulated shared address ", addr, " past the block's ",
+             b->smem.size() - 16, " bytes");
+  return b->dynamic() + addr;
+}
+
+// Runs kernel(params...) over the grid, one thread block at a time.
+template <typename... Params>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+            std::tuple<Params...> params) {
+  const int threads = static_cast<int>(block.x * block.y * block.z);
+  for (unsigned bz = 0; bz < grid.z; ++bz) {
+    for (unsigned by = 0; by < grid.y; ++by) {
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        Block b(threads, smem);
+        std::vector<std::thread> ts;
+        ts.reserve(static_cast<size_t>(threads));
+        for (int t = 0; t < threads; ++t) {
+          ts.emplace_back([&, t] {
+            Thread me;
+            me.tid = dim3(static_cast<unsigned>(t) % block.x,
+                          static_cast<unsigned>(t) / block.x % block.y,
+                          static_cast<unsigned>(t) / (block.x * block.y));
+            me.bid = dim3(bx, by, bz);
+            me.bdim = block;
+            me.gdim = grid;
+            me.lane = t % 32;
+            me.block = &b;
+            self = &me;
+            std::apply(kernel, params);
+            // A thread that returns leaves the barriers (as an exited GPU thread does).
+            b.warps[static_cast<size_t>(t / 32)].bar.arrive_and_drop();
+            b.bar.arrive_and_drop();
+            self = nullptr;
+          });
+        }
+        for (std::thread& th : ts) th.join();
+      }
+    }
+  }
+}
+
+}  // namespace s4kv::emu
+
+// The built-in variables and qualifiers nvcc provides.
+#define threadIdx (::s4kv::emu::self->tid)
+#define blockIdx (::s4kv::emu::self->bid)
+#define blockDim (::s4kv::emu::self->bdim)
+#define gridDim (::s4kv::emu::self->gdim)
+#ifdef __launch_bounds__
+#undef __launch_bounds__
+#endif
+#define __launch_bounds__(...)
+// Function-scope __shared__ arrays: one per process, which is one per block while blocks run
+// one at a time.
+#ifdef __shared__
+#undef __shared__
+#endif
+#define __shared__ static
+#define S4KV_EMULATED_DYNAMIC_SHARED(name) \
+  unsigned char* const name = ::s4kv::emu::self->block->dynamic()
+
+inline void __syncthreads() { ::s4kv::emu::self->block->bar.arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { ::s4kv::emu::warp().bar.arrive_and_wait(); }
+
+template <typename T>
+T __shfl_xor_sync(unsigned, T v, int lane_mask, int = 32) {
+  const auto all = ::s4kv::emu::exchange<1>({::s4kv::emu::bits(v)});
+  return ::s4kv::emu::from_bits<T>(
+      all[static_cast<size_t>(::s4kv::emu::self->lane ^ lane_mask)][0]);
+}
+template <typename T>
+T __shfl_sync(unsigned, T v, int src, int = 32) {
+  const auto all = ::s4kv::emu::exchange<1>({::s4kv::emu::bits(v)});
+  return ::s4kv::emu::from_bits<T>(all[static_cast<size_t>(src & 31)][0]);
+}
+inline bool __any_sync(unsigned, bool pred) {
+  const auto all = ::s4kv::emu::exchange<1>({pred ? 1u : 0u});
+  for (const auto& w : all) {
+    if (w[0] != 0) return true;
+  }
+  return false;
+}
+inline bool __all_sync(unsigned, bool pred) {
+  const auto all = ::s4kv::emu::exchange<1>({pred ? 1u : 0u});
+  for (const auto& w : all) {
+    if (w[0] == 0) return false;
+  }
+  return true;
+}
+
+template <typename T>
+T __ldg(const T* p) {
+  return *p;
+}
+inline size_t __cvta_generic_to_shared(const void* p) {
+  const auto* c = static_cast<const unsigned char*>(p);
+  const unsigned char* base = ::s4kv::emu::self->block->dynamic();
+  S4KV_CHECK(c >= base, "__cvta_generic_to_shared: not in the block's dynamic shared memory");
+  return static_cast<size_t>(c - base);
+}
+inline int __ffs(int x) { return x == 0 ? 0 : __builtin_ctz(static_cast<unsigned>(x)) + 1; }
+inline float __uint_as_float(unsigned u) { return ::s4kv::emu::from_bits<float>(u); }
+inline unsigned __float_as_uint(float f) { return ::s4kv::emu::bits(f); }
+inline float __int_as_float(int i) {
+  return ::s4kv::emu::from_bits<float>(static_cast<uint32_t>(i));
+}
+// Without contraction: the host compiles a * b + c as two roundings only under -ffp-contract=off,
+// which the emulation targets use.
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
+  const float2 x = __half22float2(a), y = __half22float2(b), z = __half22float2(c);
+  return __floats2half2_rn(std::fma(x.x, y.x, z.x), std::fma(x.y, y.y, z.y));
+}
+
+// The CUDA runtime calls of the kernels' launchers, as no-ops that succeed (the occupancy
+// query answers 3 blocks a multiprocessor).
+namespace s4kv::emu {
+template <typename... T>
+cudaError_t ok(T...) {
+  return cudaSuccess;
+}
+template <typename... T>
+cudaError_t occupancy(int* count, T...) {
+  *count = 3;
+  return cudaSuccess;
+}
+}  // namespace s4kv::emu
+#define cudaFuncSetAttribute(...) ::s4kv::emu::ok(__VA_ARGS__)
+#define cudaGetLastError() cudaSuccess
+#define cudaGetErrorName(e) "emulated"
+#define cudaGetErrorString(e) "emulated"
+#define cudaOccupancyMaxActiveBlocksPerMultiprocessor(...) ::s4kv::emu::occupancy(__VA_ARGS__)
+
+namespace s4kv::backend::cuda {
+
+// tensor_core.cuh's PTX instructions.
+template <bool kBf16>
+void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const auto all = emu::exchange<6>({a[0], a[1], a[2], a[3], b0, b1});
+  // A row-major 16 x 16: lane 4 (row % 8) + (col % 8) / 2, register row / 8 + 2 (col / 8);
+  // B 16 x 8 (k x n): lane 4 n + (k % 8) / 2, register 4 + k / 8; the half: col % 2, k % 2.
+  auto A = [&](int row, int col) {
+    return emu::half_of(all[static_cast<size_t>(4 * (row % 8) + (col % 8) / 2)]
+                           [static_cast<size_t>(row / 8 + 2 * (col / 8))],
+                        col % 2, kBf16);
+  };
+  auto B = [&](int k, int n) {
+    return emu::half_of(
+        all[static_cast<size_t>(4 * n + (k % 8) / 2)][static_cast<size_t>(4 + k / 8)], k % 2,
+        kBf16);
+  };
+  const int r = emu::self->lane / 4, i = emu::self->lane % 4;
+  for (int j = 0; j < 4; ++j) {
+    const int row = r + 8 * (j / 2), col = 2 * i + j % 2;
+    float acc = c[j];
+    for (int k = 0; k < 16; ++k) acc += A(row, k) * B(k, col);
+    c[j] = acc;
+  }
+}
+
+inline uint32_t transpose8x8_b16(uint32_t x) {
+  const auto all = emu::exchange<1>({x});
+  const int r = emu::self->lane / 4, i = emu::self->lane % 4;
+  // out (r, 2i + e) = in (2i + e, r): lane 4 (2i + e) + r / 2, half r % 2.
+  auto in = [&](int e) {
+    return (all[static_cast<size_t>(4 * (2 * i + e) + r / 2)][0] >> (16 * (r % 2))) & 0xffffu;
+  };
+  return in(0) | (in(1) << 16);
+}
+
+namespace emu_detail {
+// ldmatrix .x4: lane l gives row l % 8 of matrix l / 8.
+template <bool kTrans>
+void ldmatrix(uint32_t (&d)[4], uint32_t smem) {
+  const auto all = emu::exchange<1>({smem});
+  const int r = emu::self->lane / 4, i = emu::self->lane % 4;
+  auto at = [&](int matrix, int row, int col) {
+    uint16_t v;
+    std::memcpy(&v, emu::shared_at(all[static_cast<size_t>(8 * matrix + row)][0] + 2 * col), 2);
+    return uint32_t{v};
+  };
+  for (int j = 0; j < 4; ++j) {
+    d[j] = kTrans ? at(j, 2 * i, r) | (at(j, 2 * i + 1, r) << 16)
+                  : at(j, r, 2 * i) | (at(j, r, 2 * i + 1) << 16);
+  }
+}
+}  // namespace emu_detail
+
+inline void ldmatrix_x4(uint32_t (&d)[4], uint32_t smem) { emu_detail::ldmatrix<false>(d, smem); }
+inline void ldmatrix_x4_trans(uint32_t (&d)[4], uint32_t smem) {
+  emu_detail::ldmatrix<true>(d, smem);
+}
+
+inline void cp_async16_shared(uint32_t smem, const void* gmem) {
+  emu::self->open.push_back({emu::shared_at(smem), gmem});
+}
+inline void cp_async16(void* smem, const void* gmem) {
+  cp_async16_shared(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), gmem);
+}
+inline void cp_async_commit() {
+  emu::self->groups.push_back(std::move(emu::self->open));
+  emu::self->open.clear();
+}
+template <int kPending>
+void cp_async_wait() {
+  auto& groups = emu::self->groups;
+  while (groups.size() > static_cast<size_t>(kPending)) {
+    for (const emu::Copy& c : groups.front()) std::memcpy(c.dst, c.src, 16);
+    groups.erase(groups.begin());
+  }
+}
+
+inline float fast_exp2(float x) { return std::exp2(x); }
+
+}  // namespace s4kv::backend::cuda
