@@ -18,8 +18,12 @@
 #include <vector>
 
 #include "backend/cpu/rope.h"
-#include "backend/cuda/decode_int4.cu"  // compiled as C++ with S4KV_CUDA_EMULATION
+#include "backend/cuda/decode_attention.cuh"
+#include "backend/cuda/decode_attention_common.cuh"
+#include "backend/cuda/int4_kivi_device.cuh"
+#include "backend/forward_batch_builder.h"
 #include "backend/rope_table.h"
+#include "kv/hadamard.h"
 #include "kv/int4_kivi_layout.h"
 
 namespace s4kv::backend::cuda {
@@ -214,6 +218,329 @@ TEST(DecodeInt4Emulated, PartialsMatchFp64FromTheBlocks) {
                     gv, s.heads, s.kv_heads, worst_out, worst_lse);
       }
     }
+  }
+}
+
+// ---- the whole decode path: launch_decode_attention (item kernels and merge) ---------------
+
+struct PathCase {
+  kv::KvCacheDtype cache;
+  bool bf16;  // the 16-bit element type (16-bit cache; int4_kivi's sink, ring and staging)
+  int block_size;
+  int ring = 1;           // int4_kivi: 1 + window blocks
+  bool sink = false;      // int4_kivi: each sequence's block 0 is a sink block
+  bool hadamard = false;  // int4_kivi v2: pool values in the Hadamard domain
+};
+
+uint16_t to16(float x, bool bf16) {
+  return bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : f16(x);
+}
+double from16(uint16_t h, bool bf16) {
+  if (bf16) {
+    const uint32_t u = uint32_t{h} << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  return from_f16(h);
+}
+
+// Decode rows of a batch of sequences (and one prefill row, which the plan leaves out) through
+// plan_attention and launch_decode_attention; each decode row's output against fp64 attention
+// over its context, every position read from where the cache keeps it. Returns the worst
+// relative L2.
+double run_path(const PathCase& pc, uint32_t seed) {
+  constexpr int kHeads = 14, kKv = 2, kGv = 32;
+  const int B = pc.block_size;
+  const int64_t kv_dim = int64_t{kKv} * kHeadDim;
+  const bool int4 = pc.cache == kv::KvCacheDtype::kInt4Kivi;
+  const bool fp8 = pc.cache == kv::KvCacheDtype::kFp8E4M3;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto uniform = [&](float lo, float hi) {
+    return std::uniform_real_distribution<float>(lo, hi)(rng);
+  };
+
+  // Sequences of 1..~12 blocks (lengths not multiples of B), the last a 3-token prefill chunk.
+  std::vector<int> lens;
+  for (int k = 0; k < 5; ++k)
+    lens.push_back(1 + static_cast<int>(rng() % static_cast<unsigned>(12 * B)));
+  lens.push_back(2 * B + 5);
+  const int num_seqs = static_cast<int>(lens.size());
+  const int max_blocks = (*std::max_element(lens.begin(), lens.end()) + B - 1) / B + 1;
+  const int num_pool = num_seqs * max_blocks + 1;
+  ForwardBatchBuilder builder(B, max_blocks);
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(num_seqs));
+  std::vector<int32_t> ids(static_cast<size_t>(num_pool));
+  for (int k = 0; k < num_pool; ++k) ids[static_cast<size_t>(k)] = k;
+  std::shuffle(ids.begin(), ids.end(), rng);
+  for (int q = 0, next = 0; q < num_seqs; ++q) {
+    const int len = lens[static_cast<size_t>(q)];
+    const int q_len = q + 1 == num_seqs ? 3 : 1;
+    std::vector<int32_t>& t = tables[static_cast<size_t>(q)];
+    for (int k = 0; k < (len + B - 1) / B; ++k) t.push_back(ids[static_cast<size_t>(next++)]);
+    // The sink block: block 0, once it was full before the step (until then it is in the ring).
+    if (int4 && pc.sink && (len - q_len) / B >= 1) t[0] = num_pool + q;
+    const std::vector<int32_t> tokens(static_cast<size_t>(q_len), 1);
+    builder.add(tokens, len - q_len, t, int4 ? q : -1, 0);
+  }
+  const ForwardBatch b = builder.batch();
+  const int64_t num_tokens = b.num_tokens();
+
+  // The caches. 16-bit / fp8: [blocks, B, kv heads, 128] K and V. int4_kivi: random pool blocks,
+  // sink blocks [num_seqs, 2, B, kv_dim], a ring a seat [2, ring B, kv_dim], staging rows.
+  const int es = fp8 ? 1 : 2;
+  std::vector<uint8_t> kc, vc;
+  std::vector<uint16_t> sink, ring, stk, stv;
+  std::vector<std::byte> pool;
+  kv::Int4KiviLayout layout;
+  auto fill16 = [&](std::vector<uint16_t>& v, size_t n) {
+    v.resize(n);
+    for (uint16_t& x : v) x = to16(normal(rng), pc.bf16);
+  };
+  if (!int4) {
+    const size_t n = static_cast<size_t>(num_pool) * B * kv_dim * es;
+    kc.resize(n);
+    vc.resize(n);
+    for (size_t k = 0; k < n; k += es) {
+      for (std::vector<uint8_t>* arr : {&kc, &vc}) {
+        if (fp8) {
+          (*arr)[k] = __nv_cvt_float_to_fp8(normal(rng), __NV_SATFINITE, __NV_E4M3);
+        } else {
+          const uint16_t h = to16(normal(rng), pc.bf16);
+          std::memcpy(arr->data() + k, &h, 2);
+        }
+      }
+    }
+  } else {
+    layout = *kv::Int4KiviLayout::create(B, kHeadDim, kGv);
+    pool.resize(static_cast<size_t>(num_pool * kKv) * layout.block_bytes);
+    for (std::byte& x : pool) x = static_cast<std::byte>(rng() & 0xffu);
+    for (size_t blk = 0; blk < static_cast<size_t>(num_pool * kKv); ++blk) {
+      std::byte* base = pool.data() + blk * layout.block_bytes;
+      auto put = [&](size_t off, int index, float x) {
+        const uint16_t h = f16(x);
+        std::memcpy(base + off + 2 * static_cast<size_t>(index), &h, 2);
+      };
+      for (int c = 0; c < kHeadDim; ++c) {
+        put(layout.k_scale_offset, c, uniform(0.02f, 0.3f));
+        put(layout.k_zero_offset, c, uniform(-1.5f, 1.5f));
+      }
+      for (int t = 0; t < B * layout.num_value_groups(); ++t) {
+        put(layout.v_scale_offset, t, uniform(0.02f, 0.2f));
+        put(layout.v_zero_offset, t, uniform(-1.0f, 1.0f));
+      }
+    }
+    fill16(sink, static_cast<size_t>(num_seqs * 2 * B * kv_dim));
+    fill16(ring, static_cast<size_t>(num_seqs * 2 * pc.ring * B * kv_dim));
+    fill16(stk, static_cast<size_t>(num_tokens * kv_dim));
+    fill16(stv, static_cast<size_t>(num_tokens * kv_dim));
+  }
+  RopeTable rope(cpu::rope_inv_freq(kHeadDim, 1e6, model::RopeScaling{}));
+  rope.ensure(static_cast<int64_t>(max_blocks) * B);
+  std::vector<float> q(static_cast<size_t>(num_tokens * kHeads * kHeadDim));
+  for (float& x : q) x = normal(rng);
+  std::vector<int32_t> token_seq(static_cast<size_t>(num_tokens));
+  for (int s = 0; s < num_seqs; ++s) {
+    for (int32_t t = b.query_start_loc[s]; t < b.query_start_loc[s + 1]; ++t)
+      token_seq[static_cast<size_t>(t)] = s;
+  }
+
+  DecodeShape shape;
+  shape.cache = pc.cache;
+  shape.block_size = B;
+  shape.num_pool_blocks = num_pool;
+  shape.ring = pc.ring;
+  shape.num_kv_heads = kKv;
+  shape.num_sms = 2;  // small waves: long contexts split into several items, merged
+  shape.blocks_per_sm = 2;
+  DecodePlan plan;
+  plan_attention(b, shape, true, plan);
+
+  PagedAttentionArgs a;
+  std::vector<float> out32(static_cast<size_t>(num_tokens * kHeads * kHeadDim), std::nanf(""));
+  a.q = q.data();
+  a.q_stride = kHeads * kHeadDim;
+  a.out = out32.data();
+  a.out_dtype = DType::kF32;
+  a.num_tokens = num_tokens;
+  a.num_heads = kHeads;
+  a.num_kv_heads = kKv;
+  a.block_size = B;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  a.token_seq = token_seq.data();
+  a.positions = b.positions.data();
+  a.query_start_loc = b.query_start_loc.data();
+  a.seq_lens = b.seq_lens.data();
+  a.block_tables = b.block_tables.data();
+  a.max_blocks_per_seq = b.max_num_blocks_per_seq;
+  a.cache = pc.cache;
+  a.bf16 = pc.bf16;
+  if (!int4) {
+    a.k_cache = kc.data();
+    a.v_cache = vc.data();
+  } else {
+    a.pool = pool.data();
+    a.layout = layout;
+    a.num_pool_blocks = num_pool;
+    a.residual = ring.data();
+    a.seat_stride = 2 * ring_v_offset(B, pc.ring, kv_dim);
+    a.ring = pc.ring;
+    a.sink = sink.data();
+    a.staging_k = stk.data();
+    a.staging_v = stv.data();
+    a.pool_ends = plan.pool_ends.data();
+    a.seats = b.seats.data();
+    a.seat_starts = b.seat_starts.data();
+    a.rope_cos = rope.cos_table().data();
+    a.rope_sin = rope.sin_table().data();
+    a.value_hadamard = pc.hadamard;
+  }
+  std::vector<float> partials(plan.items.size() * static_cast<size_t>(kHeads) *
+                              kDecodePartialFloats);
+  DecodeLaunch d;
+  d.items = plan.items.data();
+  d.num_items = static_cast<int32_t>(plan.items.size());
+  d.num_int4_items = plan.num_int4_items;
+  d.seqs = plan.seqs.data();
+  d.num_seqs = static_cast<int32_t>(plan.seqs.size());
+  d.partials = partials.data();
+  launch_decode_attention(a, d, nullptr);
+
+  double worst = 0.0;
+  const double f = static_cast<double>(a.scale);
+  for (const DecodeSeq& ds : plan.seqs) {
+    const int t = ds.token, s = token_seq[static_cast<size_t>(t)], len = b.seq_lens[s];
+    const int32_t* table = b.block_tables.data() + s * b.max_num_blocks_per_seq;
+    const int pool_end = int4 ? plan.pool_ends[static_cast<size_t>(s)] : 0;
+    for (int g = 0; g < kKv; ++g) {
+      // Every position's K (after RoPE) and V of KV head g.
+      std::vector<std::array<double, kHeadDim>> K(static_cast<size_t>(len)),
+          V(static_cast<size_t>(len));
+      for (int p = 0; p < len; ++p) {
+        auto& k = K[static_cast<size_t>(p)];
+        auto& v = V[static_cast<size_t>(p)];
+        const int blk = p / B, in = p % B;
+        if (!int4) {
+          const size_t row = (static_cast<size_t>(table[blk]) * B + in) * kv_dim + g * kHeadDim;
+          for (int c = 0; c < kHeadDim; ++c) {
+            if (fp8) {
+              const __half2_raw hk = __nv_cvt_fp8x2_to_halfraw2(kc[row + c], __NV_E4M3);
+              const __half2_raw hv = __nv_cvt_fp8x2_to_halfraw2(vc[row + c], __NV_E4M3);
+              k[c] = from_f16(hk.x);
+              v[c] = from_f16(hv.x);
+            } else {
+              uint16_t hk, hv;
+              std::memcpy(&hk, kc.data() + 2 * (row + c), 2);
+              std::memcpy(&hv, vc.data() + 2 * (row + c), 2);
+              k[c] = from16(hk, pc.bf16);
+              v[c] = from16(hv, pc.bf16);
+            }
+          }
+          continue;
+        }
+        const uint16_t *k16 = nullptr, *v16 = nullptr;
+        if (blk < pool_end && table[blk] >= num_pool) {  // the sink block
+          const size_t base =
+              ((static_cast<size_t>(table[0] - num_pool) * 2) * B + in) * kv_dim + g * kHeadDim;
+          k16 = sink.data() + base;
+          v16 = k16 + B * kv_dim;
+        } else if (blk < pool_end) {
+          const std::byte* base =
+              pool.data() + static_cast<size_t>(table[blk] * kKv + g) * layout.block_bytes;
+          const std::span<const std::byte> kcs(base + layout.k_codes_offset, layout.codes_bytes);
+          const std::span<const std::byte> vcs(base + layout.v_codes_offset, layout.codes_bytes);
+          auto at16 = [&](size_t off, int index) {
+            uint16_t x;
+            std::memcpy(&x, base + off + 2 * static_cast<size_t>(index), 2);
+            return from_f16(x);
+          };
+          double pre[kHeadDim];
+          for (int c = 0; c < kHeadDim; ++c) {
+            pre[c] = kv::read_int4_code(kcs, kHeadDim, in, c) * at16(layout.k_scale_offset, c) +
+                     at16(layout.k_zero_offset, c);
+          }
+          const float* cs = rope.cos(p);
+          const float* sn = rope.sin(p);
+          for (int c = 0; c < kHeadDim / 2; ++c) {
+            k[c] = pre[c] * cs[c] - pre[c + 64] * sn[c];
+            k[c + 64] = pre[c + 64] * cs[c] + pre[c] * sn[c];
+          }
+          std::vector<float> vv(kHeadDim);
+          for (int c = 0; c < kHeadDim; ++c) {
+            const int vg = in * layout.num_value_groups() + c / kGv;
+            vv[static_cast<size_t>(c)] = static_cast<float>(
+                kv::read_int4_code(vcs, kHeadDim, in, c) * at16(layout.v_scale_offset, vg) +
+                at16(layout.v_zero_offset, vg));
+          }
+          if (pc.hadamard) kv::hadamard_ref(vv);  // back from the Hadamard domain
+          for (int c = 0; c < kHeadDim; ++c) v[c] = vv[static_cast<size_t>(c)];
+          continue;
+        } else if (p < len - 1) {
+          k16 = ring.data() + ring_k_offset(b.seats[s], p, B, pc.ring, kv_dim, a.seat_stride) +
+                g * kHeadDim;
+          v16 = k16 + ring_v_offset(B, pc.ring, kv_dim);
+        } else {
+          k16 = stk.data() + static_cast<size_t>(t) * kv_dim + g * kHeadDim;
+          v16 = stv.data() + static_cast<size_t>(t) * kv_dim + g * kHeadDim;
+        }
+        for (int c = 0; c < kHeadDim; ++c) {
+          k[c] = from16(k16[c], pc.bf16);
+          v[c] = from16(v16[c], pc.bf16);
+        }
+      }
+      for (int hh = 0; hh < kHeads / kKv; ++hh) {
+        const int h = g * (kHeads / kKv) + hh;
+        const float* qh = q.data() + (static_cast<size_t>(t) * kHeads + h) * kHeadDim;
+        std::vector<double> sc(static_cast<size_t>(len));
+        double m = -INFINITY;
+        for (int p = 0; p < len; ++p) {
+          double dot = 0.0;
+          for (int c = 0; c < kHeadDim; ++c) dot += qh[c] * K[static_cast<size_t>(p)][c];
+          sc[static_cast<size_t>(p)] = dot * f;
+          m = std::max(m, dot * f);
+        }
+        double l = 0.0, want[kHeadDim] = {};
+        for (int p = 0; p < len; ++p) {
+          const double w = std::exp(sc[static_cast<size_t>(p)] - m);
+          l += w;
+          for (int c = 0; c < kHeadDim; ++c) want[c] += w * V[static_cast<size_t>(p)][c];
+        }
+        double err = 0.0, norm = 0.0;
+        for (int c = 0; c < kHeadDim; ++c) {
+          const double have = out32[(static_cast<size_t>(t) * kHeads + h) * kHeadDim + c];
+          err += (have - want[c] / l) * (have - want[c] / l);
+          norm += (want[c] / l) * (want[c] / l);
+        }
+        const double rel = std::sqrt(err / norm);
+        EXPECT_LE(rel, 2e-2) << "token " << t << " (length " << len << ") head " << h;
+        worst = std::isnan(rel) ? INFINITY : std::max(worst, rel);
+      }
+    }
+  }
+  // Rows the plan leaves to the reference kernel are not written here.
+  for (const int32_t t : plan.other_tokens) {
+    EXPECT_TRUE(std::isnan(out32[static_cast<size_t>(t) * kHeads * kHeadDim])) << "token " << t;
+  }
+  return worst;
+}
+
+TEST(DecodeAttentionEmulated, EveryFormatMatchesFp64) {
+  const PathCase cases[] = {
+      {kv::KvCacheDtype::k16Bit, true, 16},
+      {kv::KvCacheDtype::k16Bit, false, 32},
+      {kv::KvCacheDtype::kFp8E4M3, true, 16},
+      {kv::KvCacheDtype::kInt4Kivi, true, 64, 2, true, true},
+      {kv::KvCacheDtype::kInt4Kivi, false, 32, 2, true, true},
+      {kv::KvCacheDtype::kInt4Kivi, true, 64, 1, false, false},
+  };
+  uint32_t seed = 11;
+  for (const PathCase& pc : cases) {
+    const double worst = run_path(pc, seed++);
+    std::printf("%s %s B %d ring %d%s%s: decode rows within %.2e relative L2\n",
+                std::string(kv::kv_cache_dtype_name(pc.cache)).c_str(), pc.bf16 ? "bf16" : "fp16",
+                pc.block_size, pc.ring, pc.sink ? " sink" : "", pc.hadamard ? " hadamard" : "",
+                worst);
   }
 }
 

@@ -19,6 +19,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <barrier>
 #include <cmath>
@@ -216,6 +217,19 @@ inline float __int_as_float(int i) {
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
+// PRMT: bytes 0..3 of x then y, picked by the low 3 bits of each of s's 4 low nibbles.
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const uint64_t v = (uint64_t{y} << 32) | x;
+  unsigned out = 0;
+  for (int k = 0; k < 4; ++k)
+    out |= static_cast<unsigned>((v >> (8 * ((s >> (4 * k)) & 7u))) & 0xffu) << (8 * k);
+  return out;
+}
+// The integer min / max overloads nvcc provides in device code.
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
 inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
   const float2 x = __half22float2(a), y = __half22float2(b), z = __half22float2(c);
   return __floats2half2_rn(std::fma(x.x, y.x, z.x), std::fma(x.y, y.y, z.y));
@@ -239,6 +253,8 @@ cudaError_t occupancy(int* count, T...) {
 #define cudaGetErrorName(e) "emulated"
 #define cudaGetErrorString(e) "emulated"
 #define cudaOccupancyMaxActiveBlocksPerMultiprocessor(...) ::s4kv::emu::occupancy(__VA_ARGS__)
+#define cudaEventRecord(...) ::s4kv::emu::ok(__VA_ARGS__)
+#define cudaStreamWaitEvent(...) ::s4kv::emu::ok(__VA_ARGS__)
 
 namespace s4kv::backend::cuda {
 
