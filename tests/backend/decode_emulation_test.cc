@@ -407,6 +407,32 @@ double run_path(const PathCase& pc, uint32_t seed) {
   d.partials = partials.data();
   launch_decode_attention(a, d, nullptr);
 
+  // As a CUDA graph replays it: grids of the capacity of this many decode rows, the counts in
+  // d.live (blocks past them return at once); the same kernels, so the same bits.
+  {
+    const DecodeCapacity cap = decode_capacity(d.num_seqs, shape);
+    std::vector<DecodeItem> room(plan.items);
+    room.resize(static_cast<size_t>(cap.int4_items + cap.row_items), DecodeItem{-1, -1, -1});
+    const int32_t live[2] = {plan.num_int4_items, static_cast<int32_t>(plan.items.size())};
+    std::vector<float> replay(out32.size(), std::nanf(""));
+    std::vector<float> replay_partials(room.size() * static_cast<size_t>(kHeads) *
+                                       kDecodePartialFloats);
+    PagedAttentionArgs ar = a;
+    ar.out = replay.data();
+    DecodeLaunch dr = d;
+    dr.items = room.data();
+    dr.num_int4_items = static_cast<int32_t>(cap.int4_items);
+    dr.num_items = static_cast<int32_t>(cap.int4_items + cap.row_items);
+    dr.live = live;
+    dr.partials = replay_partials.data();
+    launch_decode_attention(ar, dr, nullptr);
+    for (const DecodeSeq& ds : plan.seqs) {
+      const size_t row = static_cast<size_t>(ds.token) * kHeads * kHeadDim;
+      EXPECT_EQ(std::memcmp(replay.data() + row, out32.data() + row, kHeads * kHeadDim * 4), 0)
+          << "token " << ds.token << ": the replayed launch differs";
+    }
+  }
+
   double worst = 0.0;
   const double f = static_cast<double>(a.scale);
   for (const DecodeSeq& ds : plan.seqs) {
