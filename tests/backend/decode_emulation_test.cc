@@ -20,6 +20,7 @@
 #include "backend/cpu/rope.h"
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/decode_attention_common.cuh"
+#include "backend/cuda/hadamard.cuh"
 #include "backend/cuda/int4_kivi_device.cuh"
 #include "backend/forward_batch_builder.h"
 #include "backend/rope_table.h"
@@ -219,6 +220,33 @@ TEST(DecodeInt4Emulated, PartialsMatchFp64FromTheBlocks) {
       }
     }
   }
+}
+
+// ---- the Hadamard transform of the merges and the dequantizer ------------------------------
+
+__global__ void hadamard_rows_kernel(float* rows) {
+  __shared__ float row[kHeadDim];
+  const int c = static_cast<int>(threadIdx.x);
+  float* r = rows + static_cast<size_t>(blockIdx.x) * kHeadDim;
+  r[c] = hadamard128(r[c], row, c);
+}
+
+// hadamard128 (warp shuffles for stages 1..16, shared memory for 32 and 64) is kv::hadamard_ref
+// bit for bit: the same butterflies in the same order.
+TEST(HadamardEmulated, BitForBitTheCpuTransform) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int n = 16;
+  std::vector<float> rows(static_cast<size_t>(n) * kHeadDim);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    rows[k] = normal(rng) * std::ldexp(1.0f, static_cast<int>(k % 37) - 18);  // mixed scales
+  }
+  std::vector<float> want(rows);
+  emu::launch(hadamard_rows_kernel, dim3(n), dim3(kHeadDim), 0, std::tuple<float*>(rows.data()));
+  for (int r = 0; r < n; ++r) {
+    kv::hadamard_ref(std::span<float>(want).subspan(static_cast<size_t>(r) * kHeadDim, kHeadDim));
+  }
+  EXPECT_EQ(std::memcmp(rows.data(), want.data(), rows.size() * 4), 0);
 }
 
 // ---- the whole decode path: launch_decode_attention (item kernels and merge) ---------------

@@ -415,9 +415,7 @@ __global__ void __launch_bounds__(kD) decode_merge_kernel(PagedAttentionArgs a, 
   sum = block_reduce<false>(sum, scratch);
   float o = plain / sum;
   if (a.value_hadamard) {  // uniform over the block
-    row[c] = had / sum;
-    __syncthreads();
-    o += hadamard128_shared(row, c);
+    o += hadamard128(had / sum, row, c);
   }
   T* out = static_cast<T*>(a.out) + (static_cast<int64_t>(sq.token) * a.num_heads + h) * kD;
   out[c] = from_f32<T>(o);

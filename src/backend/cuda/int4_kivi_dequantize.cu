@@ -35,9 +35,7 @@ __global__ void hadamard_kernel(float* rows) {
   __shared__ float row[kD];
   const int c = threadIdx.x;
   float* r = rows + blockIdx.x * static_cast<size_t>(kD);
-  row[c] = r[c];
-  __syncthreads();
-  r[c] = hadamard128_shared(row, c);
+  r[c] = hadamard128(r[c], row, c);
 }
 
 }  // namespace

@@ -190,9 +190,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedAtten
   }
   o = __fdiv_rn(o, l_all);
   if (a.value_hadamard) {  // uniform over the block: every thread takes part
-    row[c] = __fdiv_rn(r, l_all);
-    __syncthreads();
-    o = __fadd_rn(o, hadamard128_shared(row, c));
+    o = __fadd_rn(o, hadamard128(__fdiv_rn(r, l_all), row, c));
   }
   T* out = static_cast<T*>(a.out) + (static_cast<int64_t>(t) * a.num_heads + h) * kD;
   out[c] = from_f32<T>(o);
