@@ -39,6 +39,43 @@ struct Shape {
 uint16_t f16(float x) { return __half_as_ushort(__float2half_rn(x)); }
 double from_f16(uint16_t h) { return static_cast<double>(__half2float(__ushort_as_half(h))); }
 
+using Row = std::array<double, kHeadDim>;
+
+// Position t of an int4_kivi pool block (base: one KV head's block bytes), in fp64: its key
+// dequantized and rotated by position p's RoPE row, its value dequantized (and rotated back
+// from the Hadamard domain, in fp32 as the format defines it, when hadamard).
+void pool_position(const std::byte* base, const kv::Int4KiviLayout& layout, int t, int64_t p,
+                   const RopeTable& rope, bool hadamard, Row& k, Row& v) {
+  const std::span<const std::byte> kc(base + layout.k_codes_offset, layout.codes_bytes);
+  const std::span<const std::byte> vc(base + layout.v_codes_offset, layout.codes_bytes);
+  auto at16 = [&](size_t off, int index) {
+    uint16_t x;
+    std::memcpy(&x, base + off + 2 * static_cast<size_t>(index), 2);
+    return from_f16(x);
+  };
+  Row pre;
+  for (int c = 0; c < kHeadDim; ++c) {
+    pre[c] = kv::read_int4_code(kc, kHeadDim, t, c) * at16(layout.k_scale_offset, c) +
+             at16(layout.k_zero_offset, c);
+  }
+  const float* cs = rope.cos(p);
+  const float* sn = rope.sin(p);
+  for (int c = 0; c < kHeadDim / 2; ++c) {
+    k[c] = pre[c] * cs[c] - pre[c + 64] * sn[c];
+    k[c + 64] = pre[c + 64] * cs[c] + pre[c] * sn[c];
+  }
+  for (int c = 0; c < kHeadDim; ++c) {
+    const int vg = t * layout.num_value_groups() + c / layout.value_group_size;
+    v[c] = kv::read_int4_code(vc, kHeadDim, t, c) * at16(layout.v_scale_offset, vg) +
+           at16(layout.v_zero_offset, vg);
+  }
+  if (hadamard) {
+    std::vector<float> vv(v.begin(), v.end());
+    kv::hadamard_ref(vv);
+    std::copy(vv.begin(), vv.end(), v.begin());
+  }
+}
+
 // One case: returns the largest relative L2 error of an item's normalized output and the largest
 // error of its log2 sum (max + log2(sum)), over items x KV heads x query heads.
 void run_case(const Shape& s, uint32_t seed, double& worst_out, double& worst_lse) {
@@ -140,41 +177,17 @@ void run_case(const Shape& s, uint32_t seed, double& worst_out, double& worst_ls
       for (int h = 0; h < group; ++h) {
         const float* qh = q.data() + item.seq * q_stride + (g * group + h) * kHeadDim;
         std::vector<double> scores, out(kHeadDim, 0.0);
-        std::vector<std::vector<double>> values;
+        std::vector<Row> values;
         for (int blk = item.begin; blk < item.end; ++blk) {
           const int id = table[static_cast<size_t>(item.seq * max_blocks + blk)];
           const std::byte* base = pool.data() + (static_cast<size_t>(id * s.kv_heads + g)) * bb;
-          const std::span<const std::byte> kc(base + layout.k_codes_offset, layout.codes_bytes);
-          const std::span<const std::byte> vc(base + layout.v_codes_offset, layout.codes_bytes);
-          auto at16 = [&](size_t off, int index) {
-            uint16_t x;
-            std::memcpy(&x, base + off + 2 * static_cast<size_t>(index), 2);
-            return from_f16(x);
-          };
           for (int t = 0; t < B; ++t) {
-            const int64_t p = static_cast<int64_t>(blk) * B + t;
-            double k[kHeadDim];
-            for (int c = 0; c < kHeadDim; ++c) {
-              k[c] = kv::read_int4_code(kc, kHeadDim, t, c) * at16(layout.k_scale_offset, c) +
-                     at16(layout.k_zero_offset, c);
-            }
-            const float* cs = rope.cos(p);
-            const float* sn = rope.sin(p);
+            Row k, v;
+            pool_position(base, layout, t, static_cast<int64_t>(blk) * B + t, rope, false, k, v);
             double dot = 0.0;
-            for (int c = 0; c < kHeadDim / 2; ++c) {
-              const double lo = k[c] * cs[c] - k[c + 64] * sn[c];
-              const double hi = k[c + 64] * cs[c] + k[c] * sn[c];
-              dot += qh[c] * lo + qh[c + 64] * hi;
-            }
+            for (int c = 0; c < kHeadDim; ++c) dot += qh[c] * k[c];
             scores.push_back(dot * f);
-            std::vector<double> v(kHeadDim);
-            for (int c = 0; c < kHeadDim; ++c) {
-              const int vg = t * layout.num_value_groups() + c / s.value_group_size;
-              v[static_cast<size_t>(c)] =
-                  kv::read_int4_code(vc, kHeadDim, t, c) * at16(layout.v_scale_offset, vg) +
-                  at16(layout.v_zero_offset, vg);
-            }
-            values.push_back(std::move(v));
+            values.push_back(v);
           }
         }
         const double m = *std::max_element(scores.begin(), scores.end());
@@ -182,8 +195,7 @@ void run_case(const Shape& s, uint32_t seed, double& worst_out, double& worst_ls
         for (size_t t = 0; t < scores.size(); ++t) {
           const double w = std::exp2(scores[t] - m);
           l += w;
-          for (int c = 0; c < kHeadDim; ++c)
-            out[static_cast<size_t>(c)] += w * values[t][static_cast<size_t>(c)];
+          for (int c = 0; c < kHeadDim; ++c) out[static_cast<size_t>(c)] += w * values[t][c];
         }
         const float* got =
             partials.data() +
@@ -469,8 +481,7 @@ double run_path(const PathCase& pc, uint32_t seed) {
     const int pool_end = int4 ? plan.pool_ends[static_cast<size_t>(s)] : 0;
     for (int g = 0; g < kKv; ++g) {
       // Every position's K (after RoPE) and V of KV head g.
-      std::vector<std::array<double, kHeadDim>> K(static_cast<size_t>(len)),
-          V(static_cast<size_t>(len));
+      std::vector<Row> K(static_cast<size_t>(len)), V(static_cast<size_t>(len));
       for (int p = 0; p < len; ++p) {
         auto& k = K[static_cast<size_t>(p)];
         auto& v = V[static_cast<size_t>(p)];
@@ -500,35 +511,9 @@ double run_path(const PathCase& pc, uint32_t seed) {
           k16 = sink.data() + base;
           v16 = k16 + B * kv_dim;
         } else if (blk < pool_end) {
-          const std::byte* base =
-              pool.data() + static_cast<size_t>(table[blk] * kKv + g) * layout.block_bytes;
-          const std::span<const std::byte> kcs(base + layout.k_codes_offset, layout.codes_bytes);
-          const std::span<const std::byte> vcs(base + layout.v_codes_offset, layout.codes_bytes);
-          auto at16 = [&](size_t off, int index) {
-            uint16_t x;
-            std::memcpy(&x, base + off + 2 * static_cast<size_t>(index), 2);
-            return from_f16(x);
-          };
-          double pre[kHeadDim];
-          for (int c = 0; c < kHeadDim; ++c) {
-            pre[c] = kv::read_int4_code(kcs, kHeadDim, in, c) * at16(layout.k_scale_offset, c) +
-                     at16(layout.k_zero_offset, c);
-          }
-          const float* cs = rope.cos(p);
-          const float* sn = rope.sin(p);
-          for (int c = 0; c < kHeadDim / 2; ++c) {
-            k[c] = pre[c] * cs[c] - pre[c + 64] * sn[c];
-            k[c + 64] = pre[c + 64] * cs[c] + pre[c] * sn[c];
-          }
-          std::vector<float> vv(kHeadDim);
-          for (int c = 0; c < kHeadDim; ++c) {
-            const int vg = in * layout.num_value_groups() + c / kGv;
-            vv[static_cast<size_t>(c)] = static_cast<float>(
-                kv::read_int4_code(vcs, kHeadDim, in, c) * at16(layout.v_scale_offset, vg) +
-                at16(layout.v_zero_offset, vg));
-          }
-          if (pc.hadamard) kv::hadamard_ref(vv);  // back from the Hadamard domain
-          for (int c = 0; c < kHeadDim; ++c) v[c] = vv[static_cast<size_t>(c)];
+          pool_position(
+              pool.data() + static_cast<size_t>(table[blk] * kKv + g) * layout.block_bytes, layout,
+              in, p, rope, pc.hadamard, k, v);
           continue;
         } else if (p < len - 1) {
           k16 = ring.data() + ring_k_offset(b.seats[s], p, B, pc.ring, kv_dim, a.seat_stride) +

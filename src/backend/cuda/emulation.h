@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -111,40 +112,45 @@ inline unsigned char* shared_at(uint32_t addr) {
   return b->dynamic() + addr;
 }
 
-// Runs kernel(params...) over the grid, one thread block at a time.
+// Runs kernel(params...) over the grid, one thread block at a time, on one host thread per
+// thread of a block (made once a launch, each block's barriers made anew).
 template <typename... Params>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
             std::tuple<Params...> params) {
   const int threads = static_cast<int>(block.x * block.y * block.z);
-  for (unsigned bz = 0; bz < grid.z; ++bz) {
-    for (unsigned by = 0; by < grid.y; ++by) {
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
-        Block b(threads, smem);
-        std::vector<std::thread> ts;
-        ts.reserve(static_cast<size_t>(threads));
-        for (int t = 0; t < threads; ++t) {
-          ts.emplace_back([&, t] {
-            Thread me;
-            me.tid = dim3(static_cast<unsigned>(t) % block.x,
-                          static_cast<unsigned>(t) / block.x % block.y,
-                          static_cast<unsigned>(t) / (block.x * block.y));
-            me.bid = dim3(bx, by, bz);
-            me.bdim = block;
-            me.gdim = grid;
-            me.lane = t % 32;
-            me.block = &b;
-            self = &me;
-            std::apply(kernel, params);
-            // A thread that returns leaves the barriers (as an exited GPU thread does).
-            b.warps[static_cast<size_t>(t / 32)].bar.arrive_and_drop();
-            b.bar.arrive_and_drop();
-            self = nullptr;
-          });
-        }
-        for (std::thread& th : ts) th.join();
+  const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
+  std::barrier<> gate(threads);
+  std::unique_ptr<Block> current;
+  std::vector<std::thread> ts;
+  ts.reserve(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      Thread me;
+      me.tid =
+          dim3(static_cast<unsigned>(t) % block.x, static_cast<unsigned>(t) / block.x % block.y,
+               static_cast<unsigned>(t) / (block.x * block.y));
+      me.bdim = block;
+      me.gdim = grid;
+      me.lane = t % 32;
+      self = &me;
+      for (int64_t k = 0; k < blocks; ++k) {
+        if (t == 0) current = std::make_unique<Block>(threads, smem);
+        gate.arrive_and_wait();  // the block is made
+        me.bid = dim3(static_cast<unsigned>(k % grid.x), static_cast<unsigned>(k / grid.x % grid.y),
+                      static_cast<unsigned>(k / (int64_t{grid.x} * grid.y)));
+        me.block = current.get();
+        me.groups.clear();
+        me.open.clear();
+        std::apply(kernel, params);
+        // A thread that returns leaves the barriers (as an exited GPU thread does).
+        me.block->warps[static_cast<size_t>(t / 32)].bar.arrive_and_drop();
+        me.block->bar.arrive_and_drop();
+        gate.arrive_and_wait();  // every thread is done with the block
       }
-    }
+      self = nullptr;
+    });
   }
+  for (std::thread& th : ts) th.join();
 }
 
 }  // namespace s4kv::emu
