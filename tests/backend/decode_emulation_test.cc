@@ -14,6 +14,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -22,6 +25,7 @@
 #include "backend/cuda/decode_attention_common.cuh"
 #include "backend/cuda/hadamard.cuh"
 #include "backend/cuda/int4_kivi_device.cuh"
+#include "backend/cuda/prefill_attention.cuh"
 #include "backend/forward_batch_builder.h"
 #include "backend/rope_table.h"
 #include "kv/hadamard.h"
@@ -285,157 +289,273 @@ double from16(uint16_t h, bool bf16) {
   return from_f16(h);
 }
 
-// Decode rows of a batch of sequences (and one prefill row, which the plan leaves out) through
-// plan_attention and launch_decode_attention; each decode row's output against fp64 attention
-// over its context, every position read from where the cache keeps it. Returns the worst
-// relative L2.
-double run_path(const PathCase& pc, uint32_t seed) {
-  constexpr int kHeads = 14, kKv = 2, kGv = 32;
-  const int B = pc.block_size;
-  const int64_t kv_dim = int64_t{kKv} * kHeadDim;
-  const bool int4 = pc.cache == kv::KvCacheDtype::kInt4Kivi;
-  const bool fp8 = pc.cache == kv::KvCacheDtype::kFp8E4M3;
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto uniform = [&](float lo, float hi) {
-    return std::uniform_real_distribution<float>(lo, hi)(rng);
-  };
+constexpr int kPathKv = 2, kPathGv = 32;  // query heads: Scene::heads (a group of 7 or 2)
 
-  // Sequences of 1..~12 blocks (lengths not multiples of B), the last a 3-token prefill chunk.
-  std::vector<int> lens;
-  for (int k = 0; k < 5; ++k)
-    lens.push_back(1 + static_cast<int>(rng() % static_cast<unsigned>(12 * B)));
-  lens.push_back(2 * B + 5);
-  const int num_seqs = static_cast<int>(lens.size());
-  const int max_blocks = (*std::max_element(lens.begin(), lens.end()) + B - 1) / B + 1;
-  const int num_pool = num_seqs * max_blocks + 1;
-  ForwardBatchBuilder builder(B, max_blocks);
-  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(num_seqs));
-  std::vector<int32_t> ids(static_cast<size_t>(num_pool));
-  for (int k = 0; k < num_pool; ++k) ids[static_cast<size_t>(k)] = k;
-  std::shuffle(ids.begin(), ids.end(), rng);
-  for (int q = 0, next = 0; q < num_seqs; ++q) {
-    const int len = lens[static_cast<size_t>(q)];
-    const int q_len = q + 1 == num_seqs ? 3 : 1;
-    std::vector<int32_t>& t = tables[static_cast<size_t>(q)];
-    for (int k = 0; k < (len + B - 1) / B; ++k) t.push_back(ids[static_cast<size_t>(next++)]);
-    // The sink block: block 0, once it was full before the step (until then it is in the ring).
-    if (int4 && pc.sink && (len - q_len) / B >= 1) t[0] = num_pool + q;
-    const std::vector<int32_t> tokens(static_cast<size_t>(q_len), 1);
-    builder.add(tokens, len - q_len, t, int4 ? q : -1, 0);
+// A step's batch in one cache format: sequences of given lengths and new-token counts (q_len),
+// random caches holding every position where that format keeps it (16-bit / fp8: paged rows;
+// int4_kivi: pool blocks before pool_end, the sink block, the residual ring up to the step's
+// tokens, the step's own tokens in staging), queries, and PagedAttentionArgs over them (out
+// left to the caller). reference() is fp64 attention of one row over positions 0..its own.
+struct Scene {
+  Scene(const PathCase& pc, int heads, const std::vector<std::pair<int, int>>& seqs, uint32_t seed)
+      : pc(pc),
+        B(pc.block_size),
+        heads(heads),
+        rope(cpu::rope_inv_freq(kHeadDim, 1e6, model::RopeScaling{})) {
+    const int64_t kv_dim = int64_t{kPathKv} * kHeadDim;
+    const bool int4 = pc.cache == kv::KvCacheDtype::kInt4Kivi;
+    const bool fp8 = pc.cache == kv::KvCacheDtype::kFp8E4M3;
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    auto uniform = [&](float lo, float hi) {
+      return std::uniform_real_distribution<float>(lo, hi)(rng);
+    };
+    num_seqs = static_cast<int>(seqs.size());
+    int longest = 0;
+    for (const auto& [len, q_len] : seqs) longest = std::max(longest, len);
+    max_blocks = (longest + B - 1) / B + 1;
+    num_pool = num_seqs * max_blocks + 1;
+    builder = std::make_unique<ForwardBatchBuilder>(B, max_blocks);
+    std::vector<int32_t> ids(static_cast<size_t>(num_pool));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (int q = 0, next = 0; q < num_seqs; ++q) {
+      const auto [len, q_len] = seqs[static_cast<size_t>(q)];
+      std::vector<int32_t> t;
+      for (int k = 0; k < (len + B - 1) / B; ++k) t.push_back(ids[static_cast<size_t>(next++)]);
+      // The sink block: block 0, once it was full before the step (until then it is in the ring).
+      if (int4 && pc.sink && (len - q_len) / B >= 1) t[0] = num_pool + q;
+      const std::vector<int32_t> tokens(static_cast<size_t>(q_len), 1);
+      builder->add(tokens, len - q_len, t, int4 ? q : -1, 0);
+    }
+    b = builder->batch();
+    const int64_t num_tokens = b.num_tokens();
+    auto fill16 = [&](std::vector<uint16_t>& v, size_t n) {
+      v.resize(n);
+      for (uint16_t& x : v) x = to16(normal(rng), pc.bf16);
+    };
+    if (!int4) {
+      const int es = fp8 ? 1 : 2;
+      const size_t n = static_cast<size_t>(num_pool) * B * kv_dim * es;
+      kc.resize(n);
+      vc.resize(n);
+      for (size_t k = 0; k < n; k += es) {
+        for (std::vector<uint8_t>* arr : {&kc, &vc}) {
+          if (fp8) {
+            (*arr)[k] = __nv_cvt_float_to_fp8(normal(rng), __NV_SATFINITE, __NV_E4M3);
+          } else {
+            const uint16_t h = to16(normal(rng), pc.bf16);
+            std::memcpy(arr->data() + k, &h, 2);
+          }
+        }
+      }
+    } else {
+      layout = *kv::Int4KiviLayout::create(B, kHeadDim, kPathGv);
+      pool.resize(static_cast<size_t>(num_pool * kPathKv) * layout.block_bytes);
+      for (std::byte& x : pool) x = static_cast<std::byte>(rng() & 0xffu);
+      for (size_t blk = 0; blk < static_cast<size_t>(num_pool * kPathKv); ++blk) {
+        std::byte* base = pool.data() + blk * layout.block_bytes;
+        auto put = [&](size_t off, int index, float x) {
+          const uint16_t h = f16(x);
+          std::memcpy(base + off + 2 * static_cast<size_t>(index), &h, 2);
+        };
+        for (int c = 0; c < kHeadDim; ++c) {
+          put(layout.k_scale_offset, c, uniform(0.02f, 0.3f));
+          put(layout.k_zero_offset, c, uniform(-1.5f, 1.5f));
+        }
+        for (int t = 0; t < B * layout.num_value_groups(); ++t) {
+          put(layout.v_scale_offset, t, uniform(0.02f, 0.2f));
+          put(layout.v_zero_offset, t, uniform(-1.0f, 1.0f));
+        }
+      }
+      fill16(sink, static_cast<size_t>(num_seqs * 2 * B * kv_dim));
+      fill16(ring, static_cast<size_t>(num_seqs * 2 * pc.ring * B * kv_dim));
+      fill16(stk, static_cast<size_t>(num_tokens * kv_dim));
+      fill16(stv, static_cast<size_t>(num_tokens * kv_dim));
+      for (int q = 0; q < num_seqs; ++q) {
+        pool_ends.push_back(static_cast<int32_t>(int4_pool_end(b, q, B, pc.ring, num_pool)));
+      }
+    }
+    rope.ensure(static_cast<int64_t>(max_blocks) * B);
+    q.resize(static_cast<size_t>(num_tokens * heads * kHeadDim));
+    for (float& x : q) x = normal(rng);
+    token_seq.resize(static_cast<size_t>(num_tokens));
+    for (int s2 = 0; s2 < num_seqs; ++s2) {
+      for (int32_t t = b.query_start_loc[s2]; t < b.query_start_loc[s2 + 1]; ++t) {
+        token_seq[static_cast<size_t>(t)] = s2;
+      }
+    }
+    a.q = q.data();
+    a.q_stride = heads * kHeadDim;
+    a.num_tokens = num_tokens;
+    a.num_heads = heads;
+    a.num_kv_heads = kPathKv;
+    a.block_size = B;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+    a.token_seq = token_seq.data();
+    a.positions = b.positions.data();
+    a.query_start_loc = b.query_start_loc.data();
+    a.seq_lens = b.seq_lens.data();
+    a.block_tables = b.block_tables.data();
+    a.max_blocks_per_seq = b.max_num_blocks_per_seq;
+    a.cache = pc.cache;
+    a.bf16 = pc.bf16;
+    if (!int4) {
+      a.k_cache = kc.data();
+      a.v_cache = vc.data();
+    } else {
+      a.pool = pool.data();
+      a.layout = layout;
+      a.num_pool_blocks = num_pool;
+      a.residual = ring.data();
+      a.seat_stride = 2 * ring_v_offset(B, pc.ring, kv_dim);
+      a.ring = pc.ring;
+      a.sink = sink.data();
+      a.staging_k = stk.data();
+      a.staging_v = stv.data();
+      a.pool_ends = pool_ends.data();
+      a.seats = b.seats.data();
+      a.seat_starts = b.seat_starts.data();
+      a.rope_cos = rope.cos_table().data();
+      a.rope_sin = rope.sin_table().data();
+      a.value_hadamard = pc.hadamard;
+    }
   }
-  const ForwardBatch b = builder.batch();
-  const int64_t num_tokens = b.num_tokens();
 
-  // The caches. 16-bit / fp8: [blocks, B, kv heads, 128] K and V. int4_kivi: random pool blocks,
-  // sink blocks [num_seqs, 2, B, kv_dim], a ring a seat [2, ring B, kv_dim], staging rows.
-  const int es = fp8 ? 1 : 2;
+  // Position p's K (after RoPE) and V of KV head g in sequence s.
+  void position(int s, int g, int p, Row& k, Row& v) const {
+    const int64_t kv_dim = int64_t{kPathKv} * kHeadDim;
+    const int32_t* table = b.block_tables.data() + s * b.max_num_blocks_per_seq;
+    const int blk = p / B, in = p % B;
+    if (pc.cache != kv::KvCacheDtype::kInt4Kivi) {
+      const size_t row = (static_cast<size_t>(table[blk]) * B + in) * kv_dim + g * kHeadDim;
+      for (int c = 0; c < kHeadDim; ++c) {
+        if (pc.cache == kv::KvCacheDtype::kFp8E4M3) {
+          k[c] = from_f16(__nv_cvt_fp8x2_to_halfraw2(kc[row + c], __NV_E4M3).x);
+          v[c] = from_f16(__nv_cvt_fp8x2_to_halfraw2(vc[row + c], __NV_E4M3).x);
+        } else {
+          uint16_t hk, hv;
+          std::memcpy(&hk, kc.data() + 2 * (row + c), 2);
+          std::memcpy(&hv, vc.data() + 2 * (row + c), 2);
+          k[c] = from16(hk, pc.bf16);
+          v[c] = from16(hv, pc.bf16);
+        }
+      }
+      return;
+    }
+    const int q0 = b.query_start_loc[s], start = b.seq_lens[s] - (b.query_start_loc[s + 1] - q0);
+    const int pool_end = pool_ends[static_cast<size_t>(s)];
+    const uint16_t *k16 = nullptr, *v16 = nullptr;
+    if (blk < pool_end && table[blk] >= num_pool) {  // the sink block
+      k16 = sink.data() + ((static_cast<size_t>(table[blk] - num_pool) * 2) * B + in) * kv_dim +
+            g * kHeadDim;
+      v16 = k16 + B * kv_dim;
+    } else if (blk < pool_end) {
+      pool_position(
+          pool.data() + static_cast<size_t>(table[blk] * kPathKv + g) * layout.block_bytes, layout,
+          in, p, rope, pc.hadamard, k, v);
+      return;
+    } else if (p < start) {
+      k16 = ring.data() + ring_k_offset(b.seats[s], p, B, pc.ring, kv_dim, a.seat_stride) +
+            g * kHeadDim;
+      v16 = k16 + ring_v_offset(B, pc.ring, kv_dim);
+    } else {
+      k16 = stk.data() + static_cast<size_t>(q0 + p - start) * kv_dim + g * kHeadDim;
+      v16 = stv.data() + static_cast<size_t>(q0 + p - start) * kv_dim + g * kHeadDim;
+    }
+    for (int c = 0; c < kHeadDim; ++c) {
+      k[c] = from16(k16[c], pc.bf16);
+      v[c] = from16(v16[c], pc.bf16);
+    }
+  }
+
+  // fp64 attention of token row t, query head h, over positions 0..its own.
+  Row reference(int t, int h) const {
+    const int s = token_seq[static_cast<size_t>(t)], g = h / (heads / kPathKv);
+    const int pos = b.positions[static_cast<size_t>(t)];
+    const float* qh = q.data() + (static_cast<size_t>(t) * heads + h) * kHeadDim;
+    auto& [K, V] = kv_rows[{s, g}];  // the sequence's positions of KV head g, made once
+    if (K.empty()) {
+      K.resize(static_cast<size_t>(b.seq_lens[s]));
+      V.resize(K.size());
+      for (int p = 0; p < b.seq_lens[s]; ++p) {
+        position(s, g, p, K[static_cast<size_t>(p)], V[static_cast<size_t>(p)]);
+      }
+    }
+    std::vector<double> sc(static_cast<size_t>(pos + 1));
+    double m = -INFINITY;
+    for (int p = 0; p <= pos; ++p) {
+      const Row& k = K[static_cast<size_t>(p)];
+      double dot = 0.0;
+      for (int c = 0; c < kHeadDim; ++c) dot += qh[c] * k[c];
+      sc[static_cast<size_t>(p)] = dot * static_cast<double>(a.scale);
+      m = std::max(m, sc[static_cast<size_t>(p)]);
+    }
+    double l = 0.0;
+    Row out{};
+    for (int p = 0; p <= pos; ++p) {
+      const double w = std::exp(sc[static_cast<size_t>(p)] - m);
+      l += w;
+      for (int c = 0; c < kHeadDim; ++c) out[c] += w * V[static_cast<size_t>(p)][c];
+    }
+    for (double& x : out) x /= l;
+    return out;
+  }
+
+  PathCase pc;
+  int B, heads, num_seqs = 0, max_blocks = 0, num_pool = 0;
+  std::unique_ptr<ForwardBatchBuilder> builder;
+  ForwardBatch b;
   std::vector<uint8_t> kc, vc;
   std::vector<uint16_t> sink, ring, stk, stv;
   std::vector<std::byte> pool;
   kv::Int4KiviLayout layout;
-  auto fill16 = [&](std::vector<uint16_t>& v, size_t n) {
-    v.resize(n);
-    for (uint16_t& x : v) x = to16(normal(rng), pc.bf16);
-  };
-  if (!int4) {
-    const size_t n = static_cast<size_t>(num_pool) * B * kv_dim * es;
-    kc.resize(n);
-    vc.resize(n);
-    for (size_t k = 0; k < n; k += es) {
-      for (std::vector<uint8_t>* arr : {&kc, &vc}) {
-        if (fp8) {
-          (*arr)[k] = __nv_cvt_float_to_fp8(normal(rng), __NV_SATFINITE, __NV_E4M3);
-        } else {
-          const uint16_t h = to16(normal(rng), pc.bf16);
-          std::memcpy(arr->data() + k, &h, 2);
-        }
-      }
-    }
-  } else {
-    layout = *kv::Int4KiviLayout::create(B, kHeadDim, kGv);
-    pool.resize(static_cast<size_t>(num_pool * kKv) * layout.block_bytes);
-    for (std::byte& x : pool) x = static_cast<std::byte>(rng() & 0xffu);
-    for (size_t blk = 0; blk < static_cast<size_t>(num_pool * kKv); ++blk) {
-      std::byte* base = pool.data() + blk * layout.block_bytes;
-      auto put = [&](size_t off, int index, float x) {
-        const uint16_t h = f16(x);
-        std::memcpy(base + off + 2 * static_cast<size_t>(index), &h, 2);
-      };
-      for (int c = 0; c < kHeadDim; ++c) {
-        put(layout.k_scale_offset, c, uniform(0.02f, 0.3f));
-        put(layout.k_zero_offset, c, uniform(-1.5f, 1.5f));
-      }
-      for (int t = 0; t < B * layout.num_value_groups(); ++t) {
-        put(layout.v_scale_offset, t, uniform(0.02f, 0.2f));
-        put(layout.v_zero_offset, t, uniform(-1.0f, 1.0f));
-      }
-    }
-    fill16(sink, static_cast<size_t>(num_seqs * 2 * B * kv_dim));
-    fill16(ring, static_cast<size_t>(num_seqs * 2 * pc.ring * B * kv_dim));
-    fill16(stk, static_cast<size_t>(num_tokens * kv_dim));
-    fill16(stv, static_cast<size_t>(num_tokens * kv_dim));
-  }
-  RopeTable rope(cpu::rope_inv_freq(kHeadDim, 1e6, model::RopeScaling{}));
-  rope.ensure(static_cast<int64_t>(max_blocks) * B);
-  std::vector<float> q(static_cast<size_t>(num_tokens * kHeads * kHeadDim));
-  for (float& x : q) x = normal(rng);
-  std::vector<int32_t> token_seq(static_cast<size_t>(num_tokens));
-  for (int s = 0; s < num_seqs; ++s) {
-    for (int32_t t = b.query_start_loc[s]; t < b.query_start_loc[s + 1]; ++t)
-      token_seq[static_cast<size_t>(t)] = s;
-  }
+  std::vector<int32_t> pool_ends, token_seq;
+  RopeTable rope;
+  std::vector<float> q;
+  PagedAttentionArgs a;
+  mutable std::map<std::pair<int, int>, std::pair<std::vector<Row>, std::vector<Row>>> kv_rows;
+};
 
+double rel_l2(const Row& want, const float* have) {
+  double err = 0.0, norm = 0.0;
+  for (int c = 0; c < kHeadDim; ++c) {
+    err += (have[c] - want[c]) * (have[c] - want[c]);
+    norm += want[c] * want[c];
+  }
+  return std::sqrt(err / norm);
+}
+
+// Decode rows of a batch of sequences (and one 3-token prefill, which the plan leaves out)
+// through plan_attention and launch_decode_attention, plain and as a graph replays it; each
+// decode row against Scene::reference. Returns the worst relative L2.
+double run_path(const PathCase& pc, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::pair<int, int>> seqs;
+  for (int k = 0; k < 5; ++k) {
+    seqs.push_back({1 + static_cast<int>(rng() % static_cast<unsigned>(12 * pc.block_size)), 1});
+  }
+  seqs.push_back({2 * pc.block_size + 5, 3});
+  constexpr int kHeads = 14;
+  Scene sc(pc, kHeads, seqs, seed + 1000);
+  const ForwardBatch& b = sc.b;
   DecodeShape shape;
   shape.cache = pc.cache;
-  shape.block_size = B;
-  shape.num_pool_blocks = num_pool;
+  shape.block_size = pc.block_size;
+  shape.num_pool_blocks = sc.num_pool;
   shape.ring = pc.ring;
-  shape.num_kv_heads = kKv;
+  shape.num_kv_heads = kPathKv;
   shape.num_sms = 2;  // small waves: long contexts split into several items, merged
   shape.blocks_per_sm = 2;
   DecodePlan plan;
   plan_attention(b, shape, true, plan);
+  EXPECT_TRUE(pc.cache != kv::KvCacheDtype::kInt4Kivi || plan.pool_ends == sc.pool_ends);
 
-  PagedAttentionArgs a;
-  std::vector<float> out32(static_cast<size_t>(num_tokens * kHeads * kHeadDim), std::nanf(""));
-  a.q = q.data();
-  a.q_stride = kHeads * kHeadDim;
+  const size_t row_floats = static_cast<size_t>(kHeads) * kHeadDim;
+  std::vector<float> out32(static_cast<size_t>(b.num_tokens()) * row_floats, std::nanf(""));
+  PagedAttentionArgs a = sc.a;
   a.out = out32.data();
   a.out_dtype = DType::kF32;
-  a.num_tokens = num_tokens;
-  a.num_heads = kHeads;
-  a.num_kv_heads = kKv;
-  a.block_size = B;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-  a.token_seq = token_seq.data();
-  a.positions = b.positions.data();
-  a.query_start_loc = b.query_start_loc.data();
-  a.seq_lens = b.seq_lens.data();
-  a.block_tables = b.block_tables.data();
-  a.max_blocks_per_seq = b.max_num_blocks_per_seq;
-  a.cache = pc.cache;
-  a.bf16 = pc.bf16;
-  if (!int4) {
-    a.k_cache = kc.data();
-    a.v_cache = vc.data();
-  } else {
-    a.pool = pool.data();
-    a.layout = layout;
-    a.num_pool_blocks = num_pool;
-    a.residual = ring.data();
-    a.seat_stride = 2 * ring_v_offset(B, pc.ring, kv_dim);
-    a.ring = pc.ring;
-    a.sink = sink.data();
-    a.staging_k = stk.data();
-    a.staging_v = stv.data();
-    a.pool_ends = plan.pool_ends.data();
-    a.seats = b.seats.data();
-    a.seat_starts = b.seat_starts.data();
-    a.rope_cos = rope.cos_table().data();
-    a.rope_sin = rope.sin_table().data();
-    a.value_hadamard = pc.hadamard;
-  }
   std::vector<float> partials(plan.items.size() * static_cast<size_t>(kHeads) *
                               kDecodePartialFloats);
   DecodeLaunch d;
@@ -467,99 +587,25 @@ double run_path(const PathCase& pc, uint32_t seed) {
     dr.partials = replay_partials.data();
     launch_decode_attention(ar, dr, nullptr);
     for (const DecodeSeq& ds : plan.seqs) {
-      const size_t row = static_cast<size_t>(ds.token) * kHeads * kHeadDim;
-      EXPECT_EQ(std::memcmp(replay.data() + row, out32.data() + row, kHeads * kHeadDim * 4), 0)
+      const size_t row = static_cast<size_t>(ds.token) * row_floats;
+      EXPECT_EQ(std::memcmp(replay.data() + row, out32.data() + row, row_floats * 4), 0)
           << "token " << ds.token << ": the replayed launch differs";
     }
   }
 
   double worst = 0.0;
-  const double f = static_cast<double>(a.scale);
   for (const DecodeSeq& ds : plan.seqs) {
-    const int t = ds.token, s = token_seq[static_cast<size_t>(t)], len = b.seq_lens[s];
-    const int32_t* table = b.block_tables.data() + s * b.max_num_blocks_per_seq;
-    const int pool_end = int4 ? plan.pool_ends[static_cast<size_t>(s)] : 0;
-    for (int g = 0; g < kKv; ++g) {
-      // Every position's K (after RoPE) and V of KV head g.
-      std::vector<Row> K(static_cast<size_t>(len)), V(static_cast<size_t>(len));
-      for (int p = 0; p < len; ++p) {
-        auto& k = K[static_cast<size_t>(p)];
-        auto& v = V[static_cast<size_t>(p)];
-        const int blk = p / B, in = p % B;
-        if (!int4) {
-          const size_t row = (static_cast<size_t>(table[blk]) * B + in) * kv_dim + g * kHeadDim;
-          for (int c = 0; c < kHeadDim; ++c) {
-            if (fp8) {
-              const __half2_raw hk = __nv_cvt_fp8x2_to_halfraw2(kc[row + c], __NV_E4M3);
-              const __half2_raw hv = __nv_cvt_fp8x2_to_halfraw2(vc[row + c], __NV_E4M3);
-              k[c] = from_f16(hk.x);
-              v[c] = from_f16(hv.x);
-            } else {
-              uint16_t hk, hv;
-              std::memcpy(&hk, kc.data() + 2 * (row + c), 2);
-              std::memcpy(&hv, vc.data() + 2 * (row + c), 2);
-              k[c] = from16(hk, pc.bf16);
-              v[c] = from16(hv, pc.bf16);
-            }
-          }
-          continue;
-        }
-        const uint16_t *k16 = nullptr, *v16 = nullptr;
-        if (blk < pool_end && table[blk] >= num_pool) {  // the sink block
-          const size_t base =
-              ((static_cast<size_t>(table[0] - num_pool) * 2) * B + in) * kv_dim + g * kHeadDim;
-          k16 = sink.data() + base;
-          v16 = k16 + B * kv_dim;
-        } else if (blk < pool_end) {
-          pool_position(
-              pool.data() + static_cast<size_t>(table[blk] * kKv + g) * layout.block_bytes, layout,
-              in, p, rope, pc.hadamard, k, v);
-          continue;
-        } else if (p < len - 1) {
-          k16 = ring.data() + ring_k_offset(b.seats[s], p, B, pc.ring, kv_dim, a.seat_stride) +
-                g * kHeadDim;
-          v16 = k16 + ring_v_offset(B, pc.ring, kv_dim);
-        } else {
-          k16 = stk.data() + static_cast<size_t>(t) * kv_dim + g * kHeadDim;
-          v16 = stv.data() + static_cast<size_t>(t) * kv_dim + g * kHeadDim;
-        }
-        for (int c = 0; c < kHeadDim; ++c) {
-          k[c] = from16(k16[c], pc.bf16);
-          v[c] = from16(v16[c], pc.bf16);
-        }
-      }
-      for (int hh = 0; hh < kHeads / kKv; ++hh) {
-        const int h = g * (kHeads / kKv) + hh;
-        const float* qh = q.data() + (static_cast<size_t>(t) * kHeads + h) * kHeadDim;
-        std::vector<double> sc(static_cast<size_t>(len));
-        double m = -INFINITY;
-        for (int p = 0; p < len; ++p) {
-          double dot = 0.0;
-          for (int c = 0; c < kHeadDim; ++c) dot += qh[c] * K[static_cast<size_t>(p)][c];
-          sc[static_cast<size_t>(p)] = dot * f;
-          m = std::max(m, dot * f);
-        }
-        double l = 0.0, want[kHeadDim] = {};
-        for (int p = 0; p < len; ++p) {
-          const double w = std::exp(sc[static_cast<size_t>(p)] - m);
-          l += w;
-          for (int c = 0; c < kHeadDim; ++c) want[c] += w * V[static_cast<size_t>(p)][c];
-        }
-        double err = 0.0, norm = 0.0;
-        for (int c = 0; c < kHeadDim; ++c) {
-          const double have = out32[(static_cast<size_t>(t) * kHeads + h) * kHeadDim + c];
-          err += (have - want[c] / l) * (have - want[c] / l);
-          norm += (want[c] / l) * (want[c] / l);
-        }
-        const double rel = std::sqrt(err / norm);
-        EXPECT_LE(rel, 2e-2) << "token " << t << " (length " << len << ") head " << h;
-        worst = std::isnan(rel) ? INFINITY : std::max(worst, rel);
-      }
+    for (int h = 0; h < kHeads; ++h) {
+      const double rel = rel_l2(sc.reference(ds.token, h),
+                                out32.data() + static_cast<size_t>(ds.token) * row_floats +
+                                    static_cast<size_t>(h) * kHeadDim);
+      EXPECT_LE(rel, 2e-2) << "token " << ds.token << " head " << h;
+      worst = std::isnan(rel) ? INFINITY : std::max(worst, rel);
     }
   }
   // Rows the plan leaves to the reference kernel are not written here.
   for (const int32_t t : plan.other_tokens) {
-    EXPECT_TRUE(std::isnan(out32[static_cast<size_t>(t) * kHeads * kHeadDim])) << "token " << t;
+    EXPECT_TRUE(std::isnan(out32[static_cast<size_t>(t) * row_floats])) << "token " << t;
   }
   return worst;
 }
@@ -577,6 +623,78 @@ TEST(DecodeAttentionEmulated, EveryFormatMatchesFp64) {
   for (const PathCase& pc : cases) {
     const double worst = run_path(pc, seed++);
     std::printf("%s %s B %d ring %d%s%s: decode rows within %.2e relative L2\n",
+                std::string(kv::kv_cache_dtype_name(pc.cache)).c_str(), pc.bf16 ? "bf16" : "fp16",
+                pc.block_size, pc.ring, pc.sink ? " sink" : "", pc.hadamard ? " hadamard" : "",
+                worst);
+  }
+}
+
+// ---- prefill attention (prefill_attention.cu) ----------------------------------------------
+
+// Prefill rows through plan_prefill and launch_prefill_attention: a prompt from position 0, a
+// chunk starting mid-block (its earlier positions in the cache, for int4_kivi in the pool, sink
+// and ring), a chunk at a block boundary, a 2-token chunk, and a decode row (left to the other
+// kernels); every row a tile covers against Scene::reference (causal), the others unwritten.
+// Returns the worst relative L2.
+double run_prefill(const PathCase& pc, uint32_t seed) {
+  const int B = pc.block_size;
+  std::mt19937 rng(seed);
+  auto pick = [&](int lo, int hi) {
+    return lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo + 1));
+  };
+  const int whole = pick(40, 90), mid = pick(2, 3) * B + pick(1, B - 1);
+  const std::vector<std::pair<int, int>> seqs = {{whole, whole},
+                                                 {mid + pick(20, 90), pick(20, 90)},
+                                                 {3 * B + 40, 40},
+                                                 {pick(B + 1, 3 * B), 2},
+                                                 {pick(B, 4 * B), 1}};
+  constexpr int kHeads = 4;  // a block a query head: fewer heads, fewer emulated blocks
+  Scene sc(pc, kHeads, seqs, seed + 2000);
+  std::vector<PrefillTile> tiles;
+  plan_prefill(sc.b, 2, tiles);
+  const size_t row_elems = static_cast<size_t>(kHeads) * kHeadDim;
+  std::vector<uint16_t> out(static_cast<size_t>(sc.b.num_tokens()) * row_elems, 0xffffu);  // NaN
+  PagedAttentionArgs a = sc.a;
+  a.out = out.data();
+  a.out_dtype = pc.bf16 ? DType::kBF16 : DType::kF16;
+  EXPECT_TRUE(prefill_kernels_support(kHeads, kPathKv, a));
+  launch_prefill_attention(a, tiles.data(), static_cast<int32_t>(tiles.size()), nullptr);
+  // fp16 operands and output: 4e-3; bf16 taking part: 2e-2 (the GPU test's bounds).
+  const double bound = pc.bf16 ? 2e-2 : 4e-3;
+  double worst = 0.0;
+  for (int t = 0; t < sc.b.num_tokens(); ++t) {
+    const bool covered = prefill_covers(sc.b, 2, t);
+    for (int h = 0; h < kHeads; ++h) {
+      const uint16_t* row =
+          out.data() + static_cast<size_t>(t) * row_elems + static_cast<size_t>(h) * kHeadDim;
+      if (!covered) {
+        EXPECT_EQ(row[0], 0xffffu) << "token " << t << " written, though no tile covers it";
+        continue;
+      }
+      float have[kHeadDim];
+      for (int c = 0; c < kHeadDim; ++c) have[c] = static_cast<float>(from16(row[c], pc.bf16));
+      const double rel = rel_l2(sc.reference(t, h), have);
+      EXPECT_LE(rel, bound) << "token " << t << " (position " << sc.b.positions[t] << ") head "
+                            << h;
+      worst = std::isnan(rel) ? INFINITY : std::max(worst, rel);
+    }
+  }
+  return worst;
+}
+
+TEST(PrefillAttentionEmulated, EveryFormatMatchesFp64) {
+  const PathCase cases[] = {
+      {kv::KvCacheDtype::k16Bit, true, 16},
+      {kv::KvCacheDtype::k16Bit, false, 32},
+      {kv::KvCacheDtype::kFp8E4M3, false, 64},
+      {kv::KvCacheDtype::kInt4Kivi, true, 64, 2, true, true},
+      {kv::KvCacheDtype::kInt4Kivi, false, 32, 2, true, true},
+      {kv::KvCacheDtype::kInt4Kivi, false, 128, 1, false, false},
+  };
+  uint32_t seed = 21;
+  for (const PathCase& pc : cases) {
+    const double worst = run_prefill(pc, seed++);
+    std::printf("%s %s B %d ring %d%s%s: prefill rows within %.2e relative L2\n",
                 std::string(kv::kv_cache_dtype_name(pc.cache)).c_str(), pc.bf16 ? "bf16" : "fp16",
                 pc.block_size, pc.ring, pc.sink ? " sink" : "", pc.hadamard ? " hadamard" : "",
                 worst);

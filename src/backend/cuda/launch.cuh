@@ -69,6 +69,21 @@ void launch_dependent_as(LaunchKind kind, void (*kernel)(Params...), dim3 grid, 
 #endif
 }
 
+// kernel<<<grid, block, smem, stream>>>(args...) (on the CPU under S4KV_CUDA_EMULATION).
+template <typename... Params, typename... Args>
+void launch_plain(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                  cudaStream_t stream, Args&&... args) {
+#ifdef S4KV_CUDA_EMULATION
+  (void)stream;
+  emu::launch(kernel, grid, block, smem, std::tuple<Params...>(static_cast<Params>(args)...));
+#else
+  // (clang-format would split the >>> of a launch in a .cuh)
+  // clang-format off
+  kernel<<<grid, block, smem, stream>>>(static_cast<Params>(args)...);
+  // clang-format on
+#endif
+}
+
 template <typename... Params, typename... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                       cudaStream_t stream, Args&&... args) {

@@ -29,6 +29,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/int4_kivi_device.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/prefill_attention.cuh"
 #include "backend/cuda/tensor_core.cuh"
 #include "common/check.h"
@@ -491,7 +492,7 @@ __device__ inline void attend_tile(const uint32_t (&qa)[8][4], const uint16_t* k
 template <Src S, bool kBf16>
 __global__ void __launch_bounds__(kThreads, S == Src::k16Bit ? 3 : 2)
     prefill_attention_kernel(PagedAttentionArgs a, const PrefillTile* tiles) {
-  extern __shared__ __align__(16) unsigned char smem[];
+  S4KV_DYNAMIC_SHARED(smem);
   uint16_t* kbuf = reinterpret_cast<uint16_t*>(smem);  // [2][64][kLd]
   uint16_t* vbuf = kbuf + 2 * kStage;                  // [2][64][kLd]
   unsigned char* raw = smem + kBufBytes;
@@ -632,7 +633,7 @@ void launch(const PagedAttentionArgs& a, const PrefillTile* tiles, int32_t num_t
   }();
   (void)attribute_set;
   const auto blocks = static_cast<unsigned>(int64_t{num_tiles} * a.num_heads);
-  prefill_attention_kernel<S, kBf16><<<blocks, kThreads, kSmem, stream>>>(a, tiles);
+  launch_plain(prefill_attention_kernel<S, kBf16>, blocks, kThreads, kSmem, stream, a, tiles);
 }
 
 bool in_32_64_128(int x) { return x == 32 || x == 64 || x == 128; }
