@@ -176,16 +176,27 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
 inline void __syncthreads() { ::s4kv::emu::self->block->bar.arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { ::s4kv::emu::warp().bar.arrive_and_wait(); }
 
+namespace s4kv::emu {
+// Lane `src`'s value of v (4 or 8 bytes, as CUDA's shuffles take).
+template <typename T>
+T shuffle(T v, int src) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8);
+  std::array<uint32_t, 2> w{};
+  std::memcpy(w.data(), &v, sizeof(T));
+  const auto all = exchange<2>(w);
+  T out;
+  std::memcpy(&out, all[static_cast<size_t>(src & 31)].data(), sizeof(T));
+  return out;
+}
+}  // namespace s4kv::emu
+
 template <typename T>
 T __shfl_xor_sync(unsigned, T v, int lane_mask, int = 32) {
-  const auto all = ::s4kv::emu::exchange<1>({::s4kv::emu::bits(v)});
-  return ::s4kv::emu::from_bits<T>(
-      all[static_cast<size_t>(::s4kv::emu::self->lane ^ lane_mask)][0]);
+  return ::s4kv::emu::shuffle(v, ::s4kv::emu::self->lane ^ lane_mask);
 }
 template <typename T>
 T __shfl_sync(unsigned, T v, int src, int = 32) {
-  const auto all = ::s4kv::emu::exchange<1>({::s4kv::emu::bits(v)});
-  return ::s4kv::emu::from_bits<T>(all[static_cast<size_t>(src & 31)][0]);
+  return ::s4kv::emu::shuffle(v, src);
 }
 inline bool __any_sync(unsigned, bool pred) {
   const auto all = ::s4kv::emu::exchange<1>({pred ? 1u : 0u});
