@@ -1,3 +1,3 @@
 // decode_int4.cu compiled for the CPU (S4KV_CUDA_EMULATION: backend/cuda/emulation.h), for
-// decode_emulation_test.
+// attention_emulation_test.
 #include "backend/cuda/decode_int4.cu"

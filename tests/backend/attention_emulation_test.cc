@@ -1,13 +1,19 @@
-// The int4_kivi decode attention kernel (decode_int4.cu) run on the CPU through emulation.h, on
-// every machine (no GPU needed): random int4_kivi pool blocks, block tables and queries, the
-// sequences split into items of 1..5 blocks; each item's partial (max, sum and the 128 value
-// sums of every query head of the group) against the same computed here in fp64 from the
-// blocks' codes, scales and zeros, keys rotated by their positions from the RoPE table. Every
-// block size (32, 64, 128: 2, 4, 8 warps) and value group size (32, 64, 128) the kernel is
-// compiled for. What it checks: the kernel's indexing and fragment bookkeeping (an error there is
-// O(1)); what it cannot: timing, the GPU's exact rounding (fp16 MMA inputs here too, fp32
-// accumulation in another order), races between warps that a barrier would hide here.
-// backend_cuda_test runs the same kernel on a GPU against the CPU reference.
+// The attention kernels run on the CPU through backend/cuda/emulation.h, on every machine (no
+// GPU needed), each against fp64 attention computed here from the same bytes:
+//   - the int4_kivi decode kernel (decode_int4.cu) on random pool blocks, items of 1..5 blocks:
+//     each item's partial (max, sum, the value sums of every head of the group), every block
+//     size (2, 4, 8 warps) and value group size it is compiled for;
+//   - hadamard128 bit for bit against kv::hadamard_ref;
+//   - the whole decode path (plan_attention, launch_decode_attention: int4 and row kernels,
+//     merge) for 16-bit, fp8 and int4_kivi caches (v1; v2 with sink, window, Hadamard values),
+//     plain and as a CUDA graph replays it (capacity grids, live counts: the same bits);
+//   - prefill attention (plan_prefill, launch_prefill_attention) over the same caches, causal,
+//     rows no tile covers left unwritten.
+// What it checks: indexing, fragment bookkeeping, where each position is read from (an error
+// there is O(1); a key position shifted by one or a mask off by one fails by 3e-2 to 2.8).
+// What it cannot: timing, the GPU's exact rounding (fp16 / bf16 MMA inputs here too, fp32
+// accumulation in another order), races that a barrier hides here. backend_cuda_test runs the
+// same kernels on a GPU against the CPU reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
