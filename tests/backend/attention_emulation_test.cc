@@ -591,12 +591,30 @@ double run_path(const PathCase& pc, uint32_t seed) {
     dr.num_items = static_cast<int32_t>(cap.int4_items + cap.row_items);
     dr.live = live;
     dr.partials = replay_partials.data();
+    // int4_kivi: as in a decode-only step, the merge also writes each decode token's K and V
+    // from staging into its ring row (residual_write's job otherwise): checked, then undone.
+    const bool int4 = pc.cache == kv::KvCacheDtype::kInt4Kivi;
+    const std::vector<uint16_t> ring_before = sc.ring;
+    dr.write_residual = int4;
     launch_decode_attention(ar, dr, nullptr);
+    const int64_t kv_dim = int64_t{kPathKv} * kHeadDim;
     for (const DecodeSeq& ds : plan.seqs) {
       const size_t row = static_cast<size_t>(ds.token) * row_floats;
       EXPECT_EQ(std::memcmp(replay.data() + row, out32.data() + row, row_floats * 4), 0)
           << "token " << ds.token << ": the replayed launch differs";
+      const int s = sc.token_seq[static_cast<size_t>(ds.token)];
+      const int64_t pos = b.positions[static_cast<size_t>(ds.token)];
+      if (!int4 || !ring_keeps(pos, b.seq_lens[s], pc.block_size, pc.ring)) continue;
+      const uint16_t* k = sc.ring.data() + ring_k_offset(b.seats[s], pos, pc.block_size, pc.ring,
+                                                         kv_dim, a.seat_stride);
+      const uint16_t* v = k + ring_v_offset(pc.block_size, pc.ring, kv_dim);
+      const size_t st = static_cast<size_t>(ds.token) * static_cast<size_t>(kv_dim);
+      EXPECT_EQ(std::memcmp(k, sc.stk.data() + st, static_cast<size_t>(kv_dim) * 2), 0)
+          << "token " << ds.token << ": its K row not in the ring";
+      EXPECT_EQ(std::memcmp(v, sc.stv.data() + st, static_cast<size_t>(kv_dim) * 2), 0)
+          << "token " << ds.token << ": its V row not in the ring";
     }
+    std::copy(ring_before.begin(), ring_before.end(), sc.ring.begin());
   }
 
   double worst = 0.0;
