@@ -24,6 +24,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "backend/cpu/rope.h"
@@ -634,6 +635,18 @@ double run_path(const PathCase& pc, uint32_t seed) {
   return worst;
 }
 
+// run(case, seed) for each case (seeds from `seed` on), printing each one's worst relative L2.
+void run_cases(std::span<const PathCase> cases, uint32_t seed,
+               double (*run)(const PathCase&, uint32_t), const char* what) {
+  for (const PathCase& pc : cases) {
+    const double worst = run(pc, seed++);
+    std::printf("%s %s B %d ring %d%s%s: %s rows within %.2e relative L2\n",
+                std::string(kv::kv_cache_dtype_name(pc.cache)).c_str(), pc.bf16 ? "bf16" : "fp16",
+                pc.block_size, pc.ring, pc.sink ? " sink" : "", pc.hadamard ? " hadamard" : "",
+                what, worst);
+  }
+}
+
 TEST(DecodeAttentionEmulated, EveryFormatMatchesFp64) {
   const PathCase cases[] = {
       {kv::KvCacheDtype::k16Bit, true, 16},
@@ -643,14 +656,7 @@ TEST(DecodeAttentionEmulated, EveryFormatMatchesFp64) {
       {kv::KvCacheDtype::kInt4Kivi, false, 32, 2, true, true},
       {kv::KvCacheDtype::kInt4Kivi, true, 64, 1, false, false},
   };
-  uint32_t seed = 11;
-  for (const PathCase& pc : cases) {
-    const double worst = run_path(pc, seed++);
-    std::printf("%s %s B %d ring %d%s%s: decode rows within %.2e relative L2\n",
-                std::string(kv::kv_cache_dtype_name(pc.cache)).c_str(), pc.bf16 ? "bf16" : "fp16",
-                pc.block_size, pc.ring, pc.sink ? " sink" : "", pc.hadamard ? " hadamard" : "",
-                worst);
-  }
+  run_cases(cases, 11, run_path, "decode");
 }
 
 // ---- prefill attention (prefill_attention.cu) ----------------------------------------------
@@ -715,14 +721,7 @@ TEST(PrefillAttentionEmulated, EveryFormatMatchesFp64) {
       {kv::KvCacheDtype::kInt4Kivi, false, 32, 2, true, true},
       {kv::KvCacheDtype::kInt4Kivi, false, 128, 1, false, false},
   };
-  uint32_t seed = 21;
-  for (const PathCase& pc : cases) {
-    const double worst = run_prefill(pc, seed++);
-    std::printf("%s %s B %d ring %d%s%s: prefill rows within %.2e relative L2\n",
-                std::string(kv::kv_cache_dtype_name(pc.cache)).c_str(), pc.bf16 ? "bf16" : "fp16",
-                pc.block_size, pc.ring, pc.sink ? " sink" : "", pc.hadamard ? " hadamard" : "",
-                worst);
-  }
+  run_cases(cases, 21, run_prefill, "prefill");
 }
 
 }  // namespace
