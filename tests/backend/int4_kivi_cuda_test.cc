@@ -2,7 +2,8 @@
 // size and value group size, random blocks with outliers and the edge cases of the exactness
 // rules (constant channels, signed zeros, ties, an underflowing scale), with and without the
 // v2 Hadamard values; the numpy goldens of tests/golden/kivi; and the commit from 16-bit cache
-// bits (inverse RoPE, then the same quantizer). Skips without a device.
+// bits (inverse RoPE, then the same quantizer). Skips without a device; int4_kivi_emulation_test
+// builds this file with its kernels run on the CPU (backend/cuda/emulation.h), on every machine.
 #include <gtest/gtest.h>
 
 #include <cstring>

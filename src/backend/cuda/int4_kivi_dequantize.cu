@@ -5,6 +5,7 @@
 #include "backend/cuda/hadamard.cuh"
 #include "backend/cuda/int4_kivi_dequantize.cuh"
 #include "backend/cuda/int4_kivi_device.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace s4kv::backend::cuda {
 namespace {
@@ -47,8 +48,8 @@ void launch_int4_kivi_dequantize(const Int4KiviDequantizeArgs& a, cudaStream_t s
   if (a.num_blocks == 0) return;
   S4KV_CHECK(a.blocks != nullptr && a.keys != nullptr && a.values != nullptr,
              "int4_kivi dequantize: null buffer");
-  dequantize_kernel<<<static_cast<unsigned>(a.num_blocks), kD, 0, stream>>>(a.blocks, a.keys,
-                                                                            a.values, a.layout);
+  launch_plain(dequantize_kernel, static_cast<unsigned>(a.num_blocks), kD, 0, stream, a.blocks,
+               a.keys, a.values, a.layout);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -56,7 +57,7 @@ void launch_hadamard128_rows(float* rows, int64_t num_rows, cudaStream_t stream)
   S4KV_CHECK(num_rows >= 0 && num_rows <= 0x7fffffff, "hadamard: ", num_rows, " rows");
   if (num_rows == 0) return;
   S4KV_CHECK(rows != nullptr, "hadamard: null buffer");
-  hadamard_kernel<<<static_cast<unsigned>(num_rows), kD, 0, stream>>>(rows);
+  launch_plain(hadamard_kernel, static_cast<unsigned>(num_rows), kD, 0, stream, rows);
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
 
