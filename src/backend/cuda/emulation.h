@@ -1,14 +1,17 @@
-// The decode attention kernels run on the CPU, for tests on machines without a GPU: with
-// S4KV_CUDA_EMULATION defined, a .cu file compiled as C++ (g++) gets here what the CUDA compiler
-// and the GPU would give it. Each thread of a thread block is a host thread; a launch runs the
-// grid's blocks one after another. Warp collectives (shuffles, votes, mma.sync, movmatrix,
-// ldmatrix) meet at a barrier of the warp's 32 threads and compute the PTX ISA's fragment
-// layouts from every lane's registers; __syncthreads is a barrier of the block's threads;
-// cp.async copies when its group is waited for. fp16 arithmetic is the host's (cuda_fp16.h's
-// host paths, single-rounded), mma.sync accumulates in fp32 in k order and ex2.approx is
-// exp2f: close to the GPU, not bit-exact, so tests of emulated kernels hold them to a tolerance.
-// Not for production builds: nvcc never sees this file (the headers that include it do so only
-// when S4KV_CUDA_EMULATION is defined and __CUDACC__ is not).
+// CUDA kernels run on the CPU, for tests on machines without a GPU: with S4KV_CUDA_EMULATION
+// defined, a .cu file compiled as C++ (g++) gets here what the CUDA compiler and the GPU would
+// give it. Each thread of a thread block is a fiber (its own stack, switched cooperatively on
+// the launching host thread; x86-64); a launch runs the grid's blocks one after another. Warp
+// collectives (shuffles, votes, mma.sync, movmatrix, ldmatrix) meet at a barrier of the warp's
+// 32 threads and compute the PTX ISA's fragment layouts from every lane's registers;
+// __syncthreads is a barrier of the block's threads (a fiber waiting at one lets the others
+// run; one that no fiber can reach aborts as a deadlock); cp.async copies when its group is
+// waited for. fp16 arithmetic is the host's (cuda_fp16.h's host paths, single-rounded), mma.sync
+// accumulates in fp32 in k order and ex2.approx is exp2f: close to the GPU, not bit-exact, so
+// tests of emulated kernels hold them to a tolerance (or to bytes where the kernel's contract is
+// bit-exact arithmetic, as the int4_kivi quantizer's). Not for production builds: nvcc never
+// sees this file (the headers that include it do so only when S4KV_CUDA_EMULATION is defined and
+// __CUDACC__ is not).
 #pragma once
 
 #if !defined(S4KV_CUDA_EMULATION) || defined(__CUDACC__)
@@ -21,14 +24,12 @@
 
 #include <algorithm>
 #include <array>
-#include <barrier>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <deque>
+#include <functional>
 #include <memory>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -36,8 +37,20 @@
 
 namespace s4kv::emu {
 
+// A barrier of the fibers of a block or warp: the last arrival opens the next phase; a waiting
+// fiber yields to the others (yield, below).
+struct FiberBarrier {
+  explicit FiberBarrier(int n) : expected(n) {}
+  int expected, arrived = 0;
+  uint64_t phase = 0;
+  void arrive_and_wait();
+  // A fiber that returns: it arrives now and is not expected from then on (an exited GPU
+  // thread no longer takes part in __syncthreads).
+  void arrive_and_drop();
+};
+
 struct Warp {
-  std::barrier<> bar{32};
+  FiberBarrier bar{32};
   std::array<std::array<uint32_t, 8>, 32> slot{};
 };
 
@@ -45,8 +58,8 @@ struct Block {
   Block(int threads, size_t smem_bytes) : bar(threads), warps((threads + 31) / 32) {
     smem.resize(smem_bytes + 16);
   }
-  std::barrier<> bar;
-  std::deque<Warp> warps;  // std::barrier is neither copyable nor movable
+  FiberBarrier bar;
+  std::vector<Warp> warps;
   std::vector<unsigned char> smem;
   unsigned char* dynamic() {
     auto p = reinterpret_cast<uintptr_t>(smem.data());
@@ -112,45 +125,147 @@ inline unsigned char* shared_at(uint32_t addr) {
   return b->dynamic() + addr;
 }
 
-// Runs kernel(params...) over the grid, one thread block at a time, on one host thread per
-// thread of a block (made once a launch, each block's barriers made anew).
+// Switches stacks (x86-64 System V): pushes the callee-saved registers, stores the stack
+// pointer in *from, loads `to` and pops the registers saved there, returning into that context.
+__attribute__((naked, noinline)) static void switch_context(void** /*from*/, void* /*to*/) {
+  asm volatile(
+      "pushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n\t"
+      "movq %rsp, (%rdi)\n\tmovq %rsi, %rsp\n\t"
+      "popq %r15\n\tpopq %r14\n\tpopq %r13\n\tpopq %r12\n\tpopq %rbx\n\tpopq %rbp\n\tret\n\t");
+}
+
+// The fibers of the block being run.
+struct Scheduler {
+  static constexpr size_t kStackBytes = 256 * 1024;
+  std::vector<Thread> threads;
+  std::vector<void*> sp;  // each fiber's saved stack pointer
+  std::vector<std::unique_ptr<char[]>> stacks;
+  std::vector<char> done;
+  int cur = 0;
+  void* launcher_sp = nullptr;
+  uint64_t progress = 0;  // arrivals and returns: what a deadlock lacks
+  std::function<void()> body;
+};
+inline thread_local Scheduler* sched = nullptr;
+
+// The next fiber after cur that has not returned (cur itself when it is the only one).
+inline int next_fiber() {
+  const int n = static_cast<int>(sched->threads.size());
+  int k = sched->cur;
+  do {
+    k = (k + 1) % n;
+  } while (sched->done[static_cast<size_t>(k)] && k != sched->cur);
+  return k;
+}
+
+inline void resume(int k, void** save) {
+  sched->cur = k;
+  self = &sched->threads[static_cast<size_t>(k)];
+  switch_context(save, sched->sp[static_cast<size_t>(k)]);
+}
+
+// Lets the other fibers run until they reach a barrier or return.
+inline void yield() {
+  const int from = sched->cur, k = next_fiber();
+  if (k == from) return;
+  resume(k, &sched->sp[static_cast<size_t>(from)]);
+  self = &sched->threads[static_cast<size_t>(from)];
+}
+
+inline void FiberBarrier::arrive_and_wait() {
+  ++sched->progress;
+  if (++arrived == expected) {
+    arrived = 0;
+    ++phase;
+    return;
+  }
+  const uint64_t mine = phase;
+  const size_t fibers = sched->threads.size();
+  uint64_t seen = sched->progress;
+  size_t idle = 0;
+  while (phase == mine) {
+    yield();
+    if (sched->progress != seen) {
+      seen = sched->progress;
+      idle = 0;
+    } else {
+      S4KV_CHECK(++idle <= fibers + 1, "emulation: a barrier no fiber can reach (deadlock)");
+    }
+  }
+}
+
+inline void FiberBarrier::arrive_and_drop() {
+  ++sched->progress;
+  if (++arrived == expected) {
+    arrived = 0;
+    ++phase;
+  }
+  --expected;
+}
+
+[[noreturn]] inline void fiber_main() {
+  sched->body();
+  self->block->warps[self->tid.x / 32].bar.arrive_and_drop();
+  self->block->bar.arrive_and_drop();
+  sched->done[static_cast<size_t>(sched->cur)] = 1;
+  ++sched->progress;
+  void* gone;
+  const int k = next_fiber();
+  if (k == sched->cur) {
+    switch_context(&gone, sched->launcher_sp);  // every fiber has returned
+  } else {
+    resume(k, &gone);
+  }
+  __builtin_unreachable();
+}
+
+// Runs kernel(params...) over the grid, one thread block at a time, each of its threads a fiber.
 template <typename... Params>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
             std::tuple<Params...> params) {
   const int threads = static_cast<int>(block.x * block.y * block.z);
   const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
-  std::barrier<> gate(threads);
-  std::unique_ptr<Block> current;
-  std::vector<std::thread> ts;
-  ts.reserve(static_cast<size_t>(threads));
+  Scheduler s;
+  s.threads.resize(static_cast<size_t>(threads));
+  s.sp.resize(static_cast<size_t>(threads));
+  s.done.resize(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) {
-    ts.emplace_back([&, t] {
-      Thread me;
+    s.stacks.push_back(std::make_unique<char[]>(Scheduler::kStackBytes));
+  }
+  s.body = [&] { std::apply(kernel, params); };
+  Scheduler* const outer = sched;
+  sched = &s;
+  for (int64_t k = 0; k < blocks; ++k) {
+    Block b(threads, smem);
+    const dim3 bid(static_cast<unsigned>(k % grid.x), static_cast<unsigned>(k / grid.x % grid.y),
+                   static_cast<unsigned>(k / (int64_t{grid.x} * grid.y)));
+    for (int t = 0; t < threads; ++t) {
+      Thread& me = s.threads[static_cast<size_t>(t)];
+      me = Thread{};
       me.tid =
           dim3(static_cast<unsigned>(t) % block.x, static_cast<unsigned>(t) / block.x % block.y,
                static_cast<unsigned>(t) / (block.x * block.y));
+      me.bid = bid;
       me.bdim = block;
       me.gdim = grid;
       me.lane = t % 32;
-      self = &me;
-      for (int64_t k = 0; k < blocks; ++k) {
-        if (t == 0) current = std::make_unique<Block>(threads, smem);
-        gate.arrive_and_wait();  // the block is made
-        me.bid = dim3(static_cast<unsigned>(k % grid.x), static_cast<unsigned>(k / grid.x % grid.y),
-                      static_cast<unsigned>(k / (int64_t{grid.x} * grid.y)));
-        me.block = current.get();
-        me.groups.clear();
-        me.open.clear();
-        std::apply(kernel, params);
-        // A thread that returns leaves the barriers (as an exited GPU thread does).
-        me.block->warps[static_cast<size_t>(t / 32)].bar.arrive_and_drop();
-        me.block->bar.arrive_and_drop();
-        gate.arrive_and_wait();  // every thread is done with the block
-      }
-      self = nullptr;
-    });
+      me.block = &b;
+      s.done[static_cast<size_t>(t)] = 0;
+      // A fresh stack that "returns" into fiber_main: six zero registers, then its address; the
+      // slot above stands for fiber_main's own return address (16-byte alignment as at a call).
+      char* top = s.stacks[static_cast<size_t>(t)].get() + Scheduler::kStackBytes;
+      auto** frame = reinterpret_cast<void**>((reinterpret_cast<uintptr_t>(top) & ~uintptr_t{15}) -
+                                              8 * sizeof(void*));
+      for (int r = 0; r < 6; ++r) frame[r] = nullptr;
+      frame[6] = reinterpret_cast<void*>(&fiber_main);
+      frame[7] = nullptr;
+      s.sp[static_cast<size_t>(t)] = frame;
+    }
+    Thread* const caller = self;
+    resume(0, &s.launcher_sp);
+    self = caller;
   }
-  for (std::thread& th : ts) th.join();
+  sched = outer;
 }
 
 }  // namespace s4kv::emu
