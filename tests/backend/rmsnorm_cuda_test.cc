@@ -1,6 +1,8 @@
 // launch_row_rmsnorm (the CUDA backend's RMSNorm: fp32 residual rows in, the compute dtype out,
 // optionally only listed rows) against the CPU reference on fresh random inputs, odd shapes.
 // Skips without a device.
+// forward_emulation_test builds this file with its kernels run on the CPU
+// (backend/cuda/emulation.h), on every machine.
 #include <gtest/gtest.h>
 
 #include <cmath>

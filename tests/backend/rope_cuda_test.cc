@@ -3,6 +3,8 @@
 // Llama-3 RoPE bases, head_dim 64 and 128. And launch_rope_kv_write against launch_rope then
 // launch_kv_write (rows, caches and every cache dtype, with and without slots), bit for bit.
 // Skips without a device.
+// forward_emulation_test builds this file with its kernels run on the CPU
+// (backend/cuda/emulation.h), on every machine.
 #include <gtest/gtest.h>
 
 #include <cmath>

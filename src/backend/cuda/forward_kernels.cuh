@@ -43,7 +43,7 @@ void launch_add_bias(float* y, const float* bias, int64_t num_tokens, int64_t wi
 void launch_silu_mul(const float* gate_up, void* out, DType act_dtype, int64_t num_tokens,
                      int64_t inter, cudaStream_t stream);
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(S4KV_CUDA_EMULATION)
 // silu(g) * u as silu_mul_ref rounds it; launch_silu_mul's kernel and the few-row GEMM's
 // epilogue (skinny_gemm.cuh) share it.
 __device__ __forceinline__ float silu_mul_value(float g, float u) {

@@ -9,6 +9,10 @@
 
 #include <cstdint>
 
+#ifdef S4KV_CUDA_EMULATION
+#include "backend/cuda/emulation.h"
+#endif
+
 namespace s4kv::backend::cuda {
 
 struct RopeArgs {
@@ -27,7 +31,7 @@ struct RopeArgs {
 // table's rows (not checked on the device).
 void launch_rope(const RopeArgs& args, cudaStream_t stream);
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(S4KV_CUDA_EMULATION)
 // One channel pair (x1: channel i, x2: channel i + D/2) turned by (c, s) with rope_rotate's
 // roundings; launch_rope's kernel and launch_rope_kv_write's (forward_kernels.cuh) share it.
 __device__ __forceinline__ void rope_turn(float& x1, float& x2, float c, float s) {
