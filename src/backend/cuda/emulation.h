@@ -127,7 +127,7 @@ inline unsigned char* shared_at(uint32_t addr) {
 
 // Switches stacks (x86-64 System V): pushes the callee-saved registers, stores the stack
 // pointer in *from, loads `to` and pops the registers saved there, returning into that context.
-__attribute__((naked, noinline)) static void switch_context(void** /*from*/, void* /*to*/) {
+__attribute__((naked, noinline)) inline void switch_context(void** /*from*/, void* /*to*/) {
   asm volatile(
       "pushq %rbp\n\tpushq %rbx\n\tpushq %r12\n\tpushq %r13\n\tpushq %r14\n\tpushq %r15\n\t"
       "movq %rsp, (%rdi)\n\tmovq %rsi, %rsp\n\t"
