@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -149,11 +150,22 @@ struct Scheduler {
 inline thread_local Scheduler* sched = nullptr;
 
 // The next fiber after cur that has not returned (cur itself when it is the only one).
+// S4KV_EMULATION_REVERSE=1 runs the fibers in the other order (the last thread first), so that
+// a kernel that counts on one warp reaching a point before another without a barrier between
+// them fails under one of the two orders.
+inline bool reverse_order() {
+  static const bool reverse = [] {
+    const char* v = std::getenv("S4KV_EMULATION_REVERSE");
+    return v != nullptr && v[0] == '1';
+  }();
+  return reverse;
+}
+
 inline int next_fiber() {
-  const int n = static_cast<int>(sched->threads.size());
+  const int n = static_cast<int>(sched->threads.size()), step = reverse_order() ? n - 1 : 1;
   int k = sched->cur;
   do {
-    k = (k + 1) % n;
+    k = (k + step) % n;
   } while (sched->done[static_cast<size_t>(k)] && k != sched->cur);
   return k;
 }
@@ -262,7 +274,7 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
       s.sp[static_cast<size_t>(t)] = frame;
     }
     Thread* const caller = self;
-    resume(0, &s.launcher_sp);
+    resume(reverse_order() ? threads - 1 : 0, &s.launcher_sp);
     self = caller;
   }
   sched = outer;
