@@ -15,6 +15,8 @@
 //     keeps 8 bits, measured 1.2e-2); an indexing slip shows as O(1);
 //   - the int4_kivi commit (gather_fills -> quantize -> residual_write) leaves exactly the CPU
 //     commit's pool, residual ring and sink bytes: 0 differing bytes.
+// cache_emulation_test builds this file with every kernel run on the CPU (backend/cuda/
+// emulation.h), on every machine.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

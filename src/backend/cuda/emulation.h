@@ -400,6 +400,10 @@ cudaError_t occupancy(int* count, T...) {
 #define cudaGetErrorString(e) "emulated"
 #define cudaOccupancyMaxActiveBlocksPerMultiprocessor(...) ::s4kv::emu::occupancy(__VA_ARGS__)
 #define cudaEventRecord(...) ::s4kv::emu::ok(__VA_ARGS__)
+// Device memory is host memory (the tests' emulated_device.cc).
+#define cudaDeviceSynchronize() cudaSuccess
+#define cudaMemset(p, v, n) (std::memset((p), (v), (n)), cudaSuccess)
+#define cudaMemcpy(d, s, n, kind) (std::memcpy((d), (s), (n)), cudaSuccess)
 #define cudaStreamWaitEvent(...) ::s4kv::emu::ok(__VA_ARGS__)
 
 namespace s4kv::backend::cuda {

@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/hadamard.cuh"
 #include "backend/cuda/int4_kivi_device.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/paged_attention.cuh"
 
 namespace s4kv::backend::cuda {
@@ -217,7 +218,7 @@ void launch_paged_attention(const PagedAttentionArgs& a, cudaStream_t stream) {
   }
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(a.num_heads));
   with_act_type(a.out_dtype, [&](auto zero) {
-    paged_attention_kernel<decltype(zero)><<<grid, kWarps * 32, 0, stream>>>(a);
+    launch_plain(paged_attention_kernel<decltype(zero)>, grid, kWarps * 32, 0, stream, a);
   });
   S4KV_CUDA_CHECK(cudaGetLastError());
 }

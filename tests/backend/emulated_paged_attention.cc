@@ -1,0 +1,3 @@
+// paged_attention.cu compiled for the CPU (S4KV_CUDA_EMULATION: backend/cuda/emulation.h), for the
+// emulation tests.
+#include "backend/cuda/paged_attention.cu"
