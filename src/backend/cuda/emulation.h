@@ -52,7 +52,7 @@ struct FiberBarrier {
 
 struct Warp {
   FiberBarrier bar{32};
-  std::array<std::array<uint32_t, 8>, 32> slot{};
+  std::array<std::array<std::array<uint32_t, 8>, 32>, 2> slot{};  // two sets, used in turn
 };
 
 struct Block {
@@ -76,6 +76,7 @@ struct Copy {
 struct Thread {
   dim3 tid, bid, bdim, gdim;
   int lane = 0;
+  uint64_t exchanges = 0;  // the warp's collectives so far (every lane counts the same)
   Block* block = nullptr;
   std::vector<std::vector<Copy>> groups;  // committed cp.async groups, oldest first
   std::vector<Copy> open;                 // issued since the last commit
@@ -89,12 +90,13 @@ inline Warp& warp() { return self->block->warps[self->tid.x / 32]; }
 template <size_t N>
 std::array<std::array<uint32_t, N>, 32> exchange(const std::array<uint32_t, N>& mine) {
   static_assert(N <= 8);
-  Warp& w = warp();
-  std::copy(mine.begin(), mine.end(), w.slot[static_cast<size_t>(self->lane)].begin());
-  w.bar.arrive_and_wait();
+  // Collectives alternate between two slot sets: a lane writes this set again two collectives
+  // on, past the barrier of the next one, which every lane reaches only after reading this one.
+  auto& slots = warp().slot[self->exchanges++ % 2];
+  std::copy(mine.begin(), mine.end(), slots[static_cast<size_t>(self->lane)].begin());
+  warp().bar.arrive_and_wait();
   std::array<std::array<uint32_t, N>, 32> all;
-  for (size_t l = 0; l < 32; ++l) std::copy_n(w.slot[l].begin(), N, all[l].begin());
-  w.bar.arrive_and_wait();  // everyone has read before the slots are written again
+  for (size_t l = 0; l < 32; ++l) std::copy_n(slots[l].begin(), N, all[l].begin());
   return all;
 }
 
