@@ -35,6 +35,7 @@
 #include "backend/cuda/prefill_attention.cuh"
 #include "backend/forward_batch_builder.h"
 #include "backend/rope_table.h"
+#include "common/half.h"
 #include "kv/hadamard.h"
 #include "kv/int4_kivi_layout.h"
 
@@ -47,8 +48,32 @@ struct Shape {
   int block_size, value_group_size, heads, kv_heads;
 };
 
-uint16_t f16(float x) { return __half_as_ushort(__float2half_rn(x)); }
-double from_f16(uint16_t h) { return static_cast<double>(__half2float(__ushort_as_half(h))); }
+// A random int4_kivi pool of num_blocks blocks (a block a KV head): random codes, key and value
+// scales and zeros of the magnitudes the quantizer makes.
+std::vector<std::byte> random_pool(const kv::Int4KiviLayout& layout, size_t num_blocks,
+                                   std::mt19937& rng) {
+  auto uniform = [&](float lo, float hi) {
+    return std::uniform_real_distribution<float>(lo, hi)(rng);
+  };
+  std::vector<std::byte> pool(num_blocks * layout.block_bytes);
+  for (std::byte& x : pool) x = static_cast<std::byte>(rng() & 0xffu);
+  for (size_t blk = 0; blk < num_blocks; ++blk) {
+    std::byte* base = pool.data() + blk * layout.block_bytes;
+    auto put = [&](size_t off, int index, float x) {
+      const uint16_t h = float_to_fp16(x);
+      std::memcpy(base + off + 2 * static_cast<size_t>(index), &h, 2);
+    };
+    for (int c = 0; c < kHeadDim; ++c) {
+      put(layout.k_scale_offset, c, uniform(0.02f, 0.3f));
+      put(layout.k_zero_offset, c, uniform(-1.5f, 1.5f));
+    }
+    for (int t = 0; t < layout.block_size * layout.num_value_groups(); ++t) {
+      put(layout.v_scale_offset, t, uniform(0.02f, 0.2f));
+      put(layout.v_zero_offset, t, uniform(-1.0f, 1.0f));
+    }
+  }
+  return pool;
+}
 
 using Row = std::array<double, kHeadDim>;
 
@@ -62,7 +87,7 @@ void pool_position(const std::byte* base, const kv::Int4KiviLayout& layout, int 
   auto at16 = [&](size_t off, int index) {
     uint16_t x;
     std::memcpy(&x, base + off + 2 * static_cast<size_t>(index), 2);
-    return from_f16(x);
+    return fp16_to_float(x);
   };
   Row pre;
   for (int c = 0; c < kHeadDim; ++c) {
@@ -93,9 +118,6 @@ void run_case(const Shape& s, uint32_t seed, double& worst_out, double& worst_ls
   const int B = s.block_size, group = s.heads / s.kv_heads;
   const kv::Int4KiviLayout layout = *kv::Int4KiviLayout::create(B, kHeadDim, s.value_group_size);
   std::mt19937 rng(seed);
-  auto uniform = [&](float lo, float hi) {
-    return std::uniform_real_distribution<float>(lo, hi)(rng);
-  };
 
   // Three sequences of 3..9 blocks; their blocks scattered over the pool.
   const std::vector<int> blocks = {3 + static_cast<int>(rng() % 7), 3 + static_cast<int>(rng() % 7),
@@ -115,25 +137,9 @@ void run_case(const Shape& s, uint32_t seed, double& worst_out, double& worst_ls
     }
   }
 
-  // The pool: random codes; scales and zeros of the magnitudes the quantizer makes.
   const size_t bb = layout.block_bytes;
-  std::vector<std::byte> pool(static_cast<size_t>(num_pool * s.kv_heads) * bb);
-  for (std::byte& b : pool) b = static_cast<std::byte>(rng() & 0xffu);
-  auto put16 = [&](size_t at, float x) {
-    const uint16_t h = f16(x);
-    std::memcpy(pool.data() + at, &h, 2);
-  };
-  for (size_t blk = 0; blk < static_cast<size_t>(num_pool * s.kv_heads); ++blk) {
-    const size_t base = blk * bb;
-    for (int c = 0; c < kHeadDim; ++c) {
-      put16(base + layout.k_scale_offset + 2 * static_cast<size_t>(c), uniform(0.02f, 0.4f));
-      put16(base + layout.k_zero_offset + 2 * static_cast<size_t>(c), uniform(-2.0f, 2.0f));
-    }
-    for (int t = 0; t < B * layout.num_value_groups(); ++t) {
-      put16(base + layout.v_scale_offset + 2 * static_cast<size_t>(t), uniform(0.02f, 0.3f));
-      put16(base + layout.v_zero_offset + 2 * static_cast<size_t>(t), uniform(-1.0f, 1.0f));
-    }
-  }
+  const std::vector<std::byte> pool =
+      random_pool(layout, static_cast<size_t>(num_pool * s.kv_heads), rng);
 
   RopeTable rope(cpu::rope_inv_freq(kHeadDim, 1e6, model::RopeScaling{}));
   rope.ensure(static_cast<int64_t>(max_blocks) * B);
@@ -283,18 +289,8 @@ struct PathCase {
   bool hadamard = false;  // int4_kivi v2: pool values in the Hadamard domain
 };
 
-uint16_t to16(float x, bool bf16) {
-  return bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : f16(x);
-}
-double from16(uint16_t h, bool bf16) {
-  if (bf16) {
-    const uint32_t u = uint32_t{h} << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  return from_f16(h);
-}
+uint16_t to16(float x, bool bf16) { return bf16 ? float_to_bf16(x) : float_to_fp16(x); }
+double from16(uint16_t h, bool bf16) { return bf16 ? bf16_to_float(h) : fp16_to_float(h); }
 
 constexpr int kPathKv = 2, kPathGv = 32;  // query heads: Scene::heads (a group of 7 or 2)
 
@@ -314,9 +310,6 @@ struct Scene {
     const bool fp8 = pc.cache == kv::KvCacheDtype::kFp8E4M3;
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    auto uniform = [&](float lo, float hi) {
-      return std::uniform_real_distribution<float>(lo, hi)(rng);
-    };
     num_seqs = static_cast<int>(seqs.size());
     int longest = 0;
     for (const auto& [len, q_len] : seqs) longest = std::max(longest, len);
@@ -358,23 +351,7 @@ struct Scene {
       }
     } else {
       layout = *kv::Int4KiviLayout::create(B, kHeadDim, kPathGv);
-      pool.resize(static_cast<size_t>(num_pool * kPathKv) * layout.block_bytes);
-      for (std::byte& x : pool) x = static_cast<std::byte>(rng() & 0xffu);
-      for (size_t blk = 0; blk < static_cast<size_t>(num_pool * kPathKv); ++blk) {
-        std::byte* base = pool.data() + blk * layout.block_bytes;
-        auto put = [&](size_t off, int index, float x) {
-          const uint16_t h = f16(x);
-          std::memcpy(base + off + 2 * static_cast<size_t>(index), &h, 2);
-        };
-        for (int c = 0; c < kHeadDim; ++c) {
-          put(layout.k_scale_offset, c, uniform(0.02f, 0.3f));
-          put(layout.k_zero_offset, c, uniform(-1.5f, 1.5f));
-        }
-        for (int t = 0; t < B * layout.num_value_groups(); ++t) {
-          put(layout.v_scale_offset, t, uniform(0.02f, 0.2f));
-          put(layout.v_zero_offset, t, uniform(-1.0f, 1.0f));
-        }
-      }
+      pool = random_pool(layout, static_cast<size_t>(num_pool * kPathKv), rng);
       fill16(sink, static_cast<size_t>(num_seqs * 2 * B * kv_dim));
       fill16(ring, static_cast<size_t>(num_seqs * 2 * pc.ring * B * kv_dim));
       fill16(stk, static_cast<size_t>(num_tokens * kv_dim));
@@ -438,8 +415,8 @@ struct Scene {
       const size_t row = (static_cast<size_t>(table[blk]) * B + in) * kv_dim + g * kHeadDim;
       for (int c = 0; c < kHeadDim; ++c) {
         if (pc.cache == kv::KvCacheDtype::kFp8E4M3) {
-          k[c] = from_f16(__nv_cvt_fp8x2_to_halfraw2(kc[row + c], __NV_E4M3).x);
-          v[c] = from_f16(__nv_cvt_fp8x2_to_halfraw2(vc[row + c], __NV_E4M3).x);
+          k[c] = fp16_to_float(__nv_cvt_fp8x2_to_halfraw2(kc[row + c], __NV_E4M3).x);
+          v[c] = fp16_to_float(__nv_cvt_fp8x2_to_halfraw2(vc[row + c], __NV_E4M3).x);
         } else {
           uint16_t hk, hv;
           std::memcpy(&hk, kc.data() + 2 * (row + c), 2);

@@ -11,7 +11,7 @@
 // tests of emulated kernels hold them to a tolerance (or to bytes where the kernel's contract is
 // bit-exact arithmetic, as the int4_kivi quantizer's). Not for production builds: nvcc never
 // sees this file (the headers that include it do so only when S4KV_CUDA_EMULATION is defined and
-// __CUDACC__ is not).
+// __CUDACC__ is not: the emulation test targets include it first in every file, -include).
 #pragma once
 
 #if !defined(S4KV_CUDA_EMULATION) || defined(__CUDACC__)
@@ -92,9 +92,10 @@ std::array<std::array<uint32_t, N>, 32> exchange(const std::array<uint32_t, N>& 
   static_assert(N <= 8);
   // Collectives alternate between two slot sets: a lane writes this set again two collectives
   // on, past the barrier of the next one, which every lane reaches only after reading this one.
-  auto& slots = warp().slot[self->exchanges++ % 2];
+  Warp& w = warp();
+  auto& slots = w.slot[self->exchanges++ % 2];
   std::copy(mine.begin(), mine.end(), slots[static_cast<size_t>(self->lane)].begin());
-  warp().bar.arrive_and_wait();
+  w.bar.arrive_and_wait();
   std::array<std::array<uint32_t, N>, 32> all;
   for (size_t l = 0; l < 32; ++l) std::copy_n(slots[l].begin(), N, all[l].begin());
   return all;
@@ -244,7 +245,8 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
   s.sp.resize(static_cast<size_t>(threads));
   s.done.resize(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) {
-    s.stacks.push_back(std::make_unique<char[]>(Scheduler::kStackBytes));
+    // Not zeroed: a launch touches only the pages its fibers' frames use.
+    s.stacks.push_back(std::make_unique_for_overwrite<char[]>(Scheduler::kStackBytes));
   }
   s.body = [&] { std::apply(kernel, params); };
   Scheduler* const outer = sched;
@@ -299,8 +301,8 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
 #undef __shared__
 #endif
 #define __shared__ static
-#define S4KV_EMULATED_DYNAMIC_SHARED(name) \
-  unsigned char* const name = ::s4kv::emu::self->block->dynamic()
+// A kernel's dynamic shared memory (launch.cuh has nvcc's).
+#define S4KV_DYNAMIC_SHARED(name) unsigned char* const name = ::s4kv::emu::self->block->dynamic()
 
 inline void __syncthreads() { ::s4kv::emu::self->block->bar.arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { ::s4kv::emu::warp().bar.arrive_and_wait(); }

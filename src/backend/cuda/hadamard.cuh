@@ -8,10 +8,6 @@
 
 #include "kv/hadamard.h"
 
-#ifdef S4KV_CUDA_EMULATION
-#include "backend/cuda/emulation.h"
-#endif
-
 namespace s4kv::backend::cuda {
 
 __device__ inline float hadamard128(float v, float* row, int c) {

@@ -8,10 +8,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#ifdef S4KV_CUDA_EMULATION
-#include "backend/cuda/emulation.h"
-#endif
-
 namespace s4kv::backend::cuda {
 
 // 16-bit cache bits (bf16 or fp16) widened exactly to fp32.

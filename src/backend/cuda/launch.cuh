@@ -18,11 +18,9 @@
 
 #include "backend/cuda/cuda_check.h"
 
-#ifdef S4KV_CUDA_EMULATION
-#include "backend/cuda/emulation.h"
-// A kernel's dynamic shared memory: S4KV_DYNAMIC_SHARED(smem); declares unsigned char smem[].
-#define S4KV_DYNAMIC_SHARED(name) S4KV_EMULATED_DYNAMIC_SHARED(name)
-#else
+// A kernel's dynamic shared memory: S4KV_DYNAMIC_SHARED(smem); declares unsigned char smem[]
+// (emulation.h, which the CPU builds of the kernels include first, has its own).
+#ifndef S4KV_CUDA_EMULATION
 #define S4KV_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
 
@@ -45,30 +43,6 @@ enum class LaunchKind { kKernel, kGemm };
 // Device 0 is sm_90 or later and S4KV_PDL asks for launches of this kind (read once).
 bool dependent_launch_enabled(LaunchKind kind);
 
-// kernel<<<grid, block, smem, stream>>>(args...), launched programmatically dependent on the
-// stream's previous kernel where enabled for `kind`. The kernel must follow the rules above.
-template <typename... Params, typename... Args>
-void launch_dependent_as(LaunchKind kind, void (*kernel)(Params...), dim3 grid, dim3 block,
-                         size_t smem, cudaStream_t stream, Args&&... args) {
-#ifdef S4KV_CUDA_EMULATION
-  (void)kind;
-  (void)stream;
-  emu::launch(kernel, grid, block, smem, std::tuple<Params...>(static_cast<Params>(args)...));
-#else
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = dependent_launch_enabled(kind) ? 1 : 0;
-  S4KV_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
-#endif
-}
-
 // kernel<<<grid, block, smem, stream>>>(args...) (on the CPU under S4KV_CUDA_EMULATION).
 template <typename... Params, typename... Args>
 void launch_plain(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
@@ -81,6 +55,29 @@ void launch_plain(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
   // clang-format off
   kernel<<<grid, block, smem, stream>>>(static_cast<Params>(args)...);
   // clang-format on
+#endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), launched programmatically dependent on the
+// stream's previous kernel where enabled for `kind`. The kernel must follow the rules above.
+template <typename... Params, typename... Args>
+void launch_dependent_as(LaunchKind kind, void (*kernel)(Params...), dim3 grid, dim3 block,
+                         size_t smem, cudaStream_t stream, Args&&... args) {
+#ifdef S4KV_CUDA_EMULATION
+  (void)kind;  // the CPU runs launches one after another
+  launch_plain(kernel, grid, block, smem, stream, std::forward<Args>(args)...);
+#else
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = dependent_launch_enabled(kind) ? 1 : 0;
+  S4KV_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...));
 #endif
 }
 

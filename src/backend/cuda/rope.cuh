@@ -9,10 +9,6 @@
 
 #include <cstdint>
 
-#ifdef S4KV_CUDA_EMULATION
-#include "backend/cuda/emulation.h"
-#endif
-
 namespace s4kv::backend::cuda {
 
 struct RopeArgs {

@@ -11,10 +11,6 @@
 #include <cstdint>
 #include <cstring>
 
-#ifdef S4KV_CUDA_EMULATION
-#include "backend/cuda/emulation.h"
-#endif
-
 namespace s4kv::backend::cuda {
 
 // Two fp32 values rounded (nearest even) to a bf16 or fp16 pair, lo in the low half.

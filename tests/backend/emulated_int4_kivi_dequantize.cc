@@ -1,3 +1,0 @@
-// int4_kivi_dequantize.cu compiled for the CPU (S4KV_CUDA_EMULATION: backend/cuda/emulation.h), for
-// the emulation tests.
-#include "backend/cuda/int4_kivi_dequantize.cu"

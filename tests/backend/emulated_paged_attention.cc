@@ -1,3 +1,0 @@
-// paged_attention.cu compiled for the CPU (S4KV_CUDA_EMULATION: backend/cuda/emulation.h), for the
-// emulation tests.
-#include "backend/cuda/paged_attention.cu"

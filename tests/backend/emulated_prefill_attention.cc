@@ -1,3 +1,0 @@
-// prefill_attention.cu compiled for the CPU (S4KV_CUDA_EMULATION: backend/cuda/emulation.h), for
-// attention_emulation_test.
-#include "backend/cuda/prefill_attention.cu"

@@ -1,3 +1,0 @@
-// rope.cu compiled for the CPU (S4KV_CUDA_EMULATION: backend/cuda/emulation.h), for the
-// emulation tests.
-#include "backend/cuda/rope.cu"
