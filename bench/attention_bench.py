@@ -79,6 +79,8 @@ def main():
         r["sdpa_fp16_us"] = round(us, 2)
         r["sdpa_backend"] = name
         r["speedup_vs_sdpa"] = round(us / r["us"], 3)
+        if r.get("us_fused", 0) > 0:  # --fused-merge
+            r["speedup_fused_vs_sdpa"] = round(us / r["us_fused"], 3)
     commit = os.environ.get("S4KV_COMMIT", "")
     if not commit:
         try:
@@ -97,13 +99,17 @@ def main():
     for r in res["rows"]:
         if r.get("check_rel_l2", -1) >= 0:
             print(f"check {r['format']} {r['heads']}/{r['kv_heads']}: decode kernels vs the "
-                  f"reference kernel, max relative L2 {r['check_rel_l2']:.3g}")
+                  f"reference kernel, max relative L2 {r['check_rel_l2']:.3g}"
+                  + (f", fused merge {r['check_fused_rel_l2']:.3g}"
+                     if r.get("check_fused_rel_l2", -1) >= 0 else ""))
+    fused = any("us_fused" in r for r in res["rows"])
     print(f"{'format':6} {'heads':6} {'B':>4} {'ctx':>7} {'us':>9} {'%copy':>6} {'sdpa us':>9} "
-          f"{'x sdpa':>7}")
+          f"{'x sdpa':>7}" + (f" {'fused us':>9} {'x sdpa':>7}" if fused else ""))
     for r in res["rows"]:
         print(f"{r['format']:6} {r['heads']:2d}/{r['kv_heads']:<3d} {r['batch']:4d} "
               f"{r['context']:7d} {r['us']:9.1f} {r['pct_copy']:6.1f} {r['sdpa_fp16_us']:9.1f} "
-              f"{r['speedup_vs_sdpa']:7.2f}")
+              f"{r['speedup_vs_sdpa']:7.2f}"
+              + (f" {r.get('us_fused', 0):9.1f} {r.get('speedup_fused_vs_sdpa', 0):7.2f}" if fused else ""))
 
 
 if __name__ == "__main__":

@@ -7,9 +7,12 @@
 //   cuda_attention_bench [--heads 28/4,32/8] [--batches 1,4,16,64,256]
 //       [--contexts 1024,8192,32768,131072] [--max-tokens 2097152] [--reps 20]
 //       [--formats 16bit,fp8,int4] [--reference] [--block-size 64] [--value-group-size 128]
-//       [--int4-v1] [--check-only]   > results.json
+//       [--int4-v1] [--check-only] [--fused-merge]   > results.json
 // --int4-v1: int4_kivi without sink block, window and Hadamard (v2 otherwise); --check-only:
-// the correctness check of every (format, shape), no timing (tools/device_attention.sh check).
+// the correctness check of every (format, shape), no timing (tools/device_attention.sh check);
+// --fused-merge: each shape also with the merge fused into the item kernels
+// (DecodeLaunch::merge_counts, S4KV_DECODE_MERGE=fused), checked and timed in the same run
+// ("us_fused", "pct_copy_fused", "check_fused_rel_l2").
 //
 //   cuda_attention_bench --prefill [...]: prefill attention instead (cuda_prefill_bench.cu has
 //   its options): the tensor-core prefill kernels against the reference kernel.
@@ -49,7 +52,7 @@ int run(int argc, char** argv) {
   std::vector<int> contexts = {1024, 8192, 32768, 131072};
   int64_t max_tokens = int64_t{1} << 21;
   int reps = 20;
-  bool reference = false, check_only = false;
+  bool reference = false, check_only = false, fused_merge = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -67,6 +70,8 @@ int run(int argc, char** argv) {
       reference = true;
     } else if (a == "--check-only") {
       check_only = true;
+    } else if (a == "--fused-merge") {
+      fused_merge = true;
     } else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -253,22 +258,27 @@ int run(int argc, char** argv) {
           dl.seqs = static_cast<const DecodeSeq*>(d_seqs.data());
           dl.num_seqs = static_cast<int32_t>(plan.seqs.size());
           dl.partials = static_cast<float*>(partials.data());
+          // The same launch with the merge fused into the item kernels (counts zero between
+          // launches: each group's last block sets its count back).
+          DeviceBuffer counts(std::max<size_t>(plan.seqs.size() * sh.kv_heads * 4, 16));
+          S4KV_CUDA_CHECK(cudaMemset(counts.data(), 0, counts.bytes()));
+          DecodeLaunch dl_fused = dl;
+          dl_fused.merge_counts = static_cast<int32_t*>(counts.data());
           // The first shape of each format: the decode kernels against the reference kernel
           // (fp32 throughout), relative L2 per row.
-          double check = -1;
-          if (check_only || (batch == batches.front() && ctx == contexts.front())) {
+          auto check_against_reference = [&](const DecodeLaunch& launch) {
             const size_t elems = static_cast<size_t>(batch) * sh.heads * kD;
             DeviceBuffer fast(elems * 4), exact(elems * 4);
             PagedAttentionArgs c = at;
             c.out_dtype = DType::kF32;
             c.out = fast.data();
-            launch_decode_attention(c, dl, nullptr, &fork);
+            launch_decode_attention(c, launch, nullptr, &fork);
             c.out = exact.data();
             launch_paged_attention(c, nullptr);
             std::vector<float> f(elems), e(elems);
             fast.copy_to_host(f.data(), elems * 4);
             exact.copy_to_host(e.data(), elems * 4);
-            check = 0;
+            double worst = 0;
             for (size_t row = 0; row < elems / kD; ++row) {
               double num = 0, den = 0;
               for (int ch = 0; ch < kD; ++ch) {
@@ -277,12 +287,22 @@ int run(int argc, char** argv) {
                 den += y * y;
               }
               const double rel = std::sqrt(num / den);
-              check = std::isnan(rel) ? 1e9 : std::max(check, rel);
+              worst = std::isnan(rel) ? 1e9 : std::max(worst, rel);
             }
+            return worst;
+          };
+          double check = -1, check_fused = -1;
+          if (check_only || (batch == batches.front() && ctx == contexts.front())) {
+            check = check_against_reference(dl);
+            if (fused_merge) check_fused = check_against_reference(dl_fused);
           }
           const Result r =
               check_only ? Result{0, 0, 0}
                          : time_it([&] { launch_decode_attention(at, dl, nullptr, &fork); }, reps);
+          const Result rf =
+              check_only || !fused_merge
+                  ? Result{0, 0, 0}
+                  : time_it([&] { launch_decode_attention(at, dl_fused, nullptr, &fork); }, reps);
           Result ref{0, 0, 0};
           if (reference) {
             ref = time_it([&] { launch_paged_attention(at, nullptr); }, std::max(3, reps / 4));
@@ -307,21 +327,36 @@ int run(int argc, char** argv) {
               "%s    {\"format\": \"%s\", \"heads\": %d, \"kv_heads\": %d, \"batch\": %d, "
               "\"context\": %d, \"items\": %zu, \"us\": %.2f, \"us_min\": %.2f, \"us_max\": %.2f, "
               "\"bytes\": %.0f, \"gbps\": %.1f, \"pct_copy\": %.1f, \"reference_us\": %.2f, "
-              "\"check_rel_l2\": %.3g}",
+              "\"check_rel_l2\": %.3g",
               first_row ? "" : ",\n", fmt.c_str(), sh.heads, sh.kv_heads, batch, ctx,
               plan.items.size(), r.us_median, r.us_min, r.us_max, bytes, gbps,
               100.0 * gbps / copy_gbps, ref.us_median, check);
+          if (fused_merge) {
+            const double gf = rf.us_median > 0 ? bytes / (rf.us_median * 1e3) : 0.0;
+            std::printf(
+                ", \"us_fused\": %.2f, \"pct_copy_fused\": %.1f, \"check_fused_rel_l2\": %.3g",
+                rf.us_median, 100.0 * gf / copy_gbps, check_fused);
+          }
+          std::printf("}");
           std::fflush(stdout);
           if (check >= 0) {
             std::fprintf(stderr,
                          "check %s %d/%d B %d ctx %d: max relative L2 vs the reference %.3g\n",
                          fmt.c_str(), sh.heads, sh.kv_heads, batch, ctx, check);
           }
-          std::fprintf(stderr,
-                       "%-5s %2d/%d B %3d ctx %6d: %9.2f us  %7.1f GB/s  %5.1f %% of copy%s\n",
-                       fmt.c_str(), sh.heads, sh.kv_heads, batch, ctx, r.us_median, gbps,
-                       100.0 * gbps / copy_gbps,
-                       reference ? (" ref " + std::to_string(ref.us_median) + " us").c_str() : "");
+          if (check_fused >= 0) {  // a line of its own: tools/device_attention.sh check counts them
+            std::fprintf(stderr,
+                         "check %s %d/%d B %d ctx %d, fused merge: max relative L2 vs the "
+                         "reference %.3g\n",
+                         fmt.c_str(), sh.heads, sh.kv_heads, batch, ctx, check_fused);
+          }
+          std::fprintf(
+              stderr, "%-5s %2d/%d B %3d ctx %6d: %9.2f us  %7.1f GB/s  %5.1f %% of copy%s\n",
+              fmt.c_str(), sh.heads, sh.kv_heads, batch, ctx, r.us_median, gbps,
+              100.0 * gbps / copy_gbps,
+              (std::string(reference ? " ref " + std::to_string(ref.us_median) + " us" : "") +
+               (fused_merge ? " fused " + std::to_string(rf.us_median) + " us" : ""))
+                  .c_str());
           first_row = false;
         }
       }

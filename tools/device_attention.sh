@@ -6,8 +6,9 @@
 #   bash tools/device_attention.sh run [cuda_attention_bench args]  # the grid beside SDPA, under $OUT
 #   bash tools/device_attention.sh ncu [cuda_attention_bench args] # one launch of each kernel
 #   bash tools/device_attention.sh check   # the decode kernels against the exact kernel: every
-#       int4_kivi layout (B 32/64/128 x Gv 32/64/128, v1 and v2), 16-bit and fp8 at B 16/128;
-#       fails past 2e-2 relative L2 (bf16 operands), 4e-3 for fp8
+#       int4_kivi layout (B 32/64/128 x Gv 32/64/128, v1 and v2), 16-bit and fp8 at B 16/128,
+#       each with the merge kernel and fused (--fused-merge); fails past 2e-2 relative L2 (bf16
+#       operands), 4e-3 for fp8
 #   bash tools/device_attention.sh prefill [cuda_attention_bench --prefill args]  # the prefill
 #       kernels against the reference kernel, every format: $OUT/prefill_h200.json, the table
 #       in $OUT/prefill.txt; fails when a case's check is past 2e-2
@@ -78,7 +79,7 @@ case "${1:-}" in
     elif [ "$mode" = check ]; then
       bin="$attn"/cuda_attention_bench
       # shellcheck disable=SC2054  # the commas are the bench's list syntax
-      args=(--check-only --batches 3,17 --contexts 700,2113 --heads 28/4,32/8 --reps 1)
+      args=(--check-only --fused-merge --batches 3,17 --contexts 700,2113 --heads 28/4,32/8 --reps 1)
       {
         for b in 32 64 128; do
           for gv in 32 64 128; do
@@ -93,9 +94,10 @@ case "${1:-}" in
             grep '^check' | sed "s/^/B $b /"
         done
       } | tee "$OUT/check.txt"
-      # 18 int4 layouts x 8 shapes, 2 block sizes x 2 formats x 8 shapes; each within its bound.
+      # 18 int4 layouts x 8 shapes, 2 block sizes x 2 formats x 8 shapes, each with both merges;
+      # each within its bound.
       awk '{e = $NF; lim = ($0 ~ / fp8 /) ? 4e-3 : 2e-2; if (e > lim || e != e + 0) bad = 1; n++}
-           END {if (n != 176) {print "FAILED: " n " checks of 176"; exit 1}
+           END {if (n != 352) {print "FAILED: " n " checks of 352"; exit 1}
                 if (bad) {print "FAILED: an error past its bound"; exit 1}
                 print "all " n " checks within bounds"}' "$OUT/check.txt"
     elif [ "$mode" = run ]; then

@@ -6,7 +6,8 @@
 //   - hadamard128 bit for bit against kv::hadamard_ref;
 //   - the whole decode path (plan_attention, launch_decode_attention: int4 and row kernels,
 //     merge) for 16-bit, fp8 and int4_kivi caches (v1; v2 with sink, window, Hadamard values),
-//     plain and as a CUDA graph replays it (capacity grids, live counts: the same bits);
+//     plain and as a CUDA graph replays it (capacity grids, live counts: the same bits), and
+//     with the merge fused into the item kernels (DecodeLaunch::merge_counts);
 //   - prefill attention (plan_prefill, launch_prefill_attention) over the same caches, causal,
 //     rows no tile covers left unwritten.
 // What it checks: indexing, fragment bookkeeping, where each position is read from (an error
@@ -510,6 +511,29 @@ double rel_l2(const Row& want, const float* have) {
   return std::sqrt(err / norm);
 }
 
+// Each decode token's K and V rows in its ring row where the ring keeps it (the merge's
+// write_residual), checked, then the ring put back as `before`.
+void check_ring(Scene& sc, const DecodePlan& plan, const std::vector<uint16_t>& before,
+                const char* what) {
+  const PathCase& pc = sc.pc;
+  const ForwardBatch& b = sc.b;
+  const int64_t kv_dim = int64_t{kPathKv} * kHeadDim;
+  for (const DecodeSeq& ds : plan.seqs) {
+    const int s = sc.token_seq[static_cast<size_t>(ds.token)];
+    const int64_t pos = b.positions[static_cast<size_t>(ds.token)];
+    if (!ring_keeps(pos, b.seq_lens[s], pc.block_size, pc.ring)) continue;
+    const uint16_t* k = sc.ring.data() + ring_k_offset(b.seats[s], pos, pc.block_size, pc.ring,
+                                                       kv_dim, sc.a.seat_stride);
+    const uint16_t* v = k + ring_v_offset(pc.block_size, pc.ring, kv_dim);
+    const size_t st = static_cast<size_t>(ds.token) * static_cast<size_t>(kv_dim);
+    EXPECT_EQ(std::memcmp(k, sc.stk.data() + st, static_cast<size_t>(kv_dim) * 2), 0)
+        << what << ", token " << ds.token << ": its K row not in the ring";
+    EXPECT_EQ(std::memcmp(v, sc.stv.data() + st, static_cast<size_t>(kv_dim) * 2), 0)
+        << what << ", token " << ds.token << ": its V row not in the ring";
+  }
+  std::copy(before.begin(), before.end(), sc.ring.begin());
+}
+
 // Decode rows of a batch of sequences (and one 3-token prefill, which the plan leaves out)
 // through plan_attention and launch_decode_attention, plain and as a graph replays it; each
 // decode row against Scene::reference. Returns the worst relative L2.
@@ -556,7 +580,7 @@ double run_path(const PathCase& pc, uint32_t seed) {
   {
     const DecodeCapacity cap = decode_capacity(d.num_seqs, shape);
     std::vector<DecodeItem> room(plan.items);
-    room.resize(static_cast<size_t>(cap.int4_items + cap.row_items), DecodeItem{-1, -1, -1});
+    room.resize(static_cast<size_t>(cap.int4_items + cap.row_items), DecodeItem{-1, -1, -1, -1});
     const int32_t live[2] = {plan.num_int4_items, static_cast<int32_t>(plan.items.size())};
     std::vector<float> replay(out32.size(), std::nanf(""));
     std::vector<float> replay_partials(room.size() * static_cast<size_t>(kHeads) *
@@ -575,24 +599,67 @@ double run_path(const PathCase& pc, uint32_t seed) {
     const std::vector<uint16_t> ring_before = sc.ring;
     dr.write_residual = int4;
     launch_decode_attention(ar, dr, nullptr);
-    const int64_t kv_dim = int64_t{kPathKv} * kHeadDim;
     for (const DecodeSeq& ds : plan.seqs) {
       const size_t row = static_cast<size_t>(ds.token) * row_floats;
       EXPECT_EQ(std::memcmp(replay.data() + row, out32.data() + row, row_floats * 4), 0)
           << "token " << ds.token << ": the replayed launch differs";
-      const int s = sc.token_seq[static_cast<size_t>(ds.token)];
-      const int64_t pos = b.positions[static_cast<size_t>(ds.token)];
-      if (!int4 || !ring_keeps(pos, b.seq_lens[s], pc.block_size, pc.ring)) continue;
-      const uint16_t* k = sc.ring.data() + ring_k_offset(b.seats[s], pos, pc.block_size, pc.ring,
-                                                         kv_dim, a.seat_stride);
-      const uint16_t* v = k + ring_v_offset(pc.block_size, pc.ring, kv_dim);
-      const size_t st = static_cast<size_t>(ds.token) * static_cast<size_t>(kv_dim);
-      EXPECT_EQ(std::memcmp(k, sc.stk.data() + st, static_cast<size_t>(kv_dim) * 2), 0)
-          << "token " << ds.token << ": its K row not in the ring";
-      EXPECT_EQ(std::memcmp(v, sc.stv.data() + st, static_cast<size_t>(kv_dim) * 2), 0)
-          << "token " << ds.token << ": its V row not in the ring";
     }
-    std::copy(ring_before.begin(), ring_before.end(), sc.ring.begin());
+    if (int4) check_ring(sc, plan, ring_before, "merge kernel");
+  }
+
+  // The merge fused into the item kernels (DecodeLaunch::merge_counts), as a graph replays it:
+  // the rows of the merge kernel within fp32 rounding (the weights' sums in another order), each
+  // group merged once (the counts back at zero), the ring rows written; then plain with bf16
+  // output: those rows rounded, bit for bit (the fused merge's bf16 store).
+  {
+    const DecodeCapacity cap = decode_capacity(d.num_seqs, shape);
+    std::vector<DecodeItem> room(plan.items);
+    room.resize(static_cast<size_t>(cap.int4_items + cap.row_items), DecodeItem{-1, -1, -1, -1});
+    const int32_t live[2] = {plan.num_int4_items, static_cast<int32_t>(plan.items.size())};
+    std::vector<float> fused(out32.size(), std::nanf(""));
+    std::vector<float> fused_partials(room.size() * static_cast<size_t>(kHeads) *
+                                      kDecodePartialFloats);
+    std::vector<int32_t> counts(plan.seqs.size() * kPathKv, 0);
+    PagedAttentionArgs af = a;
+    af.out = fused.data();
+    DecodeLaunch df = d;
+    df.items = room.data();
+    df.num_int4_items = static_cast<int32_t>(cap.int4_items);
+    df.num_items = static_cast<int32_t>(cap.int4_items + cap.row_items);
+    df.live = live;
+    df.partials = fused_partials.data();
+    df.merge_counts = counts.data();
+    const bool int4 = pc.cache == kv::KvCacheDtype::kInt4Kivi;
+    const std::vector<uint16_t> ring_before = sc.ring;
+    df.write_residual = int4;
+    launch_decode_attention(af, df, nullptr);
+    EXPECT_TRUE(std::all_of(counts.begin(), counts.end(), [](int32_t c) { return c == 0; }))
+        << "a group's count left non-zero";
+    for (const DecodeSeq& ds : plan.seqs) {
+      for (int h = 0; h < kHeads; ++h) {
+        const size_t row = static_cast<size_t>(ds.token) * row_floats + size_t{kHeadDim} * h;
+        Row want{};
+        for (int c = 0; c < kHeadDim; ++c) want[c] = out32[row + static_cast<size_t>(c)];
+        EXPECT_LE(rel_l2(want, fused.data() + row), 1e-5)
+            << "token " << ds.token << " head " << h << ": fused merge against the merge kernel";
+      }
+    }
+    if (int4) check_ring(sc, plan, ring_before, "fused merge");
+    std::vector<uint16_t> out16(out32.size(), 0xffffu);
+    af.out = out16.data();
+    af.out_dtype = DType::kBF16;
+    df = d;
+    df.partials = fused_partials.data();
+    df.merge_counts = counts.data();
+    launch_decode_attention(af, df, nullptr);
+    int64_t differing = 0;
+    for (const DecodeSeq& ds : plan.seqs) {
+      for (size_t x = 0; x < row_floats; ++x) {
+        const size_t at = static_cast<size_t>(ds.token) * row_floats + x;
+        differing += out16[at] != float_to_bf16(fused[at]) ? 1 : 0;
+      }
+    }
+    EXPECT_EQ(differing, 0) << "bf16 outputs of the fused merge not its fp32 rows rounded";
   }
 
   double worst = 0.0;

@@ -373,6 +373,28 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
         if (dec) max_rel_decode = std::max(max_rel_decode, rel);
       }
       decode_rows += static_cast<int64_t>(plan.seqs.size());
+
+      // The merge fused into the item kernels: the merge kernel's rows within fp32 rounding
+      // (the weights' sums in another order), every group's count back at zero.
+      std::vector<float> fused(q.size(), std::nanf(""));
+      at.out = d.put(std::span<const float>(fused));
+      launch_paged_attention(at, nullptr);
+      dl.partials = d.zeros<float>(plan.items.size() * kHeads * kDecodePartialFloats);
+      dl.merge_counts = d.zeros<int32_t>(plan.seqs.size() * kKvHeads);
+      launch_decode_attention(at, dl, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(fused.data(), at.out, fused.size() * 4, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      std::vector<int32_t> counts(plan.seqs.size() * kKvHeads, -1);
+      ASSERT_EQ(
+          cudaMemcpy(counts.data(), dl.merge_counts, counts.size() * 4, cudaMemcpyDeviceToHost),
+          cudaSuccess);
+      for (const int32_t c : counts) ASSERT_EQ(c, 0) << "a group's merge count left over";
+      for (int64_t r = 0; r < n * kHeads; ++r) {
+        const double rel = row_rel_l2(fused, fast, r);
+        ASSERT_LE(rel, 1e-5) << "token " << r / kHeads << " head " << r % kHeads
+                             << ": the fused merge against the merge kernel, relative L2 " << rel;
+      }
     }
 
     // kv_commit.

@@ -43,6 +43,7 @@ Sizes::Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBac
   max_fills = o.max_num_tokens / kv.block_size + o.max_num_seqs;
   decode_items = max_decode_items(o.max_num_seqs, decode_shape(c, kv, device_sm_count()));
   partials = decode_items * c.num_attention_heads * kDecodePartialFloats * 4;
+  merge_counts = o.max_num_seqs * nkv * 4;  // DecodeLaunch::merge_counts
   arena = static_cast<int64_t>(arena_bytes(T, o.max_num_seqs, o.max_num_seqs * max_blocks_per_seq,
                                            max_fills, nkv, decode_items));
   rope = 2 * ceil_div(o.max_model_len, 1024) * 1024 * (kHeadDim / 2) * 4;
@@ -62,8 +63,8 @@ Sizes::Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBac
 }
 
 int64_t Sizes::total() const {
-  return arena + partials + rope + 2 * staging + 2 * scratch + x + h + qkv + attn + gate_up + act +
-         rows + logits + sampler + Gemm::kWorkspaceBytes;
+  return arena + partials + merge_counts + rope + 2 * staging + 2 * scratch + x + h + qkv + attn +
+         gate_up + act + rows + logits + sampler + Gemm::kWorkspaceBytes;
 }
 
 KvParts kv_parts(const model::ModelConfig& c, const KvCacheConfig& kv,

@@ -37,7 +37,8 @@ DecodeShape decode_shape(const model::ModelConfig& c, const KvCacheConfig& kv, i
 
 // Every start-up allocation but the weights and the KV cache, in bytes.
 struct Sizes {
-  int64_t max_blocks_per_seq, max_fills, decode_items, partials, arena, rope, staging, scratch;
+  int64_t max_blocks_per_seq, max_fills, decode_items, partials, merge_counts, arena, rope, staging,
+      scratch;
   int64_t x, h, qkv, attn, gate_up, act, rows, logits, sample_rows, sampler;
 
   Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBackendOptions& o);

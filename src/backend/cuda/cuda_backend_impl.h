@@ -148,7 +148,8 @@ class CudaBackend final : public Backend {
   DecodeShape decode_shape_;  // the step's, made by stage(): its plan and graph grids
   DecodePlan attention_plan_;
   std::vector<PrefillTile> prefill_tiles_;
-  float* partials_ = nullptr;  // [decode_items, num_heads, 130]
+  float* partials_ = nullptr;        // [decode_items, num_heads, 130]
+  int32_t* merge_counts_ = nullptr;  // S4KV_DECODE_MERGE=fused: [max_num_seqs, num_kv_heads]
 
   // Activations.
   float* x_ = nullptr;        // [max_tokens, hidden]

@@ -130,6 +130,7 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
       dl.live = step_.live;
     }
     dl.write_residual = ring_in_merge;
+    dl.merge_counts = merge_counts_;
     launch_decode_attention(at, dl, stream_, &fork_);
   }
 

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -89,7 +91,7 @@ __host__ __device__ constexpr int rows_smem_bytes() {
 // Tiles of 16 kRowWarps positions stream through shared memory (cp.async, K rows then V rows,
 // each padded by 16 bytes against bank conflicts); warp w takes positions 16 w .. 16 w + 15
 // of each tile.
-template <RowFormat F>
+template <RowFormat F, bool kFusedMerge>
 __global__ void __launch_bounds__(kRowWarps * 32)
     decode_rows_kernel(PagedAttentionArgs a, DecodeLaunch d) {
   constexpr bool kBf16 = F == RowFormat::kBf16;
@@ -267,18 +269,20 @@ __global__ void __launch_bounds__(kRowWarps * 32)
       st, reinterpret_cast<float*>(dsmem),
       d.partials + (static_cast<int64_t>(item) * a.num_kv_heads + g) * group * kDecodePartialFloats,
       group, kD);
+  if constexpr (kFusedMerge) merge_if_last<kRowWarps * 32>(a, d, it.merge, g, dsmem);
 }
 
-// The row kernel for F with its shared memory attribute set (once): its shared memory bytes.
-template <RowFormat F>
+// The row kernel for F and the merge with its shared memory attribute set (once): its shared
+// memory bytes.
+template <RowFormat F, bool kFusedMerge = false>
 int configured_rows_kernel() {
   constexpr int kSmem = rows_smem_bytes<F>();
   static_assert(kSmem >= (kRowWarps * 8 * kD + kRowWarps * 8 * 6) * 4, "epilogue");
   static const bool attribute_set = [] {
-    S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_rows_kernel<F>,
+    S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_rows_kernel<F, kFusedMerge>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     if (kRowStages > 2) {  // deeper stages: room for more than one thread block
-      S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_rows_kernel<F>,
+      S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_rows_kernel<F, kFusedMerge>,
                                            cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
     }
@@ -290,10 +294,15 @@ int configured_rows_kernel() {
 
 template <RowFormat F>
 void launch_rows(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream) {
-  const int smem = configured_rows_kernel<F>();
   const dim3 grid(static_cast<unsigned>(d.num_items - d.num_int4_items),
                   static_cast<unsigned>(a.num_kv_heads));
-  launch_dependent(decode_rows_kernel<F>, grid, kRowWarps * 32, smem, stream, a, d);
+  if (d.merge_counts != nullptr) {
+    const int smem = configured_rows_kernel<F, true>();
+    launch_dependent(decode_rows_kernel<F, true>, grid, kRowWarps * 32, smem, stream, a, d);
+  } else {
+    const int smem = configured_rows_kernel<F>();
+    launch_dependent(decode_rows_kernel<F, false>, grid, kRowWarps * 32, smem, stream, a, d);
+  }
 }
 
 template <RowFormat F>
@@ -301,7 +310,7 @@ int rows_blocks_per_sm() {
   static const int blocks = [] {
     const int smem = configured_rows_kernel<F>();
     int n = 0;
-    S4KV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_rows_kernel<F>,
+    S4KV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_rows_kernel<F, false>,
                                                                   kRowWarps * 32, smem));
     return n;
   }();
@@ -340,18 +349,7 @@ __global__ void __launch_bounds__(kD) decode_merge_kernel(PagedAttentionArgs a, 
   const DecodeSeq sq = d.seqs[blockIdx.x];
   const int h = blockIdx.y, c = threadIdx.x;
   const int group = a.num_heads / a.num_kv_heads, g = h / group, hh = h % group;
-  if (d.write_residual && h < a.num_kv_heads) {  // kv head h of the token into the ring
-    const int s = a.token_seq[sq.token], b = a.block_size;
-    const int64_t p = a.positions[sq.token];
-    if (ring_keeps(p, a.seq_lens[s], b, a.ring)) {
-      const int64_t kv_dim = static_cast<int64_t>(a.num_kv_heads) * kD;
-      const int64_t src = sq.token * kv_dim + h * kD + c;
-      uint16_t* k = const_cast<uint16_t*>(a.residual) +
-                    ring_k_offset(a.seats[s], p, b, a.ring, kv_dim, a.seat_stride) + h * kD + c;
-      k[0] = a.staging_k[src];
-      k[ring_v_offset(b, a.ring, kv_dim)] = a.staging_v[src];
-    }
-  }
+  if (d.write_residual && h < a.num_kv_heads) write_ring_value(a, sq.token, h, c);
   const int n4 = sq.int4_end - sq.int4_begin, n = n4 + sq.rows_end - sq.rows_begin;
   auto part = [&](int j) {  // the sequence's j-th item: its int4 items, then its row items
     const int item = j < n4 ? sq.int4_begin + j : sq.rows_begin + (j - n4);
@@ -495,6 +493,17 @@ int64_t split_chunk(const std::vector<int64_t>& n, int64_t B, int64_t wave) {
 
 }  // namespace
 
+DecodeMerge decode_merge_mode() {
+  static const DecodeMerge mode = [] {
+    const char* env = std::getenv("S4KV_DECODE_MERGE");
+    const std::string_view v = env != nullptr ? env : "kernel";
+    S4KV_CHECK(v == "kernel" || v == "fused", "S4KV_DECODE_MERGE=", v,
+               ": expected kernel or fused");
+    return v == "fused" ? DecodeMerge::kFused : DecodeMerge::kKernel;
+  }();
+  return mode;
+}
+
 int decode_blocks_per_sm(kv::KvCacheDtype cache, int block_size, int64_t value_group_size) {
   switch (cache) {
     case kv::KvCacheDtype::kInt4Kivi: {
@@ -573,6 +582,7 @@ void plan_attention(const ForwardBatch& b, const DecodeShape& shape, bool decode
     ds.rows_begin = static_cast<int32_t>(rows.size());
     DecodeItem it;
     it.seq = static_cast<int32_t>(s);
+    it.merge = static_cast<int32_t>(plan.seqs.size());
     if (int4) {
       const int32_t* table = b.block_tables.data() + s * b.max_num_blocks_per_seq;
       const int64_t pool_end = plan.pool_ends[static_cast<size_t>(s)];
@@ -629,11 +639,13 @@ void launch_decode_attention(const PagedAttentionArgs& a, const DecodeLaunch& d,
     S4KV_CUDA_CHECK(cudaStreamWaitEvent(fork->side, fork->fork, 0));
     rows_stream = fork->side;
   }
-  if (d.num_int4_items > 0) {
+  auto int4_items = [&] {
+    if (d.num_int4_items == 0) return;
     launch_decode_int4(a, d, stream);
     S4KV_CUDA_CHECK(cudaGetLastError());
-  }
-  if (num_rows > 0) {
+  };
+  auto row_items = [&] {
+    if (num_rows == 0) return;
     if (a.cache == kv::KvCacheDtype::kFp8E4M3) {
       launch_rows<RowFormat::kFp8>(a, d, rows_stream);
     } else if (a.bf16) {
@@ -642,11 +654,24 @@ void launch_decode_attention(const PagedAttentionArgs& a, const DecodeLaunch& d,
       launch_rows<RowFormat::kF16>(a, d, rows_stream);
     }
     S4KV_CUDA_CHECK(cudaGetLastError());
+  };
+  // Forked, the int4 kernel goes first: its blocks take the device's wave, the row kernel's the
+  // slots left. On one stream the order only decides, when the merge is fused, which kernel's
+  // blocks finish last and merge: the row items go first there, so that the tests' launches
+  // (unforked) exercise the int4 kernel's merge as the 16-bit caches do the row kernel's.
+  const bool fused = d.merge_counts != nullptr;
+  if (fused && !forked) {
+    row_items();
+    int4_items();
+  } else {
+    int4_items();
+    row_items();
   }
   if (forked) {
     S4KV_CUDA_CHECK(cudaEventRecord(fork->join, fork->side));
     S4KV_CUDA_CHECK(cudaStreamWaitEvent(stream, fork->join, 0));
   }
+  if (fused) return;
   const dim3 grid(static_cast<unsigned>(d.num_seqs), static_cast<unsigned>(a.num_heads));
   with_act_type(a.out_dtype, [&](auto zero) {
     launch_dependent(decode_merge_kernel<decltype(zero)>, grid, kD, 0, stream, a, d);

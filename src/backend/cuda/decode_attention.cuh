@@ -34,6 +34,7 @@ struct DecodeItem {
   int32_t seq = 0;  // the batch's sequence
   int32_t begin = 0;
   int32_t end = 0;
+  int32_t merge = 0;  // its DecodeSeq (the plan's seqs): whose merge it joins
 };
 
 // One decode sequence: its int4 items and row items combine into output row `token`.
@@ -98,7 +99,18 @@ struct DecodeLaunch {
   // int4_kivi, a decode-only step: the merge also writes each sequence's token from staging into
   // its residual ring (int4_kivi_cache.cuh's residual_write, which the step then skips).
   bool write_residual = false;
+  // Null: the merge kernel combines the items' partials after the item kernels. Else the merge
+  // is fused into them: [num_seqs, num_kv_heads] counts, zero between launches; each item's
+  // thread block counts itself done in its (sequence, KV head)'s, and the last of them merges
+  // the group's query heads and sets the count back to zero (S4KV_DECODE_MERGE, merge_mode()).
+  int32_t* merge_counts = nullptr;
 };
+
+// How the decode rows are merged: the merge kernel (DecodeLaunch::merge_counts null) or in the
+// item kernels' last thread block of each (sequence, KV head). S4KV_DECODE_MERGE=kernel (the
+// default) or fused, read once; any other value is an error.
+enum class DecodeMerge { kKernel, kFused };
+DecodeMerge decode_merge_mode();
 
 // A second stream for the row items' kernel, so that it runs beside the int4 kernel (they
 // write separate partials; the merge waits for both): `side` waits for `fork` recorded on the

@@ -22,8 +22,11 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/cuda/act_types.cuh"
 #include "backend/cuda/decode_attention.cuh"
+#include "backend/cuda/int4_kivi_device.cuh"
 #include "backend/cuda/tensor_core.cuh"
+#include "kv/hadamard.h"
 
 namespace s4kv::backend::cuda::decode_detail {
 
@@ -221,6 +224,127 @@ __device__ void write_partial(const State& st, float* smem, float* partial, int 
       out[0] = mx;
       out[1] = sum;
     }
+  }
+}
+
+// A decode-only step's token into its residual ring (DecodeLaunch::write_residual): channel c
+// of KV head kvh's K and V rows from staging (int4_kivi_cache.cuh's residual_write, one value).
+__device__ inline void write_ring_value(const PagedAttentionArgs& a, int token, int kvh, int c) {
+  const int s = a.token_seq[token], b = a.block_size;
+  const int64_t p = a.positions[token];
+  if (!ring_keeps(p, a.seq_lens[s], b, a.ring)) return;
+  const int64_t kv_dim = static_cast<int64_t>(a.num_kv_heads) * kD;
+  const int64_t src = token * kv_dim + kvh * kD + c;
+  uint16_t* k = const_cast<uint16_t*>(a.residual) +
+                ring_k_offset(a.seats[s], p, b, a.ring, kv_dim, a.seat_stride) + kvh * kD + c;
+  k[0] = a.staging_k[src];
+  k[ring_v_offset(b, a.ring, kv_dim)] = a.staging_v[src];
+}
+
+// The merge fused into the item kernels (DecodeLaunch::merge_counts): called by every thread
+// block of an item of (sequence d.seqs[merge], KV head g) after its partial is written, all
+// kThreads threads. The block counts itself done; the last block of the group merges its query
+// heads as the merge kernel does (the items' maxima, then the weighted sums, int4_kivi v2's
+// Hadamard-domain sums apart and rotated back by the same butterflies as hadamard128), each
+// thread for its (head, channel) pairs, and writes the output rows (and the ring row under
+// write_residual). smem: at least 16 + 8 * kD * 4 bytes, free.
+template <int kThreads>
+__device__ void merge_if_last(const PagedAttentionArgs& a, const DecodeLaunch& d, int merge, int g,
+                              unsigned char* smem) {
+  static_assert(kThreads % 32 == 0 && (8 * kD) % kThreads == 0, "merge_if_last's pairs");
+  int* is_last = reinterpret_cast<int*>(smem);
+  float* rows = reinterpret_cast<float*>(smem + 16);  // [head][channel]: v2's rotated sums
+  __threadfence();  // this block's partial is seen device-wide before its count
+  __syncthreads();  // (and the epilogue is done with the shared memory)
+  const DecodeSeq sq = d.seqs[merge];
+  const int n4 = sq.int4_end - sq.int4_begin, n = n4 + sq.rows_end - sq.rows_begin;
+  if (threadIdx.x == 0) {
+    int32_t* count = d.merge_counts + static_cast<int64_t>(merge) * a.num_kv_heads + g;
+    const bool last = atomicAdd(count, 1) == n - 1;
+    if (last) *count = 0;  // every other block of the group has counted: ready for the next step
+    *is_last = last ? 1 : 0;
+  }
+  __syncthreads();
+  if (*is_last == 0) return;
+  __threadfence();  // the other blocks' partials, after their counts
+  const int group = a.num_heads / a.num_kv_heads;
+  auto part = [&](int j, int hh) {  // the group's j-th item: its int4 items, then its row items
+    const int item = j < n4 ? sq.int4_begin + j : sq.rows_begin + (j - n4);
+    return d.partials +
+           ((static_cast<int64_t>(item) * a.num_kv_heads + g) * group + hh) * kDecodePartialFloats;
+  };
+  // Pair k of this thread: head (threadIdx.x + k kThreads) / kD, channel (...) % kD.
+  constexpr int kPer = 8 * kD / kThreads;
+  float mx[kPer], sum[kPer], plain[kPer], had[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    mx[k] = -INFINITY;
+    sum[k] = plain[k] = had[k] = 0.0f;
+  }
+  auto head_of = [&](int k) { return (static_cast<int>(threadIdx.x) + k * kThreads) / kD; };
+  auto channel_of = [&](int k) { return (static_cast<int>(threadIdx.x) + k * kThreads) % kD; };
+  for (int j = 0; j < n; ++j) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      if (head_of(k) < group) mx[k] = fmaxf(mx[k], __ldcg(part(j, head_of(k))));
+    }
+  }
+  for (int j = 0; j < n; ++j) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int hh = head_of(k);
+      if (hh >= group) continue;
+      const float* p = part(j, hh);
+      const float m = __ldcg(p), l = __ldcg(p + 1), v = __ldcg(p + 2 + channel_of(k));
+      if (m == -INFINITY) continue;  // an item with no position: its sums are left out
+      const float f = fast_exp2(m - mx[k]);
+      sum[k] += f * l;
+      const float x = f != 0.0f ? f * v : 0.0f;
+      if (j < n4 && a.value_hadamard) {
+        had[k] += x;
+      } else {
+        plain[k] += x;
+      }
+    }
+  }
+  if (a.value_hadamard) {  // uniform over the block
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      if (head_of(k) < group) rows[head_of(k) * kD + channel_of(k)] = had[k] / sum[k];
+    }
+    // kv::hadamard_ref's stages h = 1, 2, ..., 64 of (a + b, a - b) butterflies, each rounded.
+    for (int h = 1; h < kD; h *= 2) {
+      __syncthreads();
+      for (int b = threadIdx.x; b < group * kD / 2; b += kThreads) {
+        const int lo = (b / (kD / 2)) * kD + (b % (kD / 2)) / h * 2 * h + b % h;
+        const float x = rows[lo], y = rows[lo + h];
+        rows[lo] = __fadd_rn(x, y);
+        rows[lo + h] = __fsub_rn(x, y);
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int hh = head_of(k), c = channel_of(k);
+    if (hh >= group) continue;
+    float o = plain[k] / sum[k];
+    if (a.value_hadamard) o += __fmul_rn(rows[hh * kD + c], kv::kHadamardScale128);
+    const int64_t at = (static_cast<int64_t>(sq.token) * a.num_heads + g * group + hh) * kD + c;
+    switch (a.out_dtype) {
+      case DType::kF32:
+        static_cast<float*>(a.out)[at] = o;
+        break;
+      case DType::kBF16:
+        static_cast<__nv_bfloat16*>(a.out)[at] = from_f32<__nv_bfloat16>(o);
+        break;
+      default:
+        static_cast<__half*>(a.out)[at] = from_f32<__half>(o);
+        break;
+    }
+  }
+  if (d.write_residual) {
+    for (int c = threadIdx.x; c < kD; c += kThreads) write_ring_value(a, sq.token, g, c);
   }
 }
 

@@ -48,7 +48,7 @@ __host__ __device__ constexpr int int4_smem_bytes() {
 // distinct banks. The query turned back by each block's start is computed once per thread block:
 // warp w turns the channel pairs 8 w / kWarps .. (and their RoPE partners) for the next block
 // while this one is read, into shared memory that every warp reads after the block's barrier.
-template <int kWarps, int kG>
+template <int kWarps, int kG, bool kFusedMerge>
 __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     decode_int4_kernel(PagedAttentionArgs a, DecodeLaunch d) {
   constexpr int B = kWarps * 16;
@@ -333,18 +333,20 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
       d.partials +
           (static_cast<int64_t>(blockIdx.x) * a.num_kv_heads + g) * group * kDecodePartialFloats,
       group, kD / kG);
+  if constexpr (kFusedMerge) merge_if_last<kThreads>(a, d, it.merge, g, dsmem);
 }
 
-// The kernel for kWarps and kG with its attributes set (once): its shared memory bytes.
-template <int kWarps, int kG>
+// The kernel for kWarps, kG and the merge with its attributes set (once): its shared memory
+// bytes.
+template <int kWarps, int kG, bool kFusedMerge = false>
 int configured_int4_kernel() {
   constexpr int kSmem = int4_smem_bytes<kWarps, kG>();
   static const bool attribute_set = [] {
-    S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_int4_kernel<kWarps, kG>,
+    S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_int4_kernel<kWarps, kG, kFusedMerge>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     // All the multiprocessor's on-chip memory as shared memory: int4_min_blocks() thread blocks
     // of ~47 KB each must fit (the driver's own choice left room for two).
-    S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_int4_kernel<kWarps, kG>,
+    S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_int4_kernel<kWarps, kG, kFusedMerge>,
                                          cudaFuncAttributePreferredSharedMemoryCarveout,
                                          cudaSharedmemCarveoutMaxShared));
     return true;
@@ -390,12 +392,18 @@ void with_int4_kernel(int block_size, int value_groups, F&& f) {
 
 void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream) {
   with_int4_kernel(a.block_size, a.layout.num_value_groups(), [&]<int kWarps, int kG>() {
-    const int smem = configured_int4_kernel<kWarps, kG>();
     constexpr int kBlockBytes = int4_block_bytes<kWarps * 16, kG>();
     S4KV_CHECK(static_cast<int>(a.layout.block_bytes) == kBlockBytes,
                "decode attention: int4_kivi block of ", a.layout.block_bytes, " bytes");
     const dim3 grid(static_cast<unsigned>(d.num_int4_items), static_cast<unsigned>(a.num_kv_heads));
-    launch_dependent(decode_int4_kernel<kWarps, kG>, grid, kWarps * 32, smem, stream, a, d);
+    if (d.merge_counts != nullptr) {
+      const int smem = configured_int4_kernel<kWarps, kG, true>();
+      launch_dependent(decode_int4_kernel<kWarps, kG, true>, grid, kWarps * 32, smem, stream, a, d);
+    } else {
+      const int smem = configured_int4_kernel<kWarps, kG>();
+      launch_dependent(decode_int4_kernel<kWarps, kG, false>, grid, kWarps * 32, smem, stream, a,
+                       d);
+    }
   });
 }
 
@@ -406,7 +414,7 @@ int int4_blocks_per_sm(int block_size, int value_groups) {
       const int smem = configured_int4_kernel<kWarps, kG>();
       int r = 0;
       S4KV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &r, decode_int4_kernel<kWarps, kG>, kWarps * 32, smem));
+          &r, decode_int4_kernel<kWarps, kG, false>, kWarps * 32, smem));
       return r;
     }();
     blocks = n;

@@ -348,6 +348,17 @@ template <typename T>
 T __ldg(const T* p) {
   return *p;
 }
+template <typename T>
+T __ldcg(const T* p) {
+  return *p;
+}
+// One thread runs at a time: memory is seen in program order, an atomic is a plain update.
+inline void __threadfence() {}
+inline int atomicAdd(int* p, int v) {
+  const int old = *p;
+  *p = old + v;
+  return old;
+}
 inline size_t __cvta_generic_to_shared(const void* p) {
   const auto* c = static_cast<const unsigned char*>(p);
   const unsigned char* base = ::s4kv::emu::self->block->dynamic();
