@@ -243,17 +243,20 @@ __device__ inline void write_ring_value(const PagedAttentionArgs& a, int token, 
 
 // The merge fused into the item kernels (DecodeLaunch::merge_counts): called by every thread
 // block of an item of (sequence d.seqs[merge], KV head g) after its partial is written, all
-// kThreads threads. The block counts itself done; the last block of the group merges its query
-// heads as the merge kernel does (the items' maxima, then the weighted sums, int4_kivi v2's
-// Hadamard-domain sums apart and rotated back by the same butterflies as hadamard128), each
-// thread for its (head, channel) pairs, and writes the output rows (and the ring row under
-// write_residual). smem: at least 16 + 8 * kD * 4 bytes, free.
+// kThreads threads. The block counts itself done; the last block of the group merges the
+// group's query heads as the merge kernel does, a warp a head (heads w, w + warps, ...): the
+// items' maxima and weight sums with the lanes striding over the items, then the weighted
+// sums of the lane's channels 2 lane, 2 lane + 1 and their partners 64 channels up over every
+// item (loads of all the warp's heads in flight together), int4_kivi v2's Hadamard-domain sums
+// apart and rotated back inside the warp by hadamard_ref's butterflies (stages 1 and 64 within
+// the lane, 2..32 by shuffles); writes the output rows (and the ring row under
+// write_residual). smem: 16 bytes, free.
 template <int kThreads>
 __device__ void merge_if_last(const PagedAttentionArgs& a, const DecodeLaunch& d, int merge, int g,
                               unsigned char* smem) {
-  static_assert(kThreads % 32 == 0 && (8 * kD) % kThreads == 0, "merge_if_last's pairs");
+  static_assert(kThreads % 32 == 0 && kThreads >= 32, "merge_if_last's warps");
+  constexpr int kWarps = kThreads / 32, kHeads = (8 + kWarps - 1) / kWarps;  // heads a warp
   int* is_last = reinterpret_cast<int*>(smem);
-  float* rows = reinterpret_cast<float*>(smem + 16);  // [head][channel]: v2's rotated sums
   __threadfence();  // this block's partial is seen device-wide before its count
   __syncthreads();  // (and the epilogue is done with the shared memory)
   const DecodeSeq sq = d.seqs[merge];
@@ -268,78 +271,111 @@ __device__ void merge_if_last(const PagedAttentionArgs& a, const DecodeLaunch& d
   if (*is_last == 0) return;
   __threadfence();  // the other blocks' partials, after their counts
   const int group = a.num_heads / a.num_kv_heads;
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   auto part = [&](int j, int hh) {  // the group's j-th item: its int4 items, then its row items
     const int item = j < n4 ? sq.int4_begin + j : sq.rows_begin + (j - n4);
     return d.partials +
            ((static_cast<int64_t>(item) * a.num_kv_heads + g) * group + hh) * kDecodePartialFloats;
   };
-  // Pair k of this thread: head (threadIdx.x + k kThreads) / kD, channel (...) % kD.
-  constexpr int kPer = 8 * kD / kThreads;
-  float mx[kPer], sum[kPer], plain[kPer], had[kPer];
+  // Each head's max and weight sum over the items.
+  float mx[kHeads], sum[kHeads];
 #pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    mx[k] = -INFINITY;
-    sum[k] = plain[k] = had[k] = 0.0f;
-  }
-  auto head_of = [&](int k) { return (static_cast<int>(threadIdx.x) + k * kThreads) / kD; };
-  auto channel_of = [&](int k) { return (static_cast<int>(threadIdx.x) + k * kThreads) % kD; };
-  for (int j = 0; j < n; ++j) {
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      if (head_of(k) < group) mx[k] = fmaxf(mx[k], __ldcg(part(j, head_of(k))));
+  for (int e = 0; e < kHeads; ++e) {
+    const int hh = warp + e * kWarps;
+    float m = -INFINITY, l = 0.0f;
+    if (hh < group) {
+      for (int j = lane; j < n; j += 32) m = fmaxf(m, __ldcg(part(j, hh)));
+      for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      for (int j = lane; j < n; j += 32) {
+        const float* p = part(j, hh);
+        const float mj = __ldcg(p);
+        if (mj != -INFINITY) l += fast_exp2(mj - m) * __ldcg(p + 1);
+      }
+      for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
     }
+    mx[e] = m;
+    sum[e] = l;
   }
+  // The weighted sums of channels 2 lane + {0, 1} ([0], [1]) and 64 + 2 lane + {0, 1} ([2], [3]).
+  float plain[kHeads][4] = {}, had[kHeads][4] = {};
   for (int j = 0; j < n; ++j) {
+    const bool in_had = j < n4 && a.value_hadamard;
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      const int hh = head_of(k);
+    for (int e = 0; e < kHeads; ++e) {
+      const int hh = warp + e * kWarps;
       if (hh >= group) continue;
       const float* p = part(j, hh);
-      const float m = __ldcg(p), l = __ldcg(p + 1), v = __ldcg(p + 2 + channel_of(k));
-      if (m == -INFINITY) continue;  // an item with no position: its sums are left out
-      const float f = fast_exp2(m - mx[k]);
-      sum[k] += f * l;
-      const float x = f != 0.0f ? f * v : 0.0f;
-      if (j < n4 && a.value_hadamard) {
-        had[k] += x;
-      } else {
-        plain[k] += x;
+      const float mj = __ldcg(p);
+      const float2 lo = __ldcg(reinterpret_cast<const float2*>(p + 2) + lane);
+      const float2 hi = __ldcg(reinterpret_cast<const float2*>(p + 2 + kD / 2) + lane);
+      if (mj == -INFINITY) continue;  // an item with no position: its sums are left out
+      const float f = fast_exp2(mj - mx[e]);
+      const float v[4] = {lo.x, lo.y, hi.x, hi.y};
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const float x = f != 0.0f ? f * v[u] : 0.0f;
+        if (in_had) {
+          had[e][u] += x;
+        } else {
+          plain[e][u] += x;
+        }
       }
     }
   }
-  if (a.value_hadamard) {  // uniform over the block
+  const int64_t row0 = static_cast<int64_t>(sq.token) * a.num_heads + g * group;
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      if (head_of(k) < group) rows[head_of(k) * kD + channel_of(k)] = had[k] / sum[k];
-    }
-    // kv::hadamard_ref's stages h = 1, 2, ..., 64 of (a + b, a - b) butterflies, each rounded.
-    for (int h = 1; h < kD; h *= 2) {
-      __syncthreads();
-      for (int b = threadIdx.x; b < group * kD / 2; b += kThreads) {
-        const int lo = (b / (kD / 2)) * kD + (b % (kD / 2)) / h * 2 * h + b % h;
-        const float x = rows[lo], y = rows[lo + h];
-        rows[lo] = __fadd_rn(x, y);
-        rows[lo + h] = __fsub_rn(x, y);
+  for (int e = 0; e < kHeads; ++e) {
+    const int hh = warp + e * kWarps;
+    if (hh >= group) continue;  // uniform over the warp
+    float o[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) o[u] = plain[e][u] / sum[e];
+    if (a.value_hadamard) {
+      // kv::hadamard_ref's stages h = 1, 2, ..., 64 of (a + b, a - b) butterflies, each rounded;
+      // channel c = 2 lane + u % 2 + 64 (u / 2): stage 1 pairs u and u ^ 1, stage 64 u and u ^ 2
+      // (both in the lane), stages 2..32 lane and lane ^ (h / 2).
+      float y[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) y[u] = had[e][u] / sum[e];
+      auto in_lane = [&](int mask) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          if ((u & mask) != 0) continue;
+          const float x0 = y[u], x1 = y[u | mask];
+          y[u] = __fadd_rn(x0, x1);
+          y[u | mask] = __fsub_rn(x0, x1);
+        }
+      };
+      in_lane(1);
+      for (int h = 2; h < kD / 2; h *= 2) {
+        const bool high = (lane & (h / 2)) != 0;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const float x = __shfl_xor_sync(0xffffffffu, y[u], h / 2);
+          y[u] = high ? __fsub_rn(x, y[u]) : __fadd_rn(y[u], x);
+        }
       }
-    }
-    __syncthreads();
-  }
+      in_lane(2);
 #pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int hh = head_of(k), c = channel_of(k);
-    if (hh >= group) continue;
-    float o = plain[k] / sum[k];
-    if (a.value_hadamard) o += __fmul_rn(rows[hh * kD + c], kv::kHadamardScale128);
-    const int64_t at = (static_cast<int64_t>(sq.token) * a.num_heads + g * group + hh) * kD + c;
+      for (int u = 0; u < 4; ++u) o[u] += __fmul_rn(y[u], kv::kHadamardScale128);
+    }
+    const int64_t at = (row0 + hh) * kD + 2 * lane;
     switch (a.out_dtype) {
       case DType::kF32:
-        static_cast<float*>(a.out)[at] = o;
+        *reinterpret_cast<float2*>(static_cast<float*>(a.out) + at) = make_float2(o[0], o[1]);
+        *reinterpret_cast<float2*>(static_cast<float*>(a.out) + at + kD / 2) =
+            make_float2(o[2], o[3]);
         break;
       case DType::kBF16:
-        static_cast<__nv_bfloat16*>(a.out)[at] = from_f32<__nv_bfloat16>(o);
+        for (int u = 0; u < 4; ++u) {
+          static_cast<__nv_bfloat16*>(a.out)[at + u % 2 + kD / 2 * (u / 2)] =
+              from_f32<__nv_bfloat16>(o[u]);
+        }
         break;
       default:
-        static_cast<__half*>(a.out)[at] = from_f32<__half>(o);
+        for (int u = 0; u < 4; ++u) {
+          static_cast<__half*>(a.out)[at + u % 2 + kD / 2 * (u / 2)] = from_f32<__half>(o[u]);
+        }
         break;
     }
   }
