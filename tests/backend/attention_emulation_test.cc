@@ -534,6 +534,33 @@ void check_ring(Scene& sc, const DecodePlan& plan, const std::vector<uint16_t>& 
   std::copy(before.begin(), before.end(), sc.ring.begin());
 }
 
+// A decode launch as a CUDA graph replays it: grids of the capacity of the plan's decode rows,
+// the counts in d.live (blocks past them return at once), its own partial sums.
+struct ReplayLaunch {
+  ReplayLaunch(const DecodePlan& plan, const DecodeShape& shape, const DecodeLaunch& plain,
+               int heads)
+      : cap(decode_capacity(plain.num_seqs, shape)),
+        room(plan.items),
+        live{plan.num_int4_items, static_cast<int32_t>(plan.items.size())},
+        d(plain) {
+    room.resize(static_cast<size_t>(cap.int4_items + cap.row_items), DecodeItem{-1, -1, -1, -1});
+    partials.resize(room.size() * static_cast<size_t>(heads) * kDecodePartialFloats);
+    d.items = room.data();
+    d.num_int4_items = static_cast<int32_t>(cap.int4_items);
+    d.num_items = static_cast<int32_t>(cap.int4_items + cap.row_items);
+    d.live = live;
+    d.partials = partials.data();
+  }
+  ReplayLaunch(const ReplayLaunch&) = delete;  // d points into it
+  ReplayLaunch& operator=(const ReplayLaunch&) = delete;
+
+  DecodeCapacity cap;
+  std::vector<DecodeItem> room;
+  int32_t live[2];
+  std::vector<float> partials;
+  DecodeLaunch d;
+};
+
 // Decode rows of a batch of sequences (and one 3-token prefill, which the plan leaves out)
 // through plan_attention and launch_decode_attention, plain and as a graph replays it; each
 // decode row against Scene::reference. Returns the worst relative L2.
@@ -578,21 +605,11 @@ double run_path(const PathCase& pc, uint32_t seed) {
   // As a CUDA graph replays it: grids of the capacity of this many decode rows, the counts in
   // d.live (blocks past them return at once); the same kernels, so the same bits.
   {
-    const DecodeCapacity cap = decode_capacity(d.num_seqs, shape);
-    std::vector<DecodeItem> room(plan.items);
-    room.resize(static_cast<size_t>(cap.int4_items + cap.row_items), DecodeItem{-1, -1, -1, -1});
-    const int32_t live[2] = {plan.num_int4_items, static_cast<int32_t>(plan.items.size())};
+    ReplayLaunch rl(plan, shape, d, kHeads);
     std::vector<float> replay(out32.size(), std::nanf(""));
-    std::vector<float> replay_partials(room.size() * static_cast<size_t>(kHeads) *
-                                       kDecodePartialFloats);
     PagedAttentionArgs ar = a;
     ar.out = replay.data();
-    DecodeLaunch dr = d;
-    dr.items = room.data();
-    dr.num_int4_items = static_cast<int32_t>(cap.int4_items);
-    dr.num_items = static_cast<int32_t>(cap.int4_items + cap.row_items);
-    dr.live = live;
-    dr.partials = replay_partials.data();
+    DecodeLaunch dr = rl.d;
     // int4_kivi: as in a decode-only step, the merge also writes each decode token's K and V
     // from staging into its ring row (residual_write's job otherwise): checked, then undone.
     const bool int4 = pc.cache == kv::KvCacheDtype::kInt4Kivi;
@@ -612,22 +629,12 @@ double run_path(const PathCase& pc, uint32_t seed) {
   // group merged once (the counts back at zero), the ring rows written; then plain with bf16
   // output: those rows rounded, bit for bit (the fused merge's bf16 store).
   {
-    const DecodeCapacity cap = decode_capacity(d.num_seqs, shape);
-    std::vector<DecodeItem> room(plan.items);
-    room.resize(static_cast<size_t>(cap.int4_items + cap.row_items), DecodeItem{-1, -1, -1, -1});
-    const int32_t live[2] = {plan.num_int4_items, static_cast<int32_t>(plan.items.size())};
+    ReplayLaunch rl(plan, shape, d, kHeads);
     std::vector<float> fused(out32.size(), std::nanf(""));
-    std::vector<float> fused_partials(room.size() * static_cast<size_t>(kHeads) *
-                                      kDecodePartialFloats);
     std::vector<int32_t> counts(plan.seqs.size() * kPathKv, 0);
     PagedAttentionArgs af = a;
     af.out = fused.data();
-    DecodeLaunch df = d;
-    df.items = room.data();
-    df.num_int4_items = static_cast<int32_t>(cap.int4_items);
-    df.num_items = static_cast<int32_t>(cap.int4_items + cap.row_items);
-    df.live = live;
-    df.partials = fused_partials.data();
+    DecodeLaunch df = rl.d;
     df.merge_counts = counts.data();
     const bool int4 = pc.cache == kv::KvCacheDtype::kInt4Kivi;
     const std::vector<uint16_t> ring_before = sc.ring;
@@ -649,7 +656,7 @@ double run_path(const PathCase& pc, uint32_t seed) {
     af.out = out16.data();
     af.out_dtype = DType::kBF16;
     df = d;
-    df.partials = fused_partials.data();
+    df.partials = rl.d.partials;
     df.merge_counts = counts.data();
     launch_decode_attention(af, df, nullptr);
     int64_t differing = 0;
