@@ -624,10 +624,12 @@ double run_path(const PathCase& pc, uint32_t seed) {
     if (int4) check_ring(sc, plan, ring_before, "merge kernel");
   }
 
-  // The merge fused into the item kernels (DecodeLaunch::merge_counts), as a graph replays it:
+  // The merge fused into the item kernels (DecodeLaunch::merge_counts), as a graph replays it
+  // (the step's choice in merge_flag: 1, the items merge and the merge kernel's blocks return):
   // the rows of the merge kernel within fp32 rounding (the weights' sums in another order), each
   // group merged once (the counts back at zero), the ring rows written; then plain with bf16
-  // output: those rows rounded, bit for bit (the fused merge's bf16 store).
+  // output: those rows rounded, bit for bit (the fused merge's bf16 store); then a replay whose
+  // flag is 0: the merge kernel's rows, bit for bit, and no count touched.
   {
     ReplayLaunch rl(plan, shape, d, kHeads);
     std::vector<float> fused(out32.size(), std::nanf(""));
@@ -636,6 +638,8 @@ double run_path(const PathCase& pc, uint32_t seed) {
     af.out = fused.data();
     DecodeLaunch df = rl.d;
     df.merge_counts = counts.data();
+    const int32_t merge_here = 1, merge_kernel = 0;
+    df.merge_flag = &merge_here;
     const bool int4 = pc.cache == kv::KvCacheDtype::kInt4Kivi;
     const std::vector<uint16_t> ring_before = sc.ring;
     df.write_residual = int4;
@@ -652,12 +656,20 @@ double run_path(const PathCase& pc, uint32_t seed) {
       }
     }
     if (int4) check_ring(sc, plan, ring_before, "fused merge");
+    df = d;  // plain: no flag, no merge kernel
+    df.partials = rl.d.partials;
+    df.merge_counts = counts.data();
+    std::vector<float> plain(out32.size(), std::nanf(""));
+    af.out = plain.data();
+    launch_decode_attention(af, df, nullptr);
+    for (const DecodeSeq& ds : plan.seqs) {
+      const size_t row = static_cast<size_t>(ds.token) * row_floats;
+      EXPECT_EQ(std::memcmp(plain.data() + row, fused.data() + row, row_floats * 4), 0)
+          << "token " << ds.token << ": the fused merge's replay (flag 1) not its plain launch";
+    }
     std::vector<uint16_t> out16(out32.size(), 0xffffu);
     af.out = out16.data();
     af.out_dtype = DType::kBF16;
-    df = d;
-    df.partials = rl.d.partials;
-    df.merge_counts = counts.data();
     launch_decode_attention(af, df, nullptr);
     int64_t differing = 0;
     for (const DecodeSeq& ds : plan.seqs) {
@@ -667,6 +679,22 @@ double run_path(const PathCase& pc, uint32_t seed) {
       }
     }
     EXPECT_EQ(differing, 0) << "bf16 outputs of the fused merge not its fp32 rows rounded";
+
+    ReplayLaunch rk(plan, shape, d, kHeads);
+    std::vector<float> merged(out32.size(), std::nanf(""));
+    af.out = merged.data();
+    af.out_dtype = DType::kF32;
+    DecodeLaunch dk = rk.d;
+    dk.merge_counts = counts.data();
+    dk.merge_flag = &merge_kernel;
+    launch_decode_attention(af, dk, nullptr);
+    EXPECT_TRUE(std::all_of(counts.begin(), counts.end(), [](int32_t c) { return c == 0; }))
+        << "a count touched in a step whose flag says the merge kernel";
+    for (const DecodeSeq& ds : plan.seqs) {
+      const size_t row = static_cast<size_t>(ds.token) * row_floats;
+      EXPECT_EQ(std::memcmp(merged.data() + row, out32.data() + row, row_floats * 4), 0)
+          << "token " << ds.token << ": flag 0, not the merge kernel's rows";
+    }
   }
 
   double worst = 0.0;

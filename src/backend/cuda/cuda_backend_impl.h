@@ -163,8 +163,9 @@ class CudaBackend final : public Backend {
   PinnedBuffer logits_host_;
 
   // This step's device arrays (pointers only: a captured step's are compared bytewise) and
-  // counts. live: [int4 decode items, all decode items, fills, quantizer inputs], what the
-  // kernels of a graph replay read instead of their grids.
+  // counts. live: [int4 decode items, all decode items, fills, quantizer inputs, whether the
+  // decode items merge themselves (merge_in_items; read only with S4KV_DECODE_MERGE=fused)],
+  // what the kernels of a graph replay read instead of their grids.
   StepArena arena_;
   struct StepArrays {
     const int32_t *token_ids, *positions, *token_seq, *qsl, *seq_lens, *tables, *logits_rows,

@@ -130,7 +130,14 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
       dl.live = step_.live;
     }
     dl.write_residual = ring_in_merge;
-    dl.merge_counts = merge_counts_;
+    if (merge_counts_ != nullptr) {  // S4KV_DECODE_MERGE=fused: where the items are few
+      if (graph_size_ > 0) {         // the step's choice in step_.live[4]; the merge kernel beside
+        dl.merge_counts = merge_counts_;
+        dl.merge_flag = step_.live + 4;
+      } else if (merge_in_items(plan)) {
+        dl.merge_counts = merge_counts_;
+      }
+    }
     launch_decode_attention(at, dl, stream_, &fork_);
   }
 

@@ -346,6 +346,7 @@ __global__ void __launch_bounds__(kD) decode_merge_kernel(PagedAttentionArgs a, 
   __shared__ float scratch[kD / 32];
   allow_dependent_launch();
   grid_dependency_wait();
+  if (d.merge_flag != nullptr && *d.merge_flag != 0) return;  // the items merged this step
   const DecodeSeq sq = d.seqs[blockIdx.x];
   const int h = blockIdx.y, c = threadIdx.x;
   const int group = a.num_heads / a.num_kv_heads, g = h / group, hh = h % group;
@@ -492,6 +493,13 @@ int64_t split_chunk(const std::vector<int64_t>& n, int64_t B, int64_t wave) {
 }
 
 }  // namespace
+
+bool merge_in_items(const DecodePlan& plan) {
+  for (const DecodeSeq& ds : plan.seqs) {
+    if (ds.int4_end - ds.int4_begin + ds.rows_end - ds.rows_begin > kFusedMergeItems) return false;
+  }
+  return true;
+}
 
 DecodeMerge decode_merge_mode() {
   static const DecodeMerge mode = [] {
@@ -671,7 +679,7 @@ void launch_decode_attention(const PagedAttentionArgs& a, const DecodeLaunch& d,
     S4KV_CUDA_CHECK(cudaEventRecord(fork->join, fork->side));
     S4KV_CUDA_CHECK(cudaStreamWaitEvent(stream, fork->join, 0));
   }
-  if (fused) return;
+  if (fused && d.merge_flag == nullptr) return;  // else the step's flag chooses
   const dim3 grid(static_cast<unsigned>(d.num_seqs), static_cast<unsigned>(a.num_heads));
   with_act_type(a.out_dtype, [&](auto zero) {
     launch_dependent(decode_merge_kernel<decltype(zero)>, grid, kD, 0, stream, a, d);

@@ -102,9 +102,21 @@ struct DecodeLaunch {
   // Null: the merge kernel combines the items' partials after the item kernels. Else the merge
   // is fused into them: [num_seqs, num_kv_heads] counts, zero between launches; each item's
   // thread block counts itself done in its (sequence, KV head)'s, and the last of them merges
-  // the group's query heads and sets the count back to zero (S4KV_DECODE_MERGE, merge_mode()).
+  // the group's query heads and sets the count back to zero (S4KV_DECODE_MERGE,
+  // decode_merge_mode()).
   int32_t* merge_counts = nullptr;
+  // With merge_counts, for CUDA graph replay: the step's choice in device memory (1: the items
+  // merge, merge_in_items; 0: they do not count and the merge kernel, launched too, merges; its
+  // blocks return at once on 1). Null: the items merge, no merge kernel.
+  const int32_t* merge_flag = nullptr;
 };
+
+// Whether a plan's items should merge themselves (with S4KV_DECODE_MERGE=fused): every decode
+// sequence has at most kFusedMergeItems items. The fused merge reads a sequence's partials in
+// one thread block a KV head, where the merge kernel spreads them over a block a query head, so
+// past a few items (small batches at long contexts) the merge kernel is the faster.
+inline constexpr int kFusedMergeItems = 16;
+bool merge_in_items(const DecodePlan& plan);
 
 // How the decode rows are merged: the merge kernel (DecodeLaunch::merge_counts null) or in the
 // item kernels' last thread block of each (sequence, KV head). S4KV_DECODE_MERGE=kernel (the

@@ -247,15 +247,16 @@ __device__ inline void write_ring_value(const PagedAttentionArgs& a, int token, 
 // group's query heads as the merge kernel does, a warp a head (heads w, w + warps, ...): the
 // items' maxima and weight sums with the lanes striding over the items, then the weighted
 // sums of the lane's channels 2 lane, 2 lane + 1 and their partners 64 channels up over every
-// item (loads of all the warp's heads in flight together), int4_kivi v2's Hadamard-domain sums
-// apart and rotated back inside the warp by hadamard_ref's butterflies (stages 1 and 64 within
-// the lane, 2..32 by shuffles); writes the output rows (and the ring row under
-// write_residual). smem: 16 bytes, free.
+// item (the loads of a few items and all the warp's heads in flight together), int4_kivi v2's
+// Hadamard-domain sums apart and rotated back inside the warp by hadamard_ref's butterflies (stages
+// 1 and 64 within the lane, 2..32 by shuffles); writes the output rows (and the ring row under
+// write_residual). With d.merge_flag, only in steps it marks. smem: 16 bytes, free.
 template <int kThreads>
 __device__ void merge_if_last(const PagedAttentionArgs& a, const DecodeLaunch& d, int merge, int g,
                               unsigned char* smem) {
   static_assert(kThreads % 32 == 0 && kThreads >= 32, "merge_if_last's warps");
   constexpr int kWarps = kThreads / 32, kHeads = (8 + kWarps - 1) / kWarps;  // heads a warp
+  if (d.merge_flag != nullptr && *d.merge_flag == 0) return;  // the merge kernel's step
   int* is_last = reinterpret_cast<int*>(smem);
   __threadfence();  // this block's partial is seen device-wide before its count
   __syncthreads();  // (and the epilogue is done with the shared memory)
@@ -296,28 +297,43 @@ __device__ void merge_if_last(const PagedAttentionArgs& a, const DecodeLaunch& d
     mx[e] = m;
     sum[e] = l;
   }
-  // The weighted sums of channels 2 lane + {0, 1} ([0], [1]) and 64 + 2 lane + {0, 1} ([2], [3]).
+  // The weighted sums of channels 2 lane + {0, 1} ([0], [1]) and 64 + 2 lane + {0, 1} ([2], [3]),
+  // kBatch items at a time: their loads (kBatch x the warp's heads x 3) issued together.
+  constexpr int kBatch = kHeads >= 4 ? 2 : 8 / kHeads;
   float plain[kHeads][4] = {}, had[kHeads][4] = {};
-  for (int j = 0; j < n; ++j) {
-    const bool in_had = j < n4 && a.value_hadamard;
+  for (int j0 = 0; j0 < n; j0 += kBatch) {
+    float mj[kBatch][kHeads];
+    float2 lo[kBatch][kHeads], hi[kBatch][kHeads];
 #pragma unroll
-    for (int e = 0; e < kHeads; ++e) {
-      const int hh = warp + e * kWarps;
-      if (hh >= group) continue;
-      const float* p = part(j, hh);
-      const float mj = __ldcg(p);
-      const float2 lo = __ldcg(reinterpret_cast<const float2*>(p + 2) + lane);
-      const float2 hi = __ldcg(reinterpret_cast<const float2*>(p + 2 + kD / 2) + lane);
-      if (mj == -INFINITY) continue;  // an item with no position: its sums are left out
-      const float f = fast_exp2(mj - mx[e]);
-      const float v[4] = {lo.x, lo.y, hi.x, hi.y};
+    for (int b = 0; b < kBatch; ++b) {
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const float x = f != 0.0f ? f * v[u] : 0.0f;
-        if (in_had) {
-          had[e][u] += x;
-        } else {
-          plain[e][u] += x;
+      for (int e = 0; e < kHeads; ++e) {
+        const int hh = warp + e * kWarps;
+        mj[b][e] = -INFINITY;  // past the items or the group: left out below
+        if (j0 + b < n && hh < group) {
+          const float* p = part(j0 + b, hh);
+          mj[b][e] = __ldcg(p);
+          lo[b][e] = __ldcg(reinterpret_cast<const float2*>(p + 2) + lane);
+          hi[b][e] = __ldcg(reinterpret_cast<const float2*>(p + 2 + kD / 2) + lane);
+        }
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const bool in_had = j0 + b < n4 && a.value_hadamard;
+#pragma unroll
+      for (int e = 0; e < kHeads; ++e) {
+        if (mj[b][e] == -INFINITY) continue;  // (also an item with no position)
+        const float f = fast_exp2(mj[b][e] - mx[e]);
+        const float v[4] = {lo[b][e].x, lo[b][e].y, hi[b][e].x, hi[b][e].y};
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const float x = f != 0.0f ? f * v[u] : 0.0f;
+          if (in_had) {
+            had[e][u] += x;
+          } else {
+            plain[e][u] += x;
+          }
         }
       }
     }
