@@ -4,8 +4,10 @@
 # build-device/ (sm_90 for the H200; OpenBLAS linked statically, so the binaries need only the
 # CUDA runtime and cuBLASLt there), strips and xz-compresses them (and, with E2E=1, the e2e
 # suite's Python packages that the machine lacks: openai and its dependencies, as wheels from
-# PyPI unpacked) and splits them into parts of 0.45 MB under .devcarry/ (ignored by git): only
-# about half a MB travels beside the tracked tree per call (which is near the 64 MiB a call takes). There, one call per part carries it and
+# PyPI unpacked) and splits them into parts of 1.9 MB under .devcarry/ (ignored by git; a call
+# carries at most 8 paths, so three or four parts and `sums`). With the tree slimmed
+# (tools/device_slim.sh out: ~60 MB) one call carries the whole pack (~5.6 MB); where less
+# room is left (PART_BYTES smaller), one call per part carries it and
 # `stash` keeps it in /tmp/s4kv-stash (a warm machine keeps /tmp; the carried folder is replaced
 # on every call); the last call carries the last part and the sums and runs the steps:
 #   tests     backend_cuda_test (the `cuda` label: kernels, attention, whole backend, goldens)
@@ -81,7 +83,7 @@ case "${1:-}" in
     tar -C .devcarry/stage --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - . |
       xz -9e -T2 > .devcarry/all.tar.xz
     rm -rf .devcarry/stage
-    (cd .devcarry && split -b ${PART_BYTES:-450000} -d all.tar.xz part. && sha256sum all.tar.xz > sums && rm all.tar.xz)
+    (cd .devcarry && split -b ${PART_BYTES:-1900000} -d all.tar.xz part. && sha256sum all.tar.xz > sums && rm all.tar.xz)
     ls -la .devcarry
     ;;
   stash)

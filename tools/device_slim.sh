@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Keeps a device call within its 64 MiB (the working tree that travels plus the carried paths):
 # the tree is ~67 MB, so a call that carries the packed build (tools/device_cuda_tests.sh pack,
-# ~5.3 MB) and attention benches (tools/device_attention.sh build, ~0.6 MB each) first moves out
-# files that no GPU step reads, and moves them back after the call. Never commit while they are
-# out (git status shows them deleted).
+# ~5.6 MB) or attention benches (tools/device_attention.sh build, ~0.9 MB each) first moves out
+# files that no GPU step reads, and moves them back after the call. Slimmed (~60 MB), a call
+# takes the pack and one bench, or three benches: carry the files by name, not all of
+# .devcarry. Never commit while they are out (git status shows them deleted).
 #   bash tools/device_slim.sh size [CARRY...]  # bytes that would travel, against the limit
 #   bash tools/device_slim.sh out              # move them to ../device-slim-moved/
 #   bash tools/device_slim.sh in               # move them back
