@@ -374,47 +374,36 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaPadding,
 // decode kernels with their graph-time guards (split-KV counts on the device).
 class CudaGraphs : public ::testing::TestWithParam<Format> {};
 
-TEST_P(CudaGraphs, ReplayIsBitEqualToEagerExecution) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  const Format f = GetParam();
-  auto config = model::load_model_config("models/s4kv-tiny");
-  ASSERT_TRUE(config.is_ok());
-  auto weights = model::load_weights("models/s4kv-tiny", *config, model::LoadFormat::kAuto);
-  ASSERT_TRUE(weights.is_ok());
-  constexpr int64_t kSeqs = 11, kMaxSeqsHere = 12, kModelLen = 1024;
-  const int64_t blocks_per_seq = kModelLen / f.block_size + 1;
-  const KvCacheConfig kv = format_kv(f, kSeqs * blocks_per_seq, kMaxSeqsHere, kSeqs);
-  const BackendLimits limits{512, kMaxSeqsHere, kModelLen};
-  auto graphs = make_started_backend("cuda", DType::kBF16, *config, *weights, kv, limits);
-  ASSERT_TRUE(graphs.is_ok()) << graphs.status().message();
-  auto eager = make_started_backend("cuda", DType::kBF16, *config, *weights, kv, limits,
-                                    DeviceOptions{0.9, 0, /*enforce_eager=*/true});
-  ASSERT_TRUE(eager.is_ok()) << eager.status().message();
+constexpr int64_t kGraphSeqs = 11, kGraphMaxSeqs = 12, kGraphModelLen = 1024;
 
+// The steps of the graph tests: prefill chunks, then decode steps whose batch shrinks from 11
+// sequences to 1 as they finish, crossing block boundaries. step(batch, decode_only) gets each
+// step's batch (one logits row a sequence, the last token's); it may add rows after the real
+// ones.
+template <typename Step>
+void graph_steps(const Format& f, const KvCacheConfig& kv, const BackendLimits& limits,
+                 Step&& step) {
+  const int64_t blocks_per_seq = kGraphModelLen / f.block_size + 1;
   std::mt19937 rng(11);
   struct S {
     std::vector<int32_t> tokens, table;
     int64_t prompt = 0, computed = 0;
   };
-  std::vector<S> seqs(kSeqs);
-  for (int64_t i = 0; i < kSeqs; ++i) {
+  std::vector<S> seqs(kGraphSeqs);
+  for (int64_t i = 0; i < kGraphSeqs; ++i) {
     S& s = seqs[static_cast<size_t>(i)];
     s.prompt = 40 + 29 * i;
-    s.tokens.resize(static_cast<size_t>(s.prompt + 30 + 13 * (kSeqs - 1 - i)));  // 30 .. 160 new
+    s.tokens.resize(static_cast<size_t>(s.prompt + 30 + 13 * (kGraphSeqs - 1 - i)));  // 30..160 new
     for (auto& t : s.tokens) t = static_cast<int32_t>(rng() % 1000);
     for (int64_t b = 0; b < blocks_per_seq; ++b) {
       s.table.push_back(static_cast<int32_t>(i * blocks_per_seq + b));
     }
     if (f.v2) s.table[0] = static_cast<int32_t>(kv.num_blocks + i);
   }
-  const std::vector<int64_t> sizes = {1, 2, 4, 8, 12};
-  const std::vector<int32_t> pad_token = {0};
-  const std::vector<int32_t> dummy_table(1, static_cast<int32_t>(kv.dummy_block()));
-  int64_t decode_steps = 0, padded_steps = 0, rows_compared = 0;
-  for (int step = 0;; ++step) {
+  for (int step_index = 0;; ++step_index) {
     ForwardBatchBuilder b(f.block_size, blocks_per_seq);
     bool decode_only = true;
-    for (int64_t i = 0; i < kSeqs; ++i) {
+    for (int64_t i = 0; i < kGraphSeqs; ++i) {
       S& s = seqs[static_cast<size_t>(i)];
       const auto n = static_cast<int64_t>(s.tokens.size());
       if (s.computed >= n) continue;
@@ -430,6 +419,39 @@ TEST_P(CudaGraphs, ReplayIsBitEqualToEagerExecution) {
       s.computed += q;
     }
     if (b.num_tokens() == 0) break;
+    step(step_index, b, decode_only);
+  }
+}
+
+// CUDA graphs: decode-only steps replay a graph captured at start-up for the smallest capture
+// size that holds them (1, 2, 4, 8 and max_num_seqs = 12 here), padded with dummy sequences.
+// The replay must be bit-equal to eager execution of the same kernels: a backend with graphs
+// and one with --enforce-eager get the same steps (graph_steps: int4_kivi blocks fill inside
+// replays); the eager one gets each decode batch padded by hand to the size the graph replays
+// (same rows, so the same GEMM algorithms and attention plan), and every logits row of the real
+// sequences must be identical. Compute dtype bf16: the tensor-core decode kernels with their
+// graph-time guards (split-KV counts on the device).
+TEST_P(CudaGraphs, ReplayIsBitEqualToEagerExecution) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Format f = GetParam();
+  auto config = model::load_model_config("models/s4kv-tiny");
+  ASSERT_TRUE(config.is_ok());
+  auto weights = model::load_weights("models/s4kv-tiny", *config, model::LoadFormat::kAuto);
+  ASSERT_TRUE(weights.is_ok());
+  const int64_t blocks_per_seq = kGraphModelLen / f.block_size + 1;
+  const KvCacheConfig kv = format_kv(f, kGraphSeqs * blocks_per_seq, kGraphMaxSeqs, kGraphSeqs);
+  const BackendLimits limits{512, kGraphMaxSeqs, kGraphModelLen};
+  auto graphs = make_started_backend("cuda", DType::kBF16, *config, *weights, kv, limits);
+  ASSERT_TRUE(graphs.is_ok()) << graphs.status().message();
+  auto eager = make_started_backend("cuda", DType::kBF16, *config, *weights, kv, limits,
+                                    DeviceOptions{0.9, 0, /*enforce_eager=*/true});
+  ASSERT_TRUE(eager.is_ok()) << eager.status().message();
+
+  const std::vector<int64_t> sizes = {1, 2, 4, 8, 12};
+  const std::vector<int32_t> pad_token = {0};
+  const std::vector<int32_t> dummy_table(1, static_cast<int32_t>(kv.dummy_block()));
+  int64_t decode_steps = 0, padded_steps = 0, rows_compared = 0;
+  graph_steps(f, kv, limits, [&](int step, ForwardBatchBuilder& b, bool decode_only) {
     const int64_t real = b.num_logits();
     const auto got_span = (*graphs)->forward(b.batch()).logits;
     const std::vector<float> got(got_span.begin(), got_span.end());
@@ -454,13 +476,82 @@ TEST_P(CudaGraphs, ReplayIsBitEqualToEagerExecution) {
                            << (decode_only ? " (decode)" : "");
       ++rows_compared;
     }
-  }
+  });
   EXPECT_EQ(cuda::cuda_graph_replays(**graphs), decode_steps);
   EXPECT_EQ(cuda::cuda_graph_replays(**eager), 0);
   EXPECT_GT(padded_steps, 0);
   std::printf("[ graphs ] %-18s %lld decode steps replayed (%lld padded), %lld rows bit-equal\n",
               f.name, static_cast<long long>(decode_steps), static_cast<long long>(padded_steps),
               static_cast<long long>(rows_compared));
+}
+
+// The decode merge fused into the attention item kernels (S4KV_DECODE_MERGE=fused; here the
+// option, so that both run in one process): two backends with CUDA graphs, one merging in the
+// items, get graph_steps' steps (decode steps replayed; at these lengths a sequence has a few
+// items, so the items merge); every logits row within 1e-3 relative L2 of the merge kernel's (the
+// same sums in another order; the rows that come out bit-equal are counted). Then the same with
+// --enforce-eager: the fused merge without a graph (no flag in device memory).
+TEST_P(CudaGraphs, FusedDecodeMergeMatchesTheMergeKernel) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const Format f = GetParam();
+  auto config = model::load_model_config("models/s4kv-tiny");
+  ASSERT_TRUE(config.is_ok());
+  auto weights = model::load_weights("models/s4kv-tiny", *config, model::LoadFormat::kAuto);
+  ASSERT_TRUE(weights.is_ok());
+  const int64_t blocks_per_seq = kGraphModelLen / f.block_size + 1;
+  const KvCacheConfig kv = format_kv(f, kGraphSeqs * blocks_per_seq, kGraphMaxSeqs, kGraphSeqs);
+  const BackendLimits limits{512, kGraphMaxSeqs, kGraphModelLen};
+  for (const bool eager : {false, true}) {
+    auto started = [&](bool fused) -> Result<std::unique_ptr<Backend>> {
+      cuda::CudaBackendOptions o;
+      o.compute_dtype = DType::kBF16;
+      o.max_num_tokens = limits.max_num_tokens;
+      o.max_num_seqs = limits.max_num_seqs;
+      o.max_model_len = limits.max_model_len;
+      o.enforce_eager = eager;
+      o.fused_decode_merge = fused;
+      S4KV_ASSIGN_OR_RETURN(std::unique_ptr<Backend> bk,
+                            cuda::make_cuda_backend(*config, *weights, kv, o));
+      if (const auto reasons = bk->unsupported(kv); !reasons.empty()) {
+        return unsupported(reasons.front());
+      }
+      S4KV_RETURN_IF_ERROR(bk->init_kv_cache(kv));
+      return bk;
+    };
+    auto kernel = started(false);
+    ASSERT_TRUE(kernel.is_ok()) << kernel.status().message();
+    auto fused = started(true);
+    ASSERT_TRUE(fused.is_ok()) << fused.status().message();
+    int64_t rows = 0, bit_equal = 0;
+    double worst = 0.0;
+    graph_steps(f, kv, limits, [&](int step, ForwardBatchBuilder& b, bool decode_only) {
+      const auto want_span = (*kernel)->forward(b.batch()).logits;
+      const std::vector<float> want(want_span.begin(), want_span.end());
+      const auto got = (*fused)->forward(b.batch()).logits;
+      ASSERT_EQ(got.size(), want.size());
+      const int64_t vocab = config->vocab_size;
+      for (int64_t r = 0; r < static_cast<int64_t>(b.num_logits()); ++r) {
+        double num = 0.0, den = 0.0;
+        for (int64_t j = 0; j < vocab; ++j) {
+          const double x = got[static_cast<size_t>(r * vocab + j)];
+          const double y = want[static_cast<size_t>(r * vocab + j)];
+          num += (x - y) * (x - y);
+          den += y * y;
+        }
+        const double rel = std::sqrt(num / den);
+        EXPECT_LE(rel, 1e-3) << "step " << step << " row " << r << (decode_only ? " (decode)" : "");
+        worst = std::max(worst, rel);
+        bit_equal += num == 0.0;
+        ++rows;
+      }
+    });
+    if (!eager) {
+      EXPECT_GT(cuda::cuda_graph_replays(**fused), 0);
+    }
+    std::printf("[ fused merge ] %-18s %s: %lld rows, %lld bit-equal, worst relative L2 %.2e\n",
+                f.name, eager ? "eager" : "graphs", static_cast<long long>(rows),
+                static_cast<long long>(bit_equal), worst);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaGraphs,

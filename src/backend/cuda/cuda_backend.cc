@@ -113,7 +113,8 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
   }
 
   partials_ = static_cast<float*>(alloc(static_cast<size_t>(z.partials)));
-  if (decode_merge_mode() == DecodeMerge::kFused) {  // zero between launches (merge_if_last)
+  if (options.fused_decode_merge.value_or(decode_merge_mode() == DecodeMerge::kFused)) {
+    // zero between launches (merge_if_last)
     merge_counts_ = static_cast<int32_t*>(alloc(static_cast<size_t>(z.merge_counts)));
     S4KV_CUDA_CHECK(cudaMemset(merge_counts_, 0, static_cast<size_t>(z.merge_counts)));
   }

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
@@ -33,6 +34,10 @@ struct CudaBackendOptions {
   // --enforce-eager: no CUDA graphs. Otherwise init_kv_cache captures one per decode batch size
   // (vLLM's sizes up to max_num_seqs) and decode-only steps replay them, padded.
   bool enforce_eager = false;
+  // Decode steps whose sequences have few attention items merge them in the item kernels
+  // instead of the merge kernel (decode_attention.cuh, DecodeLaunch::merge_counts). Unset: as
+  // S4KV_DECODE_MERGE says (kernel unless it is fused).
+  std::optional<bool> fused_decode_merge;
 };
 
 // How many steps of `backend` replayed a CUDA graph (-1: not a CUDA backend). For tests.
