@@ -488,8 +488,11 @@ TEST_P(CudaGraphs, ReplayIsBitEqualToEagerExecution) {
 // The decode merge fused into the attention item kernels (S4KV_DECODE_MERGE=fused; here the
 // option, so that both run in one process): two backends with CUDA graphs, one merging in the
 // items, get graph_steps' steps (decode steps replayed; at these lengths a sequence has a few
-// items, so the items merge); every logits row within 1e-3 relative L2 of the merge kernel's (the
-// same sums in another order; the rows that come out bit-equal are counted). Then the same with
+// items, so the items merge); every logits row within 1e-2 relative L2 of the merge kernel's
+// (the same sums, a few in another order: a flipped bf16 rounding of an attention output moves
+// s4kv-tiny's logits by up to ~5e-3, CudaBackendEquivalence's 16-bit bound; an item left out
+// or merged twice moves them by far more); the rows that come out bit-equal are counted. Then the
+// same with
 // --enforce-eager: the fused merge without a graph (no flag in device memory).
 TEST_P(CudaGraphs, FusedDecodeMergeMatchesTheMergeKernel) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
@@ -539,7 +542,7 @@ TEST_P(CudaGraphs, FusedDecodeMergeMatchesTheMergeKernel) {
           den += y * y;
         }
         const double rel = std::sqrt(num / den);
-        EXPECT_LE(rel, 1e-3) << "step " << step << " row " << r << (decode_only ? " (decode)" : "");
+        EXPECT_LE(rel, 1e-2) << "step " << step << " row " << r << (decode_only ? " (decode)" : "");
         worst = std::max(worst, rel);
         bit_equal += num == 0.0;
         ++rows;
