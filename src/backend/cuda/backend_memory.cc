@@ -15,8 +15,12 @@ namespace {
 size_t arena_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_table, int64_t max_fills,
                    int64_t nkv, int64_t max_items) {
   const int64_t max_tiles = max_tokens / kPrefillTileRows + max_seqs;
+  // The plan's records in 32-bit words (DecodeItem, DecodeSeq).
+  constexpr int64_t kItemWords = sizeof(DecodeItem) / 4, kSeqWords = sizeof(DecodeSeq) / 4;
+  static_assert(sizeof(DecodeItem) % 4 == 0 && sizeof(DecodeSeq) % 4 == 0, "32-bit words");
   const int64_t i32 = 4 * max_tokens + 4 * max_seqs + 1 + max_table + max_fills * nkv +
-                      3 * max_items + 5 * max_seqs + max_tokens + max_seqs + 4 + 3 * max_tiles;
+                      kItemWords * max_items + kSeqWords * max_seqs + max_tokens + max_seqs +
+                      kStepLiveWords + 3 * max_tiles;
   const int64_t i64 = max_tokens + max_fills * nkv;
   return static_cast<size_t>(i32 * 4 + i64 * 8 + max_fills * 12 + 20 * 16 + 4096);
 }

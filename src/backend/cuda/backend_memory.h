@@ -29,6 +29,10 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // handles, the stream): kept out of the KV cache.
 inline constexpr int64_t kRuntimeReserveBytes = int64_t{512} << 20;
 
+// A step's counts that graph replays read from the arena (CudaBackend's step_.live): int4 decode
+// items, all decode items, fills, quantizer inputs, whether the decode items merge themselves.
+inline constexpr int kStepLiveWords = 5;
+
 // vLLM's CUDA graph capture sizes up to `largest` (a decode-only step's most rows).
 std::vector<int64_t> cuda_graph_sizes(int64_t largest);
 

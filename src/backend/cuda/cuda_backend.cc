@@ -504,10 +504,10 @@ void CudaBackend::stage(const ForwardBatch& b, int64_t size) {
     quant_room = static_cast<size_t>(size * nkv);
     item_room = static_cast<size_t>(cap.int4_items + cap.row_items);
   }
-  const int32_t live[5] = {plan.num_int4_items, static_cast<int32_t>(plan.items.size()),
-                           static_cast<int32_t>(fills_.fills.size()),
-                           static_cast<int32_t>(fills_.first_position.size()),
-                           merge_in_items(plan) ? 1 : 0};
+  const int32_t live[kStepLiveWords] = {
+      plan.num_int4_items, static_cast<int32_t>(plan.items.size()),
+      static_cast<int32_t>(fills_.fills.size()), static_cast<int32_t>(fills_.first_position.size()),
+      merge_in_items(plan) ? 1 : 0};
 
   arena_.clear();
   step_.token_ids = arena_.put(b.token_ids.data(), b.token_ids.size());
@@ -531,7 +531,7 @@ void CudaBackend::stage(const ForwardBatch& b, int64_t size) {
   step_.pool_ends = arena_.put(plan.pool_ends.data(), plan.pool_ends.size());
   step_.items = arena_.put(plan.items.data(), plan.items.size(), item_room);
   step_.decode_seqs = arena_.put(plan.seqs.data(), plan.seqs.size());
-  step_.live = arena_.put(live, 5);
+  step_.live = arena_.put(live, kStepLiveWords);
   step_.prefill_tiles = arena_.put(prefill_tiles_.data(), prefill_tiles_.size());
   arena_.upload(stream_);
 }
