@@ -96,6 +96,7 @@ TEST(DecodePlan, CoversEveryDecodeRowsContextOnce) {
               ASSERT_TRUE(int4);
               ASSERT_LT(k, plan.num_int4_items);
               ASSERT_EQ(it.seq, s);
+              ASSERT_EQ(it.merge, static_cast<int32_t>(d - 1)) << "item " << k << "'s merge";
               for (int64_t blk = it.begin; blk < it.end; ++blk) {
                 ASSERT_LT(b.block_tables[s * b.max_num_blocks_per_seq + blk], num_pool)
                     << "a sink block in an int4 item";
@@ -114,6 +115,7 @@ TEST(DecodePlan, CoversEveryDecodeRowsContextOnce) {
                 ASSERT_GE(prev.end - prev.begin, 64);
               }
               ASSERT_EQ(it.seq, s);
+              ASSERT_EQ(it.merge, static_cast<int32_t>(d - 1)) << "item " << k << "'s merge";
               for (int64_t p = it.begin; p < it.end; ++p) ++covered[static_cast<size_t>(p)];
             }
             for (int64_t p = 0; p < seq_len; ++p) {
@@ -141,8 +143,8 @@ TEST(DecodePlan, CoversEveryDecodeRowsContextOnce) {
 // The plan's items of a batch of equal contexts: thread blocks (items x KV heads) fill one or two
 // whole waves of the device's resident blocks, not a wave and a fraction, and a single short
 // context still splits into items of about a hundred positions (the decode step of batch 1).
-int64_t split_items(kv::KvCacheDtype cache, int block_size, int num_seqs, int64_t context,
-                    int blocks_per_sm) {
+DecodePlan split_plan(kv::KvCacheDtype cache, int block_size, int num_seqs, int64_t context,
+                      int blocks_per_sm) {
   DecodeShape shape;
   shape.cache = cache;
   shape.block_size = block_size;
@@ -161,7 +163,12 @@ int64_t split_items(kv::KvCacheDtype cache, int block_size, int num_seqs, int64_
   }
   DecodePlan plan;
   plan_attention(builder.batch(), shape, true, plan);
-  return static_cast<int64_t>(plan.items.size());
+  return plan;
+}
+int64_t split_items(kv::KvCacheDtype cache, int block_size, int num_seqs, int64_t context,
+                    int blocks_per_sm) {
+  return static_cast<int64_t>(
+      split_plan(cache, block_size, num_seqs, context, blocks_per_sm).items.size());
 }
 
 TEST(DecodePlan, EqualContextsFillWholeWaves) {
@@ -179,6 +186,22 @@ TEST(DecodePlan, EqualContextsFillWholeWaves) {
   EXPECT_EQ(split_items(kv::KvCacheDtype::kInt4Kivi, 64, 64, 8192, 2), 64 + 64);
   // 8 sequences of 8,192: a wave holds 8 items of 16 blocks each (8 x 8 = 64 <= 66).
   EXPECT_EQ(split_items(kv::KvCacheDtype::kInt4Kivi, 64, 8, 8192, 2), 8 * 8 + 8);
+}
+
+// The fused merge's choice (S4KV_DECODE_MERGE=fused): a step whose sequences have at most
+// kFusedMergeItems items each merges in the items; one long context at a small batch, split
+// over the device, goes to the merge kernel.
+TEST(DecodePlan, ItemsMergeWhereSequencesHaveFewItems) {
+  for (const auto cache : {kv::KvCacheDtype::k16Bit, kv::KvCacheDtype::kInt4Kivi}) {
+    const int B = cache == kv::KvCacheDtype::kInt4Kivi ? 64 : 16;
+    const DecodePlan b16 = split_plan(cache, B, 16, 8192, 3);  // 6 or 7 items a sequence
+    EXPECT_TRUE(merge_in_items(b16));
+    const DecodePlan b1 = split_plan(cache, B, 1, 1040, 3);  // batch 1 at 1k
+    EXPECT_TRUE(merge_in_items(b1)) << b1.items.size() << " items";
+    const DecodePlan long1 = split_plan(cache, B, 1, 131072, 3);  // batch 1 at 128k
+    EXPECT_GT(static_cast<int64_t>(long1.items.size()), kFusedMergeItems);
+    EXPECT_FALSE(merge_in_items(long1));
+  }
 }
 
 }  // namespace
