@@ -244,12 +244,12 @@ __device__ inline void write_ring_value(const PagedAttentionArgs& a, int token, 
 // The merge fused into the item kernels (DecodeLaunch::merge_counts): called by every thread
 // block of an item of (sequence d.seqs[merge], KV head g) after its partial is written, all
 // kThreads threads. The block counts itself done; the last block of the group merges the
-// group's query heads as the merge kernel does, a warp a head (heads w, w + warps, ...): the
-// items' maxima and weight sums with the lanes striding over the items, then the weighted
-// sums of the lane's channels 2 lane, 2 lane + 1 and their partners 64 channels up over every
-// item (the loads of a few items and all the warp's heads in flight together), int4_kivi v2's
-// Hadamard-domain sums apart and rotated back inside the warp by hadamard_ref's butterflies (stages
-// 1 and 64 within the lane, 2..32 by shuffles); writes the output rows (and the ring row under
+// group's query heads, a warp a head (heads w, w + warps, ...): one pass over the items with an
+// online softmax in every lane (the weight sums, and the weighted sums of the lane's channels
+// 2 lane, 2 lane + 1 and their partners 64 channels up; the loads of a few items and all the
+// warp's heads in flight together), int4_kivi v2's Hadamard-domain sums apart and rotated back
+// inside the warp by hadamard_ref's butterflies (stages 1 and 64 within the lane, 2..32 by
+// shuffles); writes the output rows (and the ring row under
 // write_residual). With d.merge_flag, only in steps it marks. smem: 16 bytes, free.
 template <int kThreads>
 __device__ void merge_if_last(const PagedAttentionArgs& a, const DecodeLaunch& d, int merge, int g,
@@ -278,31 +278,19 @@ __device__ void merge_if_last(const PagedAttentionArgs& a, const DecodeLaunch& d
     return d.partials +
            ((static_cast<int64_t>(item) * a.num_kv_heads + g) * group + hh) * kDecodePartialFloats;
   };
-  // Each head's max and weight sum over the items.
-  float mx[kHeads], sum[kHeads];
+  // One pass over the items, kBatch at a time (their loads, kBatch x the warp's heads x 4,
+  // issued together), an online softmax in every lane: each head's running max, weight sum and
+  // the weighted sums of the lane's channels 2 lane + {0, 1} ([0], [1]) and 64 + 2 lane + {0, 1}
+  // ([2], [3]), rescaled when the max moves (the same in every lane: no shuffle).
+  constexpr int kBatch = kHeads >= 4 ? 2 : 8 / kHeads;
+  float mx[kHeads], sum[kHeads], plain[kHeads][4] = {}, had[kHeads][4] = {};
 #pragma unroll
   for (int e = 0; e < kHeads; ++e) {
-    const int hh = warp + e * kWarps;
-    float m = -INFINITY, l = 0.0f;
-    if (hh < group) {
-      for (int j = lane; j < n; j += 32) m = fmaxf(m, __ldcg(part(j, hh)));
-      for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-      for (int j = lane; j < n; j += 32) {
-        const float* p = part(j, hh);
-        const float mj = __ldcg(p);
-        if (mj != -INFINITY) l += fast_exp2(mj - m) * __ldcg(p + 1);
-      }
-      for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
-    }
-    mx[e] = m;
-    sum[e] = l;
+    mx[e] = -INFINITY;
+    sum[e] = 0.0f;
   }
-  // The weighted sums of channels 2 lane + {0, 1} ([0], [1]) and 64 + 2 lane + {0, 1} ([2], [3]),
-  // kBatch items at a time: their loads (kBatch x the warp's heads x 3) issued together.
-  constexpr int kBatch = kHeads >= 4 ? 2 : 8 / kHeads;
-  float plain[kHeads][4] = {}, had[kHeads][4] = {};
   for (int j0 = 0; j0 < n; j0 += kBatch) {
-    float mj[kBatch][kHeads];
+    float mj[kBatch][kHeads], lj[kBatch][kHeads];
     float2 lo[kBatch][kHeads], hi[kBatch][kHeads];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -313,6 +301,7 @@ __device__ void merge_if_last(const PagedAttentionArgs& a, const DecodeLaunch& d
         if (j0 + b < n && hh < group) {
           const float* p = part(j0 + b, hh);
           mj[b][e] = __ldcg(p);
+          lj[b][e] = __ldcg(p + 1);
           lo[b][e] = __ldcg(reinterpret_cast<const float2*>(p + 2) + lane);
           hi[b][e] = __ldcg(reinterpret_cast<const float2*>(p + 2 + kD / 2) + lane);
         }
@@ -323,8 +312,20 @@ __device__ void merge_if_last(const PagedAttentionArgs& a, const DecodeLaunch& d
       const bool in_had = j0 + b < n4 && a.value_hadamard;
 #pragma unroll
       for (int e = 0; e < kHeads; ++e) {
-        if (mj[b][e] == -INFINITY) continue;  // (also an item with no position)
-        const float f = fast_exp2(mj[b][e] - mx[e]);
+        const float m = mj[b][e];
+        if (m == -INFINITY) continue;  // (also an item with no position)
+        if (m > mx[e]) {  // the max moves: what was summed so far scales down (0 at the first)
+          const float c = fast_exp2(mx[e] - m);
+          sum[e] *= c;
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            plain[e][u] *= c;
+            had[e][u] *= c;
+          }
+          mx[e] = m;
+        }
+        const float f = fast_exp2(m - mx[e]);
+        sum[e] += f * lj[b][e];
         const float v[4] = {lo[b][e].x, lo[b][e].y, hi[b][e].x, hi[b][e].y};
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
