@@ -372,9 +372,28 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaPadding,
 // the graph replays (same rows, so the same GEMM algorithms and attention plan), and every
 // logits row of the real sequences must be identical. Compute dtype bf16: the tensor-core
 // decode kernels with their graph-time guards (split-KV counts on the device).
-class CudaGraphs : public ::testing::TestWithParam<Format> {};
-
 constexpr int64_t kGraphSeqs = 11, kGraphMaxSeqs = 12, kGraphModelLen = 1024;
+
+// The graph tests' model (s4kv-tiny), cache (kGraphSeqs sequences of kGraphModelLen) and limits.
+class CudaGraphs : public ::testing::TestWithParam<Format> {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    auto config = model::load_model_config("models/s4kv-tiny");
+    ASSERT_TRUE(config.is_ok());
+    auto weights = model::load_weights("models/s4kv-tiny", *config, model::LoadFormat::kAuto);
+    ASSERT_TRUE(weights.is_ok());
+    config_ = *config;
+    weights_ = std::move(*weights);
+    const int64_t blocks_per_seq = kGraphModelLen / GetParam().block_size + 1;
+    kv_ = format_kv(GetParam(), kGraphSeqs * blocks_per_seq, kGraphMaxSeqs, kGraphSeqs);
+  }
+
+  model::ModelConfig config_;
+  model::ModelWeights weights_;
+  KvCacheConfig kv_;
+  BackendLimits limits_{512, kGraphMaxSeqs, kGraphModelLen};
+};
 
 // The steps of the graph tests: prefill chunks, then decode steps whose batch shrinks from 11
 // sequences to 1 as they finish, crossing block boundaries. step(batch, decode_only) gets each
@@ -432,15 +451,11 @@ void graph_steps(const Format& f, const KvCacheConfig& kv, const BackendLimits& 
 // sequences must be identical. Compute dtype bf16: the tensor-core decode kernels with their
 // graph-time guards (split-KV counts on the device).
 TEST_P(CudaGraphs, ReplayIsBitEqualToEagerExecution) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const Format f = GetParam();
-  auto config = model::load_model_config("models/s4kv-tiny");
-  ASSERT_TRUE(config.is_ok());
-  auto weights = model::load_weights("models/s4kv-tiny", *config, model::LoadFormat::kAuto);
-  ASSERT_TRUE(weights.is_ok());
-  const int64_t blocks_per_seq = kGraphModelLen / f.block_size + 1;
-  const KvCacheConfig kv = format_kv(f, kGraphSeqs * blocks_per_seq, kGraphMaxSeqs, kGraphSeqs);
-  const BackendLimits limits{512, kGraphMaxSeqs, kGraphModelLen};
+  const model::ModelConfig* config = &config_;
+  const model::ModelWeights* weights = &weights_;
+  const KvCacheConfig& kv = kv_;
+  const BackendLimits& limits = limits_;
   auto graphs = make_started_backend("cuda", DType::kBF16, *config, *weights, kv, limits);
   ASSERT_TRUE(graphs.is_ok()) << graphs.status().message();
   auto eager = make_started_backend("cuda", DType::kBF16, *config, *weights, kv, limits,
@@ -491,19 +506,14 @@ TEST_P(CudaGraphs, ReplayIsBitEqualToEagerExecution) {
 // items, so the items merge); every logits row within 1e-2 relative L2 of the merge kernel's
 // (the same sums, a few in another order: a flipped bf16 rounding of an attention output moves
 // s4kv-tiny's logits by up to ~5e-3, CudaBackendEquivalence's 16-bit bound; an item left out
-// or merged twice moves them by far more); the rows that come out bit-equal are counted. Then the
-// same with
-// --enforce-eager: the fused merge without a graph (no flag in device memory).
+// or merged twice moves them by far more); the rows that come out bit-equal are counted. Then
+// the same with --enforce-eager: the fused merge without a graph (no flag in device memory).
 TEST_P(CudaGraphs, FusedDecodeMergeMatchesTheMergeKernel) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const Format f = GetParam();
-  auto config = model::load_model_config("models/s4kv-tiny");
-  ASSERT_TRUE(config.is_ok());
-  auto weights = model::load_weights("models/s4kv-tiny", *config, model::LoadFormat::kAuto);
-  ASSERT_TRUE(weights.is_ok());
-  const int64_t blocks_per_seq = kGraphModelLen / f.block_size + 1;
-  const KvCacheConfig kv = format_kv(f, kGraphSeqs * blocks_per_seq, kGraphMaxSeqs, kGraphSeqs);
-  const BackendLimits limits{512, kGraphMaxSeqs, kGraphModelLen};
+  const model::ModelConfig* config = &config_;
+  const model::ModelWeights* weights = &weights_;
+  const KvCacheConfig& kv = kv_;
+  const BackendLimits& limits = limits_;
   for (const bool eager : {false, true}) {
     auto started = [&](bool fused) -> Result<std::unique_ptr<Backend>> {
       cuda::CudaBackendOptions o;
@@ -534,17 +544,12 @@ TEST_P(CudaGraphs, FusedDecodeMergeMatchesTheMergeKernel) {
       ASSERT_EQ(got.size(), want.size());
       const int64_t vocab = config->vocab_size;
       for (int64_t r = 0; r < static_cast<int64_t>(b.num_logits()); ++r) {
-        double num = 0.0, den = 0.0;
-        for (int64_t j = 0; j < vocab; ++j) {
-          const double x = got[static_cast<size_t>(r * vocab + j)];
-          const double y = want[static_cast<size_t>(r * vocab + j)];
-          num += (x - y) * (x - y);
-          den += y * y;
-        }
-        const double rel = std::sqrt(num / den);
+        const float* x = got.data() + r * vocab;
+        const float* y = want.data() + r * vocab;
+        const double diff = l2(x, y, vocab), rel = diff / l2(y, nullptr, vocab);
         EXPECT_LE(rel, 1e-2) << "step " << step << " row " << r << (decode_only ? " (decode)" : "");
         worst = std::max(worst, rel);
-        bit_equal += num == 0.0;
+        bit_equal += diff == 0.0;
         ++rows;
       }
     });
