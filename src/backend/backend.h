@@ -174,6 +174,11 @@ struct BackendLimits {
   int64_t max_num_tokens = 0;  // tokens of one step (--max-num-batched-tokens)
   int64_t max_num_seqs = 0;    // sequences of one step (--max-num-seqs)
   int64_t max_model_len = 0;   // the longest sequence (--max-model-len)
+  // Rows of logits one step asks for (its logits_indices); 0: max_num_tokens (every token, as
+  // tests and goldens ask). The engine samples one row a sequence and gives min(max_num_seqs,
+  // max_num_tokens): a GPU backend sizes its logits buffers by it (rows x vocabulary x 4 bytes,
+  // 4.6 GiB for 8,192 rows of Qwen2.5's 152,064 ids), memory the KV cache gets instead.
+  int64_t max_num_logits = 0;
 };
 
 // What profile() measured: the bytes the backend can give its KV cache now that its weights and

@@ -78,6 +78,7 @@ cuda::CudaBackendOptions cuda_options(DType compute_dtype, const BackendLimits& 
   options.max_num_tokens = limits.max_num_tokens;
   options.max_num_seqs = limits.max_num_seqs;
   options.max_model_len = limits.max_model_len;
+  options.max_num_logits = limits.max_num_logits;
   return options;
 }
 }  // namespace

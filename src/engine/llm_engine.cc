@@ -1,5 +1,6 @@
 #include "engine/llm_engine.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "backend/registry.h"
@@ -57,9 +58,12 @@ Result<LlmEngine> load_llm_engine(const EngineArgs& args) {
     S4KV_ASSIGN_OR_RETURN(const model::ModelWeights weights,
                           model::load_weights(e.model_dir, mc, args.load_format, args.config.seed));
     // Start-up in the backend's order (backend.h): limits -> unsupported -> profile -> init.
-    const backend::BackendLimits limits{resolved.scheduler.max_num_batched_tokens,
-                                        resolved.scheduler.max_num_seqs,
-                                        resolved.scheduler.max_model_len};
+    // One logits row a sampling sequence (ModelRunner::add_sequence), as vLLM's profile run.
+    const backend::BackendLimits limits{
+        resolved.scheduler.max_num_batched_tokens, resolved.scheduler.max_num_seqs,
+        resolved.scheduler.max_model_len,
+        std::min<int64_t>(resolved.scheduler.max_num_seqs,
+                          resolved.scheduler.max_num_batched_tokens)};
     S4KV_ASSIGN_OR_RETURN(
         backend,
         backend::make_backend(e.device, compute_dtype, mc, weights, resolved.kv, limits,

@@ -60,10 +60,11 @@ Sizes::Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBac
   attn = T * q_dim * as;
   gate_up = T * 2 * c.intermediate_size * 4;
   act = T * c.intermediate_size * as;
-  rows = T * c.hidden_size * as;
-  logits = T * c.vocab_size * 4;
-  sample_rows = std::min(o.max_num_seqs, T);  // one sampled row per sequence at most
-  sampler = CudaSampler::device_bytes(c.vocab_size, sample_rows, o.max_model_len, T);
+  logit_rows = o.max_num_logits > 0 ? std::min(o.max_num_logits, T) : T;
+  rows = logit_rows * c.hidden_size * as;
+  logits = logit_rows * c.vocab_size * 4;
+  sample_rows = std::min(o.max_num_seqs, logit_rows);  // one sampled row per sequence at most
+  sampler = CudaSampler::device_bytes(c.vocab_size, sample_rows, o.max_model_len, logit_rows);
 }
 
 int64_t Sizes::total() const {

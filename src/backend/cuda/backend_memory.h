@@ -44,6 +44,7 @@ struct Sizes {
   int64_t max_blocks_per_seq, max_fills, decode_items, partials, merge_counts, arena, rope, staging,
       scratch;
   int64_t x, h, qkv, attn, gate_up, act, rows, logits, sample_rows, sampler;
+  int64_t logit_rows;  // rows of logits a step may ask for (max_num_logits, else max_num_tokens)
 
   Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBackendOptions& o);
   int64_t total() const;

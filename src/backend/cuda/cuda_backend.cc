@@ -80,8 +80,7 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
       layout_(layout),
       ring_(1 + static_cast<int>(kv.num_window_blocks)),
       arena_(static_cast<size_t>(sizes_.arena)),
-      sampler_(config.vocab_size, sizes_.sample_rows, options.max_model_len,
-               options.max_num_tokens),
+      sampler_(config.vocab_size, sizes_.sample_rows, options.max_model_len, sizes_.logit_rows),
       pad_builder_(kv.block_size, sizes_.max_blocks_per_seq) {
   S4KV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   S4KV_CUDA_CHECK(cudaStreamCreateWithFlags(&fork_.side, cudaStreamNonBlocking));
@@ -380,10 +379,12 @@ void CudaBackend::submit(const ForwardBatch& in) {
   check_forward_batch(in, kv_, config_.vocab_size, last_num_samples_);
   const int64_t num_seqs = in.num_seqs(), num_logits = in.num_logits();
   S4KV_CHECK(in.num_tokens() <= opt_.max_num_tokens && num_seqs <= opt_.max_num_seqs &&
-                 num_logits <= opt_.max_num_tokens &&
                  num_seqs * in.max_num_blocks_per_seq <= opt_.max_num_seqs * max_blocks_per_seq_,
              "cuda forward: batch of ", in.num_tokens(), " tokens, ", num_seqs,
              " sequences beyond the limits");
+  S4KV_CHECK(num_logits <= sizes_.logit_rows, "cuda forward: ", num_logits,
+             " rows of logits in one step, beyond the backend's ", sizes_.logit_rows,
+             " (BackendLimits::max_num_logits)");
   for (int32_t len : in.seq_lens) {
     S4KV_CHECK(len <= opt_.max_model_len, "cuda forward: sequence of ", len, " > max_model_len");
   }
@@ -657,7 +658,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const model::ModelConfig& con
       options.compute_dtype != DType::kF32) {
     return invalid_argument("cuda backend: --dtype must be bfloat16, float16 or float32");
   }
-  if (options.max_num_tokens <= 0 || options.max_num_seqs <= 0 || options.max_model_len <= 0) {
+  if (options.max_num_tokens <= 0 || options.max_num_seqs <= 0 || options.max_model_len <= 0 ||
+      options.max_num_logits < 0) {
     return invalid_argument("cuda backend: limits must be positive");
   }
   if (!(options.gpu_memory_utilization > 0.0 && options.gpu_memory_utilization <= 1.0)) {

@@ -29,6 +29,7 @@ struct CudaBackendOptions {
   int64_t max_num_tokens = 0;  // tokens of one step (max_num_batched_tokens)
   int64_t max_num_seqs = 0;    // sequences of one step
   int64_t max_model_len = 0;   // the longest sequence
+  int64_t max_num_logits = 0;  // logits rows of one step (0: max_num_tokens; BackendLimits)
   // profile(): the KV cache gets this share of the device's memory minus what is in use then.
   double gpu_memory_utilization = 0.9;
   // --enforce-eager: no CUDA graphs. Otherwise init_kv_cache captures one per decode batch size

@@ -103,11 +103,13 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   S4KV_DYNAMIC_SHARED(dsmem);
   allow_dependent_launch();
   grid_dependency_wait();
-  // Graph replay: the grid is the plan's capacity; the step's counts are in d.live.
-  const int item = (d.live != nullptr ? d.live[0] : d.num_int4_items) + blockIdx.x;
+  // Graph replay: the grid is the plan's capacity; the step's counts are in d.live. Item
+  // blockIdx.y, KV head blockIdx.x (live items first in dispatch order, as the int4 kernel).
+  const int item =
+      (d.live != nullptr ? d.live[0] : d.num_int4_items) + static_cast<int>(blockIdx.y);
   if (d.live != nullptr && item >= d.live[1]) return;
   const DecodeItem it = d.items[item];
-  const int g = blockIdx.y;
+  const int g = blockIdx.x;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
   const int group = a.num_heads / a.num_kv_heads;
   const int token = a.query_start_loc[it.seq];
@@ -294,8 +296,10 @@ int configured_rows_kernel() {
 
 template <RowFormat F>
 void launch_rows(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(d.num_items - d.num_int4_items),
-                  static_cast<unsigned>(a.num_kv_heads));
+  S4KV_CHECK(d.num_items - d.num_int4_items <= 65535,
+             "decode attention: ", d.num_items - d.num_int4_items, " row items");
+  const dim3 grid(static_cast<unsigned>(a.num_kv_heads),
+                  static_cast<unsigned>(d.num_items - d.num_int4_items));
   if (d.merge_counts != nullptr) {
     const int smem = configured_rows_kernel<F, true>();
     launch_dependent(decode_rows_kernel<F, true>, grid, kRowWarps * 32, smem, stream, a, d);

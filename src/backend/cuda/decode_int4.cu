@@ -13,16 +13,98 @@ namespace {
 
 // ---- int4_kivi pool blocks ----------------------------------------------------------------
 
-// The bytes of one int4_kivi block (int4_kivi_layout.h) for B tokens and kG value groups.
+// The parts of one int4_kivi block (int4_kivi_layout.cc's layout at head_dim 128) for B tokens
+// and kG value groups, as byte offsets the compiler folds into the kernel's addresses;
+// launch_decode_int4 checks them against the layout it is given.
+template <int B, int kG>
+struct Int4Block {
+  static constexpr int k_codes = 0;
+  static constexpr int k_scale = k_codes + B * kD / 2;
+  static constexpr int k_zero = k_scale + 2 * kD;
+  static constexpr int v_codes = k_zero + 2 * kD;
+  static constexpr int v_scale = v_codes + B * kD / 2;
+  static constexpr int v_zero = v_scale + 2 * B * kG;
+  static constexpr int bytes = v_zero + 2 * B * kG;
+};
 template <int B, int kG>
 __host__ __device__ constexpr int int4_block_bytes() {
-  return B * (kD + 4 * kG) + 4 * kD;
+  return Int4Block<B, kG>::bytes;
 }
 constexpr int kInt4Stages = 3;  // blocks in flight per thread block: this one and two ahead
+
+// x, kept in a register across the loop: ptxas would otherwise recompute a lane's offsets from
+// the thread index at every use (a dozen instructions a block); it does not recompute a shuffle.
+__device__ inline int held(int x) { return __shfl_xor_sync(0xffffffffu, x, 0); }
+template <typename T>
+__device__ inline T* held(T* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  const auto lo = static_cast<uint32_t>(held(static_cast<int>(static_cast<uint32_t>(v))));
+  const auto hi = static_cast<uint32_t>(held(static_cast<int>(static_cast<uint32_t>(v >> 32))));
+  return reinterpret_cast<T*>((static_cast<uintptr_t>(hi) << 32) | lo);
+}
+
+// kWords consecutive words at p (aligned to 4 kWords bytes): one shared-memory store.
+template <int kWords>
+__device__ inline void store_words(uint32_t* p, const uint32_t (&w)[kWords]) {
+  static_assert(kWords == 1 || kWords == 2 || kWords == 4);
+  if constexpr (kWords == 4) {
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  } else if constexpr (kWords == 2) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+  } else {
+    *p = w[0];
+  }
+}
+
+// kG consecutive fp16 values at p (aligned to 2 kG bytes), each in both halves of a pair: one
+// shared-memory load.
+template <int kG>
+__device__ inline void load_halves(const unsigned char* p, __half2 (&out)[kG]) {
+  static_assert(kG == 1 || kG == 2 || kG == 4);
+  if constexpr (kG == 4) {
+    const uint2 w = *reinterpret_cast<const uint2*>(p);
+    const __half2 a = *reinterpret_cast<const __half2*>(&w.x);
+    const __half2 b = *reinterpret_cast<const __half2*>(&w.y);
+    out[0] = __low2half2(a);
+    out[1] = __high2half2(a);
+    out[2] = __low2half2(b);
+    out[3] = __high2half2(b);
+  } else if constexpr (kG == 2) {
+    const uint32_t w = *reinterpret_cast<const uint32_t*>(p);
+    const __half2 a = *reinterpret_cast<const __half2*>(&w);
+    out[0] = __low2half2(a);
+    out[1] = __high2half2(a);
+  } else {
+    out[0] = __half2half2(*reinterpret_cast<const __half*>(p));
+  }
+}
+// The same values widened to fp32.
+template <int kG>
+__device__ inline void load_halves(const unsigned char* p, float (&out)[kG]) {
+  static_assert(kG == 1 || kG == 2 || kG == 4);
+  if constexpr (kG == 4) {
+    const uint2 w = *reinterpret_cast<const uint2*>(p);
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&w.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&w.y));
+    out[0] = a.x;
+    out[1] = a.y;
+    out[2] = b.x;
+    out[3] = b.y;
+  } else if constexpr (kG == 2) {
+    const uint32_t w = *reinterpret_cast<const uint32_t*>(p);
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&w));
+    out[0] = a.x;
+    out[1] = a.y;
+  } else {
+    out[0] = __half2float(*reinterpret_cast<const __half*>(p));
+  }
+}
 // Thread blocks per multiprocessor the int4 kernel is compiled for (registers a thread <= 65536 /
 // (blocks x kWarps x 32)). Measured on the H200 at B 64 (bench/results/cuda_h200/
 // attention_notes.md): version 4's kernel ran fastest at 2 (~217 registers; 3 and 4 spilled),
-// version 5's at 3 (168 registers, no spills: 8-20 % faster than 2). Other block sizes keep 2.
+// version 5's at 3 (168 registers, no spills: 8-20 % faster than 2); version 7's at 4 (128
+// registers, 8 bytes of stack outside the loop; H100, bench/results/cuda_h100/ab_v7: 3-16 %
+// faster than at 3, 91 % of the copy bandwidth at 32/8, B 64 x 32k). Other block sizes keep 2.
 // S4KV_INT4_MIN_BLOCKS overrides it for every block size, for a measurement
 // (tools/device_attention.sh ab).
 template <int kWarps>
@@ -30,14 +112,16 @@ constexpr int int4_min_blocks() {
 #ifdef S4KV_INT4_MIN_BLOCKS
   return S4KV_INT4_MIN_BLOCKS;
 #else
-  return kWarps == 4 ? 3 : 2;
+  return kWarps == 4 ? 4 : 2;
 #endif
 }
 constexpr int kTurnBytes = 2 * 16 * 32 * 4;  // two turned queries: [buffer][word m][lane]
+constexpr int kQueryBytes = 8 * 32 * 16;     // the query's pairs each thread turns: [pair][thread]
 template <int kWarps, int kG>
 __host__ __device__ constexpr int int4_smem_bytes() {
-  // The stages, the turned query of this block and the next, the lanes' rotations.
-  return kInt4Stages * int4_block_bytes<kWarps * 16, kG>() + kTurnBytes + kWarps * 2 * 8 * 32 * 8;
+  // The stages, the turned query of this block and the next, the lanes' rotations, the query.
+  return kInt4Stages * int4_block_bytes<kWarps * 16, kG>() + kTurnBytes + kWarps * 2 * 8 * 32 * 8 +
+         kQueryBytes;
 }
 
 // kWarps = B / 16: warp w takes positions 16 w .. 16 w + 15 of every block of the item; kG value
@@ -52,7 +136,8 @@ template <int kWarps, int kG, bool kFusedMerge>
 __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     decode_int4_kernel(PagedAttentionArgs a, DecodeLaunch d) {
   constexpr int B = kWarps * 16;
-  constexpr int kBlockBytes = int4_block_bytes<B, kG>();
+  using Blk = Int4Block<B, kG>;
+  constexpr int kBlockBytes = Blk::bytes;
   constexpr int kPairs = 8 / kWarps;  // channel pairs m < 8 each warp turns
   static_assert(kInt4Stages * kBlockBytes >= (kWarps * 8 * kD + kWarps * 8 * 7) * 4,
                 "the epilogue reuses the stages");
@@ -61,16 +146,19 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   uint32_t* turned = reinterpret_cast<uint32_t*>(dsmem + kInt4Stages * kBlockBytes);
   allow_dependent_launch();
   grid_dependency_wait();
-  if (d.live != nullptr && static_cast<int>(blockIdx.x) >= d.live[0]) return;  // graph replay
-  const DecodeItem it = d.items[blockIdx.x];
-  const int g = blockIdx.y;
+  // Item blockIdx.y, KV head blockIdx.x: the heads of an item are neighbours in dispatch order,
+  // so that in a graph replay (a grid of the capture size's capacity) the live items of every
+  // head come before the blocks past the live count, which return at once.
+  const int item = static_cast<int>(blockIdx.y);
+  if (d.live != nullptr && item >= d.live[0]) return;  // graph replay
+  const DecodeItem it = d.items[item];
+  const int g = blockIdx.x;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
   const int group = a.num_heads / a.num_kv_heads;
-  const kv::Int4KiviLayout& L = a.layout;
-  const int32_t* table = a.block_tables + static_cast<int64_t>(it.seq) * a.max_blocks_per_seq;
+  const int32_t* table =
+      held(a.block_tables + static_cast<int64_t>(it.seq) * a.max_blocks_per_seq + it.begin);
   const int n = it.end - it.begin;
-  const int kc0 = static_cast<int>(L.k_codes_offset / 16),
-            vc0 = static_cast<int>(L.v_codes_offset / 16);
+  constexpr int kc0 = Blk::k_codes / 16, vc0 = Blk::v_codes / 16;
 
   // Stage k % kInt4Stages <- block it.begin + k. Thread x copies the 16-byte chunks x + j kThreads
   // of every block: from source byte 16 x + 16 j kThreads of the block (one address a block, the
@@ -96,15 +184,18 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   const bool last_chunk =
       static_cast<int>(threadIdx.x) + (kChunksPerThread - 1) * kThreads < kChunks;
   const uint32_t stages_shared = static_cast<uint32_t>(__cvta_generic_to_shared(stages));
-  const auto* pool = reinterpret_cast<const unsigned char*>(a.pool) +
-                     static_cast<int64_t>(g) * L.block_bytes + 16 * threadIdx.x;
-  const int64_t block_stride = static_cast<int64_t>(a.num_kv_heads) * L.block_bytes;
-  int32_t next_block = n > 0 ? __ldg(table + it.begin) : 0;
-  auto issue = [&](int k) {
+  const auto* pool = held(reinterpret_cast<const unsigned char*>(a.pool) +
+                          static_cast<int64_t>(g) * kBlockBytes + 16 * threadIdx.x);
+  // A pool block's bytes times the KV heads (< 2^32: kv heads <= 64 x 39 KB), block ids >= 0.
+  const uint32_t block_stride = static_cast<uint32_t>(a.num_kv_heads) * kBlockBytes;
+  uint32_t next_block = n > 0 ? static_cast<uint32_t>(__ldg(table)) : 0;
+  // Block k into the stage at byte `stage` of the stages.
+  auto issue = [&](int k, int stage) {
     if (k < n) {
-      const unsigned char* src = pool + next_block * block_stride;
-      if (k + 1 < n) next_block = __ldg(table + it.begin + k + 1);
-      const uint32_t dst = stages_shared + (k % kInt4Stages) * kBlockBytes;
+      const unsigned char* src = pool + static_cast<uint64_t>(next_block) * block_stride;
+      if (k + 1 < n)
+        next_block = static_cast<uint32_t>(__ldg(table + static_cast<uint32_t>(k + 1)));
+      const uint32_t dst = stages_shared + stage;
 #pragma unroll
       for (int j = 0; j < kChunksPerThread; ++j) {
         if (j + 1 < kChunksPerThread || last_chunk) {
@@ -114,56 +205,62 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     }
     cp_async_commit();
   };
-  issue(0);
-  issue(1);
+  issue(0, 0);
+  issue(1, kBlockBytes);
 
-  // This warp's share of the query (pairs m0 + e and m0 + e + 8 of the lane, fp32, log2 units).
+  // This warp's share of the query (pairs m0 + e and m0 + e + 8 of the lane, fp32, log2 units):
+  // {q[m0 + e], q[m0 + e + 8]} (channels {c, c + 1}, {c + 64, c + 65}) as float4 e of the thread,
+  // in shared memory ([e][thread]) rather than 4 kPairs registers.
   const int m0 = kPairs * warp;
-  float q[kPairs][2][2];
+  float4* query =
+      reinterpret_cast<float4*>(dsmem + int4_smem_bytes<kWarps, kG>() - kQueryBytes) + threadIdx.x;
   {
     const float f = a.scale * kLog2e;
     const float* row = a.q + static_cast<int64_t>(a.query_start_loc[it.seq]) * a.q_stride +
                        (g * group + r) * kD + 16 * i + 2 * m0;
 #pragma unroll
     for (int e = 0; e < kPairs; ++e) {
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        q[e][0][c] = r < group ? row[2 * e + c] * f : 0.0f;
-        q[e][1][c] = r < group ? row[64 + 2 * e + c] * f : 0.0f;
-      }
+      query[e * kThreads] = r < group ? make_float4(row[2 * e] * f, row[2 * e + 1] * f,
+                                                    row[64 + 2 * e] * f, row[64 + 2 * e + 1] * f)
+                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
   }
   // The cos / sin of this warp's frequency pairs at a block's first position.
   // fetch_turn(k) is called for k = 0, 1, 2, ..., so the rows advance by one block a call.
+  // (rows of the tables as float2 indices: < 2^31 for any served context)
   float2 tc[kPairs], ts[kPairs];
-  const int64_t turn_row0 = static_cast<int64_t>(it.begin) * B * (kD / 2) + 16 * i + 2 * m0;
-  const auto* turn_cos = reinterpret_cast<const float2*>(a.rope_cos + turn_row0);
-  const auto* turn_sin = reinterpret_cast<const float2*>(a.rope_sin + turn_row0);
+  int turn_at = it.begin * B * (kD / 2) / 2 + (16 * i + 2 * m0) / 2;
   auto fetch_turn = [&](int k) {
     if (k >= n) return;
 #pragma unroll
     for (int e = 0; e < kPairs; ++e) {
-      tc[e] = __ldg(turn_cos + e);
-      ts[e] = __ldg(turn_sin + e);
+      tc[e] = __ldg(reinterpret_cast<const float2*>(a.rope_cos) + turn_at + e);
+      ts[e] = __ldg(reinterpret_cast<const float2*>(a.rope_sin) + turn_at + e);
     }
-    turn_cos += B * (kD / 2) / 2;
-    turn_sin += B * (kD / 2) / 2;
+    turn_at += B * (kD / 2) / 2;
   };
+  // The turned query's two buffers hold word m of lane l's B fragments (qa below) at
+  // [m / 4][l][m % 4], 16 x 32 words each: a warp reads chunk m / 4 of every lane as one 16-byte
+  // load a lane, conflict-free, at immediate offsets. This lane's pairs m0 .. m0 + kPairs - 1
+  // (kPairs words, consecutive: m0 % 4 + kPairs <= 4) at turn_mine, pairs m0 + 8 .. 256 words on.
+  uint32_t* turn_mine = turned + (m0 / 4) * 128 + lane * 4 + m0 % 4;
   // (R(p0)^T q) for block k's start p0, this warp's words, into buffer k % 2.
   auto store_turn = [&](int k) {
     if (k >= n) return;
-    // Lane-major, 16-byte chunk j of a lane at j ^ (lane / 2) % 4 (conflict-free reads).
-    uint32_t* dst = turned + (k % 2) * 16 * 32 + lane * 16;
-    auto at = [&](int m) -> uint32_t& { return dst[4 * ((m / 4) ^ ((lane >> 1) & 3)) + m % 4]; };
+    uint32_t lo[kPairs], hi[kPairs];
 #pragma unroll
     for (int e = 0; e < kPairs; ++e) {
-      const float lo0 = q[e][0][0] * tc[e].x + q[e][1][0] * ts[e].x;
-      const float lo1 = q[e][0][1] * tc[e].y + q[e][1][1] * ts[e].y;
-      const float hi0 = q[e][1][0] * tc[e].x - q[e][0][0] * ts[e].x;
-      const float hi1 = q[e][1][1] * tc[e].y - q[e][0][1] * ts[e].y;
-      at(m0 + e) = pack2<false>(lo0, lo1);
-      at(m0 + e + 8) = pack2<false>(hi0, hi1);
+      const float4 qe = query[e * kThreads];  // written by this thread
+      const float lo0 = qe.x * tc[e].x + qe.z * ts[e].x;
+      const float lo1 = qe.y * tc[e].y + qe.w * ts[e].y;
+      const float hi0 = qe.z * tc[e].x - qe.x * ts[e].x;
+      const float hi1 = qe.w * tc[e].y - qe.y * ts[e].y;
+      lo[e] = pack2<false>(lo0, lo1);
+      hi[e] = pack2<false>(hi0, hi1);
     }
+    uint32_t* dst = turn_mine + (k % 2) * 16 * 32;
+    store_words<kPairs>(dst, lo);
+    store_words<kPairs>(dst + 256, hi);
   };
   fetch_turn(0);
   store_turn(0);
@@ -182,7 +279,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
     const int j = lane / 8, t = 16 * warp + 8 * (j % 2) + lane % 8, g = 2 * c + j / 2;
-    v_lane[c] = static_cast<uint32_t>(L.v_codes_offset) + 64 * t + 16 * (g ^ ((t >> 1) & 3));
+    v_lane[c] = static_cast<uint32_t>(Blk::v_codes + 64 * t + 16 * (g ^ ((t >> 1) & 3)));
   }
   // R(t) for the lane's key positions and frequency pairs 8i + m (half2 cos, sin), kept in
   // shared memory in lane order ([warp][nt][m][lane]) to spare 32 registers.
@@ -199,77 +296,91 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     }
   }
 
+  // The lane's byte offsets in a stage, the same for every block: its key code words at tk0
+  // (words 2i, 2i + 1 of chunk (i / 2) ^ ksw, words 2i + 8, 2i + 9 of chunk (2 + i / 2) ^ ksw; tk1
+  // is 8 positions on), its key scales (chunks 2i, 2i + 1, 8 + 2i, 9 + 2i; zeros the same in
+  // k_zero) and its value scales at tk0 (kG of them; tk1 8 kG on, zeros the same in v_zero).
+  const int k_code_lo = held(Blk::k_codes + 8 * (tk0 * 8 + 2 * ((i / 2) ^ ksw) + i % 2));
+  const int k_code_hi = held(Blk::k_codes + 8 * (tk0 * 8 + 2 * ((2 + i / 2) ^ ksw) + i % 2));
+  const int k_param = held(Blk::k_scale + 32 * i);
+  const int v_param = held(Blk::v_scale + 2 * kG * tk0);
+  // The lane's turned-query chunks: chunk j of buffer 0 at turn_lane[32 j] (buffer 1 16 x 32
+  // words on).
+  const uint4* turn_lane = reinterpret_cast<const uint4*>(turned) + lane;
+
+  int rd = 0;  // the byte offset of block k's stage: k % kInt4Stages whole blocks
   for (int k = 0; k < n; ++k) {
     fetch_turn(k + 1);
     cp_async_wait<1>();  // block k has landed (block k + 1 may be in flight)
     __syncthreads();     // for every warp; block k's turned query is stored; block k - 1 is read
-    issue(k + 2);        // into block k - 1's stage
-    const std::byte* base =
-        reinterpret_cast<const std::byte*>(stages + (k % kInt4Stages) * kBlockBytes);
-    uint32_t qa[16];
-    {
-      const uint4* src = reinterpret_cast<const uint4*>(turned + (k % 2) * 16 * 32 + lane * 16);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint4 v = src[j ^ ((lane >> 1) & 3)];
-        qa[4 * j] = v.x;
-        qa[4 * j + 1] = v.y;
-        qa[4 * j + 2] = v.z;
-        qa[4 * j + 3] = v.w;
-      }
-    }
-
+    issue(k + 2, rd == 0 ? (kInt4Stages - 1) * kBlockBytes : rd - kBlockBytes);  // k - 1's stage
+    const unsigned char* base = stages + rd;
     // Scores of positions tk0 and tk1 (C fragment rows) for heads 2i, 2i + 1 (columns) from
-    // their keys (A fragment) and the turned query (B fragment).
-    const auto* kcodes = reinterpret_cast<const uint2*>(base + L.k_codes_offset);
-    const auto* kscale = reinterpret_cast<const uint4*>(base + L.k_scale_offset);
-    const auto* kzero = reinterpret_cast<const uint4*>(base + L.k_zero_offset);
-    uint32_t kbs[2][16];  // the keys at tk0, tk1: the lane's channel pairs m (half2)
+    // their keys (A fragment) and the turned query (B fragment, qa), in two halves: jj takes
+    // the lane's channel pairs 4 jj .. 4 jj + 3 (code word jj: w01) and their RoPE partners 8 +
+    // 4 jj .. (word 2 + jj: w23), so that a half's scales, rotations and keys are used up before
+    // the next half's are read. k-tiles 2 jj, 2 jj + 1 sum in chain 0, 4 + 2 jj, 5 + 2 jj in
+    // chain 1.
+    const uint4* turn_src = turn_lane + (k % 2) * 16 * 32 / 4;
+    const auto* kscale = reinterpret_cast<const uint4*>(base + k_param);
+    const auto* kzero =
+        reinterpret_cast<const uint4*>(base + k_param + (Blk::k_zero - Blk::k_scale));
+    uint2 w01[2], w23[2];  // key code words 2i, 2i + 1 and 2i + 8, 2i + 9 at tk0, tk1
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      // Key code words 2i, 2i + 1 (chunk i / 2) and 2i + 8, 2i + 9.
-      const int t = nt == 0 ? tk0 : tk1;
-      const uint2 w01 = kcodes[t * 8 + 2 * ((i / 2) ^ ksw) + i % 2];
-      const uint2 w23 = kcodes[t * 8 + 2 * ((2 + i / 2) ^ ksw) + i % 2];
-      const uint32_t w[4] = {w01.x, w01.y, w23.x, w23.y};
-      uint32_t(&kb)[16] = kbs[nt];
+      w01[nt] = *reinterpret_cast<const uint2*>(base + k_code_lo + 8 * 64 * nt);
+      w23[nt] = *reinterpret_cast<const uint2*>(base + k_code_hi + 8 * 64 * nt);
+    }
+    float c[2][4] = {};
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {  // pairs 4j .. 4j + 3: one scale and one zero chunk
-        const uint4 ks = kscale[j < 2 ? 2 * i + j : 8 + 2 * i + (j - 2)];
-        const uint4 kz = kzero[j < 2 ? 2 * i + j : 8 + 2 * i + (j - 2)];
-        const uint32_t kss[4] = {ks.x, ks.y, ks.z, ks.w}, kzz[4] = {kz.x, kz.y, kz.z, kz.w};
-        const uint32_t w8 = w[j] >> 8;
+    for (int jj = 0; jj < 2; ++jj) {
+      const uint4 ks[2] = {kscale[jj], kscale[8 + jj]}, kz[2] = {kzero[jj], kzero[8 + jj]};
+      // The keys at tk0, tk1 (nt): kb[nt][e] pair 4 jj + e, kb[nt][4 + e] its partner 8 + 4 jj + e.
+      uint32_t kb[2][8];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const uint32_t x = e < 2 ? w[j] : w8;
-          const uint32_t codes = e % 2 == 0 ? codes_to_f16x2(x) : codes_hi_to_f16x2(x);
-          const __half2 v = __hfma2(*reinterpret_cast<const __half2*>(&codes),
-                                    *reinterpret_cast<const __half2*>(&kss[e]),
-                                    *reinterpret_cast<const __half2*>(&kzz[e]));
-          kb[4 * j + e] = *reinterpret_cast<const uint32_t*>(&v);
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t wd =
+              h == 0 ? (jj == 0 ? w01[nt].x : w01[nt].y) : (jj == 0 ? w23[nt].x : w23[nt].y);
+          const uint32_t w8 = wd >> 8;
+          const uint32_t kss[4] = {ks[h].x, ks[h].y, ks[h].z, ks[h].w};
+          const uint32_t kzz[4] = {kz[h].x, kz[h].y, kz[h].z, kz[h].w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const uint32_t x = e < 2 ? wd : w8;
+            const uint32_t codes = e % 2 == 0 ? codes_to_f16x2(x) : codes_hi_to_f16x2(x);
+            const __half2 v = __hfma2(*reinterpret_cast<const __half2*>(&codes),
+                                      *reinterpret_cast<const __half2*>(&kss[e]),
+                                      *reinterpret_cast<const __half2*>(&kzz[e]));
+            kb[nt][4 * h + e] = *reinterpret_cast<const uint32_t*>(&v);
+          }
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {  // R(t) on pair m = 4 jj + e and its partner m + 8
+          const uint4 cs4 = rot[(nt * 4 + 2 * jj + e / 2) * 32];
+          const uint32_t cw = e % 2 == 0 ? cs4.x : cs4.z, sw2 = e % 2 == 0 ? cs4.y : cs4.w;
+          const __half2 c2 = *reinterpret_cast<const __half2*>(&cw);
+          const __half2 s2 = *reinterpret_cast<const __half2*>(&sw2);
+          const __half2 lo = *reinterpret_cast<const __half2*>(&kb[nt][e]);
+          const __half2 hi = *reinterpret_cast<const __half2*>(&kb[nt][4 + e]);
+          const __half2 nlo = __hfma2(lo, c2, __hneg2(__hmul2(hi, s2)));
+          const __half2 nhi = __hfma2(hi, c2, __hmul2(lo, s2));
+          kb[nt][e] = *reinterpret_cast<const uint32_t*>(&nlo);
+          kb[nt][4 + e] = *reinterpret_cast<const uint32_t*>(&nhi);
         }
       }
 #pragma unroll
-      for (int m = 0; m < 8; ++m) {
-        const uint4 cs4 = rot[(nt * 4 + m / 2) * 32];
-        const uint32_t cw = m % 2 == 0 ? cs4.x : cs4.z, sw2 = m % 2 == 0 ? cs4.y : cs4.w;
-        const __half2 c2 = *reinterpret_cast<const __half2*>(&cw);
-        const __half2 s2 = *reinterpret_cast<const __half2*>(&sw2);
-        const __half2 lo = *reinterpret_cast<const __half2*>(&kb[m]);
-        const __half2 hi = *reinterpret_cast<const __half2*>(&kb[m + 8]);
-        const __half2 nlo = __hfma2(lo, c2, __hneg2(__hmul2(hi, s2)));
-        const __half2 nhi = __hfma2(hi, c2, __hmul2(lo, s2));
-        kb[m] = *reinterpret_cast<const uint32_t*>(&nlo);
-        kb[m + 8] = *reinterpret_cast<const uint32_t*>(&nhi);
-      }
-    }
-    // Two chains of four MMAs (the k-tiles' order of summation differs from one chain).
-    float c[2][4] = {};
+      for (int h = 0; h < 2; ++h) {  // k-tiles 2 jj, 2 jj + 1 (h = 0) or 4 + 2 jj, 5 + 2 jj
+        const uint4 qv = turn_src[32 * (2 * h + jj)];  // qa words of those k-tiles
+        const uint32_t qa[4] = {qv.x, qv.y, qv.z, qv.w};
 #pragma unroll
-    for (int tt = 0; tt < 8; ++tt) {
-      const uint32_t ka[4] = {kbs[0][2 * tt], kbs[1][2 * tt], kbs[0][2 * tt + 1],
-                              kbs[1][2 * tt + 1]};
-      mma_m16n8k16<false>(c[tt % 2], ka, qa[2 * tt], qa[2 * tt + 1]);
+        for (int u = 0; u < 2; ++u) {
+          const uint32_t ka[4] = {kb[0][4 * h + 2 * u], kb[1][4 * h + 2 * u],
+                                  kb[0][4 * h + 2 * u + 1], kb[1][4 * h + 2 * u + 1]};
+          mma_m16n8k16<false>(c[h], ka, qa[2 * u], qa[2 * u + 1]);
+        }
+      }
     }
     float s[4];
 #pragma unroll
@@ -284,9 +395,16 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     // ldmatrix .trans hands lane (r, i) unit r (nibbles 0..3) of group g at positions tv, tv + 1
     // (x[g][0]) and tv + 8, tv + 9 (x[g][1]): m-tile 2g takes nibbles 0 and 1 (rows r, r + 8),
     // m-tile 2g + 1 nibbles 2 and 3 (int4_channel()).
-    const auto* vscale = reinterpret_cast<const __half*>(base + L.v_scale_offset);
-    const auto* vzero = reinterpret_cast<const __half*>(base + L.v_zero_offset);
-    const uint32_t stage_shared = stages_shared + (k % kInt4Stages) * kBlockBytes;
+    __half2 vs[2][kG];  // the value scales at tk0, tk1, each in both halves
+    float vz[2][kG];    // the value zeros
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      load_halves<kG>(base + v_param + 2 * kG * 8 * nt, vs[nt]);
+      load_halves<kG>(base + v_param + (Blk::v_zero - Blk::v_scale) + 2 * kG * 8 * nt, vz[nt]);
+    }
+    // The probabilities as fp16 pairs: [r][2i, 2i + 1] and [r + 8][2i, 2i + 1].
+    const __half2 p01 = __floats2half2_rn(s[0], s[1]), p23 = __floats2half2_rn(s[2], s[3]);
+    const uint32_t stage_shared = stages_shared + rd;
     uint32_t x[4][2];
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
@@ -302,15 +420,14 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     for (int g32 = 0; g32 < 4; ++g32) {
       const int vg = g32 * kG / 4;
       if (g32 * kG % 4 == 0) {  // the first m-tile pair of value group vg
-        const float vs0 = __half2float(vscale[tk0 * kG + vg]);
-        const float vs1 = __half2float(vscale[tk1 * kG + vg]);
-        const float z0 = __half2float(vzero[tk0 * kG + vg]);
-        const float z1 = __half2float(vzero[tk1 * kG + vg]);
 #pragma unroll
-        for (int e = 0; e < 2; ++e) st.z[vg][e] += s[e] * z0 + s[e + 2] * z1;
+        for (int e = 0; e < 2; ++e) {
+          st.z[vg][e] = fmaf(s[e + 2], vz[1][vg], fmaf(s[e], vz[0][vg], st.z[vg][e]));
+        }
         // [position r][heads 2i, 2i + 1] -> [head r][positions 2i, 2i + 1], and the same + 8.
-        b0 = transpose8x8_b16(pack2<false>(s[0] * vs0, s[1] * vs0));
-        b1 = transpose8x8_b16(pack2<false>(s[2] * vs1, s[3] * vs1));
+        const __half2 pv01 = __hmul2(p01, vs[0][vg]), pv23 = __hmul2(p23, vs[1][vg]);
+        b0 = transpose8x8_b16(*reinterpret_cast<const uint32_t*>(&pv01));
+        b1 = transpose8x8_b16(*reinterpret_cast<const uint32_t*>(&pv23));
       }
       const uint32_t lo = x[g32][0], hi = x[g32][1], lo2 = lo >> 8, hi2 = hi >> 8;
       const uint32_t av0[4] = {lo & 0x000f000fu, lo & 0x00f000f0u, hi & 0x000f000fu,
@@ -320,6 +437,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
                                hi2 & 0x00f000f0u};
       mma_m16n8k16<false>(st.acc[2 * g32 + 1], av1, b0, b1);
     }
+    rd = rd == (kInt4Stages - 1) * kBlockBytes ? 0 : rd + kBlockBytes;
   }
   cp_async_wait<0>();
   __syncthreads();  // the stages' memory becomes the epilogue's
@@ -330,8 +448,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   }
   write_partial<kWarps, ChannelMap::kInt4>(
       st, reinterpret_cast<float*>(dsmem),
-      d.partials +
-          (static_cast<int64_t>(blockIdx.x) * a.num_kv_heads + g) * group * kDecodePartialFloats,
+      d.partials + (static_cast<int64_t>(item) * a.num_kv_heads + g) * group * kDecodePartialFloats,
       group, kD / kG);
   if constexpr (kFusedMerge) merge_if_last<kThreads>(a, d, it.merge, g, dsmem);
 }
@@ -392,10 +509,17 @@ void with_int4_kernel(int block_size, int value_groups, F&& f) {
 
 void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream) {
   with_int4_kernel(a.block_size, a.layout.num_value_groups(), [&]<int kWarps, int kG>() {
-    constexpr int kBlockBytes = int4_block_bytes<kWarps * 16, kG>();
-    S4KV_CHECK(static_cast<int>(a.layout.block_bytes) == kBlockBytes,
-               "decode attention: int4_kivi block of ", a.layout.block_bytes, " bytes");
-    const dim3 grid(static_cast<unsigned>(d.num_int4_items), static_cast<unsigned>(a.num_kv_heads));
+    using Blk = Int4Block<kWarps * 16, kG>;
+    const kv::Int4KiviLayout& L = a.layout;
+    auto at = [](int offset) { return static_cast<size_t>(offset); };
+    S4KV_CHECK(L.head_dim == kD && L.k_codes_offset == at(Blk::k_codes) &&
+                   L.k_scale_offset == at(Blk::k_scale) && L.k_zero_offset == at(Blk::k_zero) &&
+                   L.v_codes_offset == at(Blk::v_codes) && L.v_scale_offset == at(Blk::v_scale) &&
+                   L.v_zero_offset == at(Blk::v_zero) && L.block_bytes == at(Blk::bytes),
+               "decode attention: int4_kivi block of ", L.block_bytes, " bytes, head_dim ",
+               L.head_dim, ", not the kernel's layout");
+    S4KV_CHECK(d.num_int4_items <= 65535, "decode attention: ", d.num_int4_items, " int4 items");
+    const dim3 grid(static_cast<unsigned>(a.num_kv_heads), static_cast<unsigned>(d.num_int4_items));
     if (d.merge_counts != nullptr) {
       const int smem = configured_int4_kernel<kWarps, kG, true>();
       launch_dependent(decode_int4_kernel<kWarps, kG, true>, grid, kWarps * 32, smem, stream, a, d);

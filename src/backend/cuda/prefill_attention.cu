@@ -145,47 +145,67 @@ __device__ inline void rows16(const PagedAttentionArgs& a, const Ctx& c, int p, 
 }
 
 // ---- loading a KV tile ----------------------------------------------------------------------
-// Thread mapping of every loader: thread 2 t + h takes position t of the tile. The converting
-// ones write channel chunks [32 h, 32 h + 32) and [64 + 32 h, 96 + 32 h) (the RoPE partners of
-// the first), 8 channels (16 bytes) per store.
+// Thread mapping of the converting loaders: thread 2 t + h takes position t of the tile, writing
+// channel chunks [32 h, 32 h + 32) and [64 + 32 h, 96 + 32 h) (the RoPE partners of the first),
+// 8 channels (16 bytes) per store. The copying loaders (issue_rows16, issue_fp8) give a row to
+// consecutive lanes, one 16-byte chunk each, so that a warp's copy reads whole 128-byte lines
+// (a lane pair a row made each request touch 16 lines, one sector each: the decode row kernel
+// ran 1.3-1.5x faster once its copy read whole lines, bench/results/cuda_h200/ab_v6). Warp w
+// copies positions 16 w .. 16 w + 15 of the tile; lane l < 16 locates position 16 w + l once and
+// the lanes copying it take its address by a shuffle.
+constexpr int kWarpRows = kKv / kWarps;  // positions a warp copies
+static_assert(kWarpRows == 16, "a half warp locates a warp's positions");
 
-// 16-bit rows straight into the stage: half h copies the row's 16-byte chunks h, h + 2, ...
+// 16-bit rows straight into the stage: two positions a pass, chunk lane % 16 of each.
 __device__ inline void issue_rows16(const PagedAttentionArgs& a, const Ctx& c, const KvTile& kt,
                                     uint16_t* kb, uint16_t* vb) {
-  const int t = threadIdx.x / 2, h = threadIdx.x % 2;
-  uint16_t* kd = kb + t * kLd;
-  uint16_t* vd = vb + t * kLd;
-  if (t < kt.count) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, t0 = kWarpRows * (threadIdx.x / 32);
+  unsigned long long kl = 0, vl = 0;  // the rows of position t0 + lane % 16
+  if (t0 + lane % 16 < kt.count) {
     const uint16_t *ks, *vs;
-    rows16(a, c, kt.p0 + t, ks, vs);
+    rows16(a, c, kt.p0 + t0 + lane % 16, ks, vs);
+    kl = reinterpret_cast<unsigned long long>(ks);
+    vl = reinterpret_cast<unsigned long long>(vs);
+  }
+  const int ch = lane % 16;  // kD / 8 = 16 chunks a row
 #pragma unroll
-    for (int j = h; j < kD / 8; j += 2) {
-      cp_async16(kd + 8 * j, ks + 8 * j);
-      cp_async16(vd + 8 * j, vs + 8 * j);
-    }
-  } else {
-#pragma unroll
-    for (int j = h; j < kD / 8; j += 2) {
-      zero16(kd + 8 * j);
-      zero16(vd + 8 * j);
+  for (int j = 0; j < kWarpRows / 2; ++j) {
+    const int src = 2 * j + lane / 16, t = t0 + src;
+    const auto* ks = reinterpret_cast<const uint16_t*>(__shfl_sync(~0u, kl, src));
+    const auto* vs = reinterpret_cast<const uint16_t*>(__shfl_sync(~0u, vl, src));
+    uint16_t* kd = kb + t * kLd + 8 * ch;
+    uint16_t* vd = vb + t * kLd + 8 * ch;
+    if (t < kt.count) {
+      cp_async16(kd, ks + 8 * ch);
+      cp_async16(vd, vs + 8 * ch);
+    } else {
+      zero16(kd);
+      zero16(vd);
     }
   }
 }
 
-// fp8_e4m3 rows into the raw area (widened by convert_fp8 once they have landed).
+// fp8_e4m3 rows into the raw area (widened by convert_fp8 once they have landed): four positions
+// a pass, chunk lane % 8 of each.
 __device__ inline void issue_fp8(const PagedAttentionArgs& a, const Ctx& c, const KvTile& kt,
                                  unsigned char* raw) {
-  const int t = threadIdx.x / 2, h = threadIdx.x % 2;
-  if (t >= kt.count) return;
-  const int p = kt.p0 + t, b = a.block_size;
-  const int64_t row =
-      (static_cast<int64_t>(c.table[p / b]) * b + p % b) * a.num_kv_heads * kD + c.g * kD;
-  const auto* ks = static_cast<const unsigned char*>(a.k_cache) + row;
-  const auto* vs = static_cast<const unsigned char*>(a.v_cache) + row;
+  const int lane = static_cast<int>(threadIdx.x) % 32, t0 = kWarpRows * (threadIdx.x / 32);
+  long long row = 0;  // the element offset of position t0 + lane % 16's rows
+  if (t0 + lane % 16 < kt.count) {
+    const int p = kt.p0 + t0 + lane % 16, b = a.block_size;
+    row = (static_cast<int64_t>(c.table[p / b]) * b + p % b) * a.num_kv_heads * kD + c.g * kD;
+  }
+  const int ch = lane % 8;  // kD / 16 = 8 chunks a row
 #pragma unroll
-  for (int j = h; j < kD / 16; j += 2) {
-    cp_async16(raw + t * kRawFp8Ld + 16 * j, ks + 16 * j);
-    cp_async16(raw + (kKv + t) * kRawFp8Ld + 16 * j, vs + 16 * j);
+  for (int j = 0; j < kWarpRows / 4; ++j) {
+    const int src = 4 * j + lane / 8, t = t0 + src;
+    const long long r = __shfl_sync(~0u, row, src);
+    if (t < kt.count) {
+      cp_async16(raw + t * kRawFp8Ld + 16 * ch,
+                 static_cast<const unsigned char*>(a.k_cache) + r + 16 * ch);
+      cp_async16(raw + (kKv + t) * kRawFp8Ld + 16 * ch,
+                 static_cast<const unsigned char*>(a.v_cache) + r + 16 * ch);
+    }
   }
 }
 
