@@ -372,6 +372,16 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaPadding,
 // the graph replays (same rows, so the same GEMM algorithms and attention plan), and every
 // logits row of the real sequences must be identical. Compute dtype bf16: the tensor-core
 // decode kernels with their graph-time guards (split-KV counts on the device).
+// s4kv-tiny's config and weights (call under ASSERT_NO_FATAL_FAILURE).
+void load_tiny(model::ModelConfig& config, model::ModelWeights& weights) {
+  auto c = model::load_model_config("models/s4kv-tiny");
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  auto w = model::load_weights("models/s4kv-tiny", *c, model::LoadFormat::kAuto);
+  ASSERT_TRUE(w.is_ok()) << w.status().message();
+  config = *c;
+  weights = std::move(*w);
+}
+
 constexpr int64_t kGraphSeqs = 11, kGraphMaxSeqs = 12, kGraphModelLen = 1024;
 
 // The graph tests' model (s4kv-tiny), cache (kGraphSeqs sequences of kGraphModelLen) and limits.
@@ -379,12 +389,7 @@ class CudaGraphs : public ::testing::TestWithParam<Format> {
  protected:
   void SetUp() override {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    auto config = model::load_model_config("models/s4kv-tiny");
-    ASSERT_TRUE(config.is_ok());
-    auto weights = model::load_weights("models/s4kv-tiny", *config, model::LoadFormat::kAuto);
-    ASSERT_TRUE(weights.is_ok());
-    config_ = *config;
-    weights_ = std::move(*weights);
+    ASSERT_NO_FATAL_FAILURE(load_tiny(config_, weights_));
     const int64_t blocks_per_seq = kGraphModelLen / GetParam().block_size + 1;
     kv_ = format_kv(GetParam(), kGraphSeqs * blocks_per_seq, kGraphMaxSeqs, kGraphSeqs);
   }
@@ -570,15 +575,26 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaGraphs,
                          ::testing::Values(kFormats[1], kFormats[2], kFormats[4], kFormats[8]),
                          [](const auto& info) { return std::string(info.param.name); });
 
-TEST(CudaBackend, RefusesWhatItCannotRun) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  auto config = model::load_model_config("models/s4kv-tiny");
-  ASSERT_TRUE(config.is_ok());
-  auto weights = model::load_weights("models/s4kv-tiny", *config, model::LoadFormat::kAuto);
-  ASSERT_TRUE(weights.is_ok());
-  KvCacheConfig kv;
-  kv.num_blocks = 8;
-  kv.block_size = 64;
+// s4kv-tiny with a KV cache of 8 blocks of 64 (each test sets its dtype): the refusal and
+// sizing tests.
+class CudaBackendSmall : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    ASSERT_NO_FATAL_FAILURE(load_tiny(config_, weights_));
+    small_kv_.num_blocks = 8;
+    small_kv_.block_size = 64;
+  }
+
+  model::ModelConfig config_;
+  model::ModelWeights weights_;
+  KvCacheConfig small_kv_;
+};
+
+TEST_F(CudaBackendSmall, RefusesWhatItCannotRun) {
+  const model::ModelConfig* config = &config_;
+  const model::ModelWeights* weights = &weights_;
+  KvCacheConfig kv = small_kv_;
   kv.dtype = kv::KvCacheDtype::kInt4Kivi;
   kv.num_seats = 1;
   kv.int4_keys_post_rope = true;
@@ -594,15 +610,10 @@ TEST(CudaBackend, RefusesWhatItCannotRun) {
 // The engine asks for one logits row a sequence and says so (BackendLimits::max_num_logits):
 // the logits buffers then hold that many rows instead of one a batched token, and profile()
 // gives the difference to the KV cache; a step asking for more rows is a broken invariant.
-TEST(CudaBackend, LogitsBuffersSizedByMaxNumLogits) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  auto config = model::load_model_config("models/s4kv-tiny");
-  ASSERT_TRUE(config.is_ok());
-  auto weights = model::load_weights("models/s4kv-tiny", *config, model::LoadFormat::kAuto);
-  ASSERT_TRUE(weights.is_ok());
-  KvCacheConfig kv;
-  kv.num_blocks = 8;
-  kv.block_size = 64;
+TEST_F(CudaBackendSmall, LogitsBuffersSizedByMaxNumLogits) {
+  const model::ModelConfig* config = &config_;
+  const model::ModelWeights* weights = &weights_;
+  KvCacheConfig kv = small_kv_;
   kv.dtype = kv::KvCacheDtype::k16Bit;
   constexpr int64_t kTokens = 4096, kSeqs = 4, kModelLen = 512;
   auto kv_bytes = [&](const BackendLimits& limits) -> int64_t {
