@@ -74,6 +74,7 @@ cuda::CudaBackendOptions cuda_options(DType compute_dtype, const BackendLimits& 
   cuda::CudaBackendOptions options;
   options.gpu_memory_utilization = device.gpu_memory_utilization;
   options.enforce_eager = device.enforce_eager;
+  options.fused_decode_merge = device.fused_decode_merge;
   options.compute_dtype = compute_dtype;
   options.max_num_tokens = limits.max_num_tokens;
   options.max_num_seqs = limits.max_num_seqs;

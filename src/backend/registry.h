@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
@@ -41,6 +42,9 @@ struct DeviceOptions {
   double gpu_memory_utilization = 0.9;  // cuda: the share of the GPU profile() gives out
   int cpu_threads = 0;                  // cpu: threads of the forward pass; 0: the cores available
   bool enforce_eager = false;           // cuda: no CUDA graphs (--enforce-eager)
+  // cuda: the decode merge in the attention item kernels (CudaBackendOptions); unset: as
+  // S4KV_DECODE_MERGE says.
+  std::optional<bool> fused_decode_merge;
 };
 
 // Creates the backend of a resolved device ("cpu" | "cuda") and compute dtype, before its

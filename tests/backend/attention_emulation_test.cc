@@ -261,8 +261,20 @@ __global__ void hadamard_rows_kernel(float* rows) {
   r[c] = hadamard128(r[c], row, c);
 }
 
-// hadamard128 (warp shuffles for stages 1..16, shared memory for 32 and 64) is kv::hadamard_ref
-// bit for bit: the same butterflies in the same order.
+// A warp a row, four channels a lane (the fused decode merge's layout).
+__global__ void hadamard_warp_rows_kernel(float* rows) {
+  const int lane = static_cast<int>(threadIdx.x);
+  float* r = rows + static_cast<size_t>(blockIdx.x) * kHeadDim;
+  float y[4] = {r[2 * lane], r[2 * lane + 1], r[64 + 2 * lane], r[64 + 2 * lane + 1]};
+  hadamard128_warp(y, lane);
+  r[2 * lane] = y[0];
+  r[2 * lane + 1] = y[1];
+  r[64 + 2 * lane] = y[2];
+  r[64 + 2 * lane + 1] = y[3];
+}
+
+// hadamard128 (warp shuffles for stages 1..16, shared memory for 32 and 64) and hadamard128_warp
+// (a warp a row) are kv::hadamard_ref bit for bit: the same butterflies in the same order.
 TEST(HadamardEmulated, BitForBitTheCpuTransform) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -271,12 +283,14 @@ TEST(HadamardEmulated, BitForBitTheCpuTransform) {
   for (size_t k = 0; k < rows.size(); ++k) {
     rows[k] = normal(rng) * std::ldexp(1.0f, static_cast<int>(k % 37) - 18);  // mixed scales
   }
-  std::vector<float> want(rows);
+  std::vector<float> want(rows), by_warp(rows);
   emu::launch(hadamard_rows_kernel, dim3(n), dim3(kHeadDim), 0, std::tuple<float*>(rows.data()));
+  emu::launch(hadamard_warp_rows_kernel, dim3(n), dim3(32), 0, std::tuple<float*>(by_warp.data()));
   for (int r = 0; r < n; ++r) {
     kv::hadamard_ref(std::span<float>(want).subspan(static_cast<size_t>(r) * kHeadDim, kHeadDim));
   }
   EXPECT_EQ(std::memcmp(rows.data(), want.data(), rows.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(by_warp.data(), want.data(), by_warp.size() * 4), 0);
 }
 
 // ---- the whole decode path: launch_decode_attention (item kernels and merge) ---------------

@@ -458,21 +458,17 @@ void graph_steps(const Format& f, const KvCacheConfig& kv, const BackendLimits& 
 // graph-time guards (split-KV counts on the device).
 TEST_P(CudaGraphs, ReplayIsBitEqualToEagerExecution) {
   const Format f = GetParam();
-  const model::ModelConfig* config = &config_;
-  const model::ModelWeights* weights = &weights_;
-  const KvCacheConfig& kv = kv_;
-  const BackendLimits& limits = limits_;
-  auto graphs = make_started_backend("cuda", DType::kBF16, *config, *weights, kv, limits);
+  auto graphs = make_started_backend("cuda", DType::kBF16, config_, weights_, kv_, limits_);
   ASSERT_TRUE(graphs.is_ok()) << graphs.status().message();
-  auto eager = make_started_backend("cuda", DType::kBF16, *config, *weights, kv, limits,
+  auto eager = make_started_backend("cuda", DType::kBF16, config_, weights_, kv_, limits_,
                                     DeviceOptions{0.9, 0, /*enforce_eager=*/true});
   ASSERT_TRUE(eager.is_ok()) << eager.status().message();
 
   const std::vector<int64_t> sizes = {1, 2, 4, 8, 12};
   const std::vector<int32_t> pad_token = {0};
-  const std::vector<int32_t> dummy_table(1, static_cast<int32_t>(kv.dummy_block()));
+  const std::vector<int32_t> dummy_table(1, static_cast<int32_t>(kv_.dummy_block()));
   int64_t decode_steps = 0, padded_steps = 0, rows_compared = 0;
-  graph_steps(f, kv, limits, [&](int step, ForwardBatchBuilder& b, bool decode_only) {
+  graph_steps(f, kv_, limits_, [&](int step, ForwardBatchBuilder& b, bool decode_only) {
     const int64_t real = b.num_logits();
     const auto got_span = (*graphs)->forward(b.batch()).logits;
     const std::vector<float> got(got_span.begin(), got_span.end());
@@ -481,7 +477,7 @@ TEST_P(CudaGraphs, ReplayIsBitEqualToEagerExecution) {
       const int64_t size = *std::lower_bound(sizes.begin(), sizes.end(), real);
       padded_steps += size > real;
       for (int64_t p = real; p < size; ++p) {
-        b.add(pad_token, 0, dummy_table, static_cast<int32_t>(kv.dummy_seat()), 0);
+        b.add(pad_token, 0, dummy_table, static_cast<int32_t>(kv_.dummy_seat()), 0);
         b.want_logits(b.num_tokens() - 1);
       }
     }
@@ -489,8 +485,8 @@ TEST_P(CudaGraphs, ReplayIsBitEqualToEagerExecution) {
     ASSERT_GE(want.size(), got.size());
     for (int64_t r = 0; r < real; ++r) {
       int64_t differ = 0;
-      for (int64_t j = 0; j < config->vocab_size; ++j) {
-        const size_t k = static_cast<size_t>(r * config->vocab_size + j);
+      for (int64_t j = 0; j < config_.vocab_size; ++j) {
+        const size_t k = static_cast<size_t>(r * config_.vocab_size + j);
         differ += got[k] != want[k];
       }
       EXPECT_EQ(differ, 0) << "step " << step << " row " << r << " of " << real
@@ -517,27 +513,11 @@ TEST_P(CudaGraphs, ReplayIsBitEqualToEagerExecution) {
 // Then the same with --enforce-eager: the fused merge without a graph (no flag in device memory).
 TEST_P(CudaGraphs, FusedDecodeMergeMatchesTheMergeKernel) {
   const Format f = GetParam();
-  const model::ModelConfig* config = &config_;
-  const model::ModelWeights* weights = &weights_;
-  const KvCacheConfig& kv = kv_;
-  const BackendLimits& limits = limits_;
   for (const bool eager : {false, true}) {
-    auto started = [&](bool fused) -> Result<std::unique_ptr<Backend>> {
-      cuda::CudaBackendOptions o;
-      o.compute_dtype = DType::kBF16;
-      o.max_num_tokens = limits.max_num_tokens;
-      o.max_num_seqs = limits.max_num_seqs;
-      o.max_model_len = limits.max_model_len;
-      o.max_num_logits = limits.max_num_logits;
-      o.enforce_eager = eager;
-      o.fused_decode_merge = fused;
-      S4KV_ASSIGN_OR_RETURN(std::unique_ptr<Backend> bk,
-                            cuda::make_cuda_backend(*config, *weights, kv, o));
-      if (const auto reasons = bk->unsupported(kv); !reasons.empty()) {
-        return unsupported(reasons.front());
-      }
-      S4KV_RETURN_IF_ERROR(bk->init_kv_cache(kv));
-      return bk;
+    auto started = [&](bool fused) {
+      return make_started_backend(
+          "cuda", DType::kBF16, config_, weights_, kv_, limits_,
+          DeviceOptions{.enforce_eager = eager, .fused_decode_merge = fused});
     };
     auto kernel = started(false);
     ASSERT_TRUE(kernel.is_ok()) << kernel.status().message();
@@ -545,12 +525,12 @@ TEST_P(CudaGraphs, FusedDecodeMergeMatchesTheMergeKernel) {
     ASSERT_TRUE(fused.is_ok()) << fused.status().message();
     int64_t rows = 0, bit_equal = 0;
     double worst = 0.0;
-    graph_steps(f, kv, limits, [&](int step, ForwardBatchBuilder& b, bool decode_only) {
+    graph_steps(f, kv_, limits_, [&](int step, ForwardBatchBuilder& b, bool decode_only) {
       const auto want_span = (*kernel)->forward(b.batch()).logits;
       const std::vector<float> want(want_span.begin(), want_span.end());
       const auto got = (*fused)->forward(b.batch()).logits;
       ASSERT_EQ(got.size(), want.size());
-      const int64_t vocab = config->vocab_size;
+      const int64_t vocab = config_.vocab_size;
       for (int64_t r = 0; r < static_cast<int64_t>(b.num_logits()); ++r) {
         const float* x = got.data() + r * vocab;
         const float* y = want.data() + r * vocab;

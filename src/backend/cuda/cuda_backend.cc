@@ -505,10 +505,11 @@ void CudaBackend::stage(const ForwardBatch& b, int64_t size) {
     quant_room = static_cast<size_t>(size * nkv);
     item_room = static_cast<size_t>(cap.int4_items + cap.row_items);
   }
+  step_merge_in_items_ = merge_counts_ != nullptr && merge_in_items(plan);
   const int32_t live[kStepLiveWords] = {
       plan.num_int4_items, static_cast<int32_t>(plan.items.size()),
       static_cast<int32_t>(fills_.fills.size()), static_cast<int32_t>(fills_.first_position.size()),
-      merge_in_items(plan) ? 1 : 0};
+      step_merge_in_items_ ? 1 : 0};
 
   arena_.clear();
   step_.token_ids = arena_.put(b.token_ids.data(), b.token_ids.size());

@@ -134,7 +134,7 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
       if (graph_size_ > 0) {         // the step's choice in step_.live[4]; the merge kernel beside
         dl.merge_counts = merge_counts_;
         dl.merge_flag = step_.live + 4;
-      } else if (merge_in_items(plan)) {
+      } else if (step_merge_in_items_) {
         dl.merge_counts = merge_counts_;
       }
     }

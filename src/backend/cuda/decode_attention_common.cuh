@@ -24,9 +24,9 @@
 
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/decode_attention.cuh"
+#include "backend/cuda/hadamard.cuh"
 #include "backend/cuda/int4_kivi_device.cuh"
 #include "backend/cuda/tensor_core.cuh"
-#include "kv/hadamard.h"
 
 namespace s4kv::backend::cuda::decode_detail {
 
@@ -248,8 +248,7 @@ __device__ inline void write_ring_value(const PagedAttentionArgs& a, int token, 
 // online softmax in every lane (the weight sums, and the weighted sums of the lane's channels
 // 2 lane, 2 lane + 1 and their partners 64 channels up; the loads of a few items and all the
 // warp's heads in flight together), int4_kivi v2's Hadamard-domain sums apart and rotated back
-// inside the warp by hadamard_ref's butterflies (stages 1 and 64 within the lane, 2..32 by
-// shuffles); writes the output rows (and the ring row under
+// inside the warp (hadamard128_warp); writes the output rows (and the ring row under
 // write_residual). With d.merge_flag, only in steps it marks. smem: 16 bytes, free.
 template <int kThreads>
 __device__ void merge_if_last(const PagedAttentionArgs& a, const DecodeLaunch& d, int merge, int g,
@@ -348,33 +347,12 @@ __device__ void merge_if_last(const PagedAttentionArgs& a, const DecodeLaunch& d
 #pragma unroll
     for (int u = 0; u < 4; ++u) o[u] = plain[e][u] / sum[e];
     if (a.value_hadamard) {
-      // kv::hadamard_ref's stages h = 1, 2, ..., 64 of (a + b, a - b) butterflies, each rounded;
-      // channel c = 2 lane + u % 2 + 64 (u / 2): stage 1 pairs u and u ^ 1, stage 64 u and u ^ 2
-      // (both in the lane), stages 2..32 lane and lane ^ (h / 2).
       float y[4];
 #pragma unroll
       for (int u = 0; u < 4; ++u) y[u] = had[e][u] / sum[e];
-      auto in_lane = [&](int mask) {
+      hadamard128_warp(y, lane);
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          if ((u & mask) != 0) continue;
-          const float x0 = y[u], x1 = y[u | mask];
-          y[u] = __fadd_rn(x0, x1);
-          y[u | mask] = __fsub_rn(x0, x1);
-        }
-      };
-      in_lane(1);
-      for (int h = 2; h < kD / 2; h *= 2) {
-        const bool high = (lane & (h / 2)) != 0;
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const float x = __shfl_xor_sync(0xffffffffu, y[u], h / 2);
-          y[u] = high ? __fsub_rn(x, y[u]) : __fadd_rn(y[u], x);
-        }
-      }
-      in_lane(2);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) o[u] += __fmul_rn(y[u], kv::kHadamardScale128);
+      for (int u = 0; u < 4; ++u) o[u] += y[u];
     }
     const int64_t at = (row0 + hh) * kD + 2 * lane;
     switch (a.out_dtype) {
