@@ -243,12 +243,14 @@ capture_output=True, text=True).stdout.strip()}; json.dump(d, open(p, 'w'), inde
     done
     ;;
   attention)
-    # Decode attention, every format, beside torch SDPA fp16 (bench/attention_bench.py).
+    # Decode attention, every format, beside torch SDPA fp16 (bench/attention_bench.py);
+    # ATTENTION_TAG names the files of one run among several (attention$ATTENTION_TAG.json).
+    t=${ATTENTION_TAG:-}
     S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/s4kv/BUILD_INFO) \
       python3 bench/attention_bench.py --bin cuda_attention_bench \
-      --out $res/attention_h200.json ${ATTENTION_ARGS:-} > $res/attention.txt 2>$res/attention_err.txt || {
-      tail -n 20 $res/attention_err.txt; exit 1; }
-    cat $res/attention.txt
+      --out $res/attention$t.json ${ATTENTION_ARGS:-} > $res/attention$t.txt 2>$res/attention_err$t.txt || {
+      tail -n 20 $res/attention_err$t.txt; exit 1; }
+    cat $res/attention$t.txt
     ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac
