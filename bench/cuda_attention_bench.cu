@@ -13,8 +13,7 @@
 // --fused-merge: each shape also with the merge fused into the item kernels
 // (DecodeLaunch::merge_counts, S4KV_DECODE_MERGE=fused), checked and timed in the same run
 // ("us_fused", "pct_copy_fused", "check_fused_rel_l2"); --rows-in-wave: int4_kivi's split leaves
-// its row items room in the int4 kernel's wave (DecodeShape::rows_in_wave) and they run in the
-// narrow row kernel (DecodeLaunch::narrow_rows), which fits beside three int4 thread blocks.
+// its row items room in the int4 kernel's wave (DecodeShape::rows_in_wave).
 //
 //   cuda_attention_bench --prefill [...]: prefill attention instead (cuda_prefill_bench.cu has
 //   its options): the tensor-core prefill kernels against the reference kernel.
@@ -263,7 +262,6 @@ int run(int argc, char** argv) {
           dl.seqs = static_cast<const DecodeSeq*>(d_seqs.data());
           dl.num_seqs = static_cast<int32_t>(plan.seqs.size());
           dl.partials = static_cast<float*>(partials.data());
-          dl.narrow_rows = rows_in_wave && int4;
           // The same launch with the merge fused into the item kernels (counts zero between
           // launches: each group's last block sets its count back).
           DeviceBuffer counts(std::max<size_t>(plan.seqs.size() * sh.kv_heads * 4, 16));

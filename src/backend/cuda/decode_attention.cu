@@ -83,24 +83,20 @@ template <RowFormat F>
 __host__ __device__ constexpr int row_bytes() {  // a staged row: 128 values and 16 bytes of pad
   return (F == RowFormat::kFp8 ? kD : 2 * kD) + 16;
 }
-template <RowFormat F, int kWarps = kRowWarps>
+template <RowFormat F>
 __host__ __device__ constexpr int rows_smem_bytes() {
-  return kRowStages * 2 * 16 * kWarps * row_bytes<F>();
+  return kRowStages * 2 * 16 * kRowWarps * row_bytes<F>();
 }
-// The narrow row kernel (DecodeLaunch::narrow_rows): 2 warps, tiles of 32 positions, 34 KB of
-// shared memory, so that a block fits beside three int4 thread blocks (3 x 53.5 KB) on a
-// multiprocessor, where the 68 KB of the 4-warp kernel's does not.
-constexpr int kNarrowRowWarps = 2;
 
-// Tiles of 16 kWarps positions stream through shared memory (cp.async, K rows then V rows,
+// Tiles of 16 kRowWarps positions stream through shared memory (cp.async, K rows then V rows,
 // each padded by 16 bytes against bank conflicts); warp w takes positions 16 w .. 16 w + 15
 // of each tile.
-template <RowFormat F, bool kFusedMerge, int kWarps = kRowWarps>
-__global__ void __launch_bounds__(kWarps * 32)
+template <RowFormat F, bool kFusedMerge>
+__global__ void __launch_bounds__(kRowWarps * 32)
     decode_rows_kernel(PagedAttentionArgs a, DecodeLaunch d) {
   constexpr bool kBf16 = F == RowFormat::kBf16;
   constexpr bool kFp8 = F == RowFormat::kFp8;
-  constexpr int kTile = 16 * kWarps;
+  constexpr int kTile = 16 * kRowWarps;
   constexpr int kRowBytes = row_bytes<F>();
   constexpr int kChunks = (kRowBytes - 16) / 16;
   constexpr int kStageBytes = 2 * kTile * kRowBytes;
@@ -133,8 +129,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       // lines (2 16-bit rows or 4 fp8 rows): thread t takes chunk t % kChunks of the K and V
       // rows of positions t / kChunks + kPer j. (A lane pair a row, 16 rows a warp, made the
       // L2 the limit, at 84 % of its throughput with the DRAM at 52 %: ncu, B 16, ctx 8192.)
-      constexpr int kPer = kWarps * 32 / kChunks;  // positions a pass
-      static_assert(kWarps * 32 % kChunks == 0 && kTile % kPer == 0, "the copy's passes");
+      constexpr int kPer = kRowWarps * 32 / kChunks;  // positions a pass
+      static_assert(kRowWarps * 32 % kChunks == 0 && kTile % kPer == 0, "the copy's passes");
       unsigned char* dst = dsmem + (k % kRowStages) * kStageBytes + 16 * (threadIdx.x % kChunks);
       const int first = it.begin + k * kTile;
 #pragma unroll
@@ -271,26 +267,24 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   cp_async_wait<0>();
   __syncthreads();
-  write_partial<kWarps, kFp8 ? ChannelMap::kPhys : ChannelMap::kNatural>(
+  write_partial<kRowWarps, kFp8 ? ChannelMap::kPhys : ChannelMap::kNatural>(
       st, reinterpret_cast<float*>(dsmem),
       d.partials + (static_cast<int64_t>(item) * a.num_kv_heads + g) * group * kDecodePartialFloats,
       group, kD);
-  if constexpr (kFusedMerge) merge_if_last<kWarps * 32>(a, d, it.merge, g, dsmem);
+  if constexpr (kFusedMerge) merge_if_last<kRowWarps * 32>(a, d, it.merge, g, dsmem);
 }
 
 // The row kernel for F and the merge with its shared memory attribute set (once): its shared
 // memory bytes.
-template <RowFormat F, bool kFusedMerge = false, int kWarps = kRowWarps>
+template <RowFormat F, bool kFusedMerge = false>
 int configured_rows_kernel() {
-  constexpr int kSmem = rows_smem_bytes<F, kWarps>();
-  static_assert(kSmem >= (kWarps * 8 * kD + kWarps * 8 * 6) * 4, "epilogue");
+  constexpr int kSmem = rows_smem_bytes<F>();
+  static_assert(kSmem >= (kRowWarps * 8 * kD + kRowWarps * 8 * 6) * 4, "epilogue");
   static const bool attribute_set = [] {
-    S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_rows_kernel<F, kFusedMerge, kWarps>,
+    S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_rows_kernel<F, kFusedMerge>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    // Deeper stages: room for more than one thread block. The narrow kernel: the int4 kernel's
-    // carveout, so that a multiprocessor the int4 blocks hold takes the row block as it is.
-    if (kRowStages > 2 || kWarps != kRowWarps) {
-      S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_rows_kernel<F, kFusedMerge, kWarps>,
+    if (kRowStages > 2) {  // deeper stages: room for more than one thread block
+      S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_rows_kernel<F, kFusedMerge>,
                                            cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
     }
@@ -300,28 +294,18 @@ int configured_rows_kernel() {
   return kSmem;
 }
 
-template <RowFormat F, bool kFusedMerge, int kWarps>
-void launch_rows_as(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(a.num_kv_heads),
-                  static_cast<unsigned>(d.num_items - d.num_int4_items));
-  const int smem = configured_rows_kernel<F, kFusedMerge, kWarps>();
-  launch_dependent(decode_rows_kernel<F, kFusedMerge, kWarps>, grid, kWarps * 32, smem, stream, a,
-                   d);
-}
-
 template <RowFormat F>
 void launch_rows(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream) {
   S4KV_CHECK(d.num_items - d.num_int4_items <= 65535,
              "decode attention: ", d.num_items - d.num_int4_items, " row items");
-  const bool fused = d.merge_counts != nullptr;
-  if (d.narrow_rows && fused) {
-    launch_rows_as<F, true, kNarrowRowWarps>(a, d, stream);
-  } else if (d.narrow_rows) {
-    launch_rows_as<F, false, kNarrowRowWarps>(a, d, stream);
-  } else if (fused) {
-    launch_rows_as<F, true, kRowWarps>(a, d, stream);
+  const dim3 grid(static_cast<unsigned>(a.num_kv_heads),
+                  static_cast<unsigned>(d.num_items - d.num_int4_items));
+  if (d.merge_counts != nullptr) {
+    const int smem = configured_rows_kernel<F, true>();
+    launch_dependent(decode_rows_kernel<F, true>, grid, kRowWarps * 32, smem, stream, a, d);
   } else {
-    launch_rows_as<F, false, kRowWarps>(a, d, stream);
+    const int smem = configured_rows_kernel<F>();
+    launch_dependent(decode_rows_kernel<F, false>, grid, kRowWarps * 32, smem, stream, a, d);
   }
 }
 

@@ -104,10 +104,6 @@ struct DecodeLaunch {
   // int4_kivi, a decode-only step: the merge also writes each sequence's token from staging into
   // its residual ring (int4_kivi_cache.cuh's residual_write, which the step then skips).
   bool write_residual = false;
-  // The row items in the narrow row kernel (2 warps, 34 KB of shared memory instead of 4 and
-  // 68 KB), which fits beside three int4 thread blocks on a multiprocessor: with a plan made
-  // with DecodeShape::rows_in_wave, int4_kivi's row blocks run beside its int4 blocks.
-  bool narrow_rows = false;
   // Null: the merge kernel combines the items' partials after the item kernels. Else the merge
   // is fused into them: [num_seqs, num_kv_heads] counts, zero between launches; each item's
   // thread block counts itself done in its (sequence, KV head)'s, and the last of them merges
