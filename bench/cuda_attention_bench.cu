@@ -7,13 +7,12 @@
 //   cuda_attention_bench [--heads 28/4,32/8] [--batches 1,4,16,64,256]
 //       [--contexts 1024,8192,32768,131072] [--max-tokens 2097152] [--reps 20]
 //       [--formats 16bit,fp8,int4] [--reference] [--block-size 64] [--value-group-size 128]
-//       [--int4-v1] [--check-only] [--fused-merge] [--rows-in-wave]   > results.json
+//       [--int4-v1] [--check-only] [--fused-merge]   > results.json
 // --int4-v1: int4_kivi without sink block, window and Hadamard (v2 otherwise); --check-only:
 // the correctness check of every (format, shape), no timing (tools/device_attention.sh check);
 // --fused-merge: each shape also with the merge fused into the item kernels
 // (DecodeLaunch::merge_counts, S4KV_DECODE_MERGE=fused), checked and timed in the same run
-// ("us_fused", "pct_copy_fused", "check_fused_rel_l2"); --rows-in-wave: int4_kivi's split leaves
-// its row items room in the int4 kernel's wave (DecodeShape::rows_in_wave).
+// ("us_fused", "pct_copy_fused", "check_fused_rel_l2").
 //
 //   cuda_attention_bench --prefill [...]: prefill attention instead (cuda_prefill_bench.cu has
 //   its options): the tensor-core prefill kernels against the reference kernel.
@@ -53,7 +52,7 @@ int run(int argc, char** argv) {
   std::vector<int> contexts = {1024, 8192, 32768, 131072};
   int64_t max_tokens = int64_t{1} << 21;
   int reps = 20;
-  bool reference = false, check_only = false, fused_merge = false, rows_in_wave = false;
+  bool reference = false, check_only = false, fused_merge = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -73,8 +72,6 @@ int run(int argc, char** argv) {
       check_only = true;
     } else if (a == "--fused-merge") {
       fused_merge = true;
-    } else if (a == "--rows-in-wave") {
-      rows_in_wave = true;
     } else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -194,7 +191,6 @@ int run(int argc, char** argv) {
           ds.num_kv_heads = sh.kv_heads;
           ds.num_sms = num_sms;
           ds.blocks_per_sm = decode_blocks_per_sm(ds.cache, B, int4 ? Gv : 128);
-          ds.rows_in_wave = rows_in_wave;
           DecodePlan plan;
           plan_attention(fb, ds, true, plan);
 

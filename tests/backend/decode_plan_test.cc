@@ -144,9 +144,8 @@ TEST(DecodePlan, CoversEveryDecodeRowsContextOnce) {
 // whole waves of the device's resident blocks, not a wave and a fraction, and a single short
 // context still splits into items of about a hundred positions (the decode step of batch 1).
 DecodePlan split_plan(kv::KvCacheDtype cache, int block_size, int num_seqs, int64_t context,
-                      int blocks_per_sm, bool rows_in_wave = false, bool sinks = false) {
+                      int blocks_per_sm) {
   DecodeShape shape;
-  shape.rows_in_wave = rows_in_wave;
   shape.cache = cache;
   shape.block_size = block_size;
   shape.num_pool_blocks = 1000000;
@@ -160,7 +159,6 @@ DecodePlan split_plan(kv::KvCacheDtype cache, int block_size, int num_seqs, int6
     for (size_t j = 0; j < table.size(); ++j) {
       table[j] = static_cast<int32_t>(s * max_blocks + static_cast<int64_t>(j));
     }
-    if (sinks) table[0] = static_cast<int32_t>(shape.num_pool_blocks + s);
     builder.add(std::vector<int32_t>{1}, context - 1, table, s, 0);
   }
   DecodePlan plan;
@@ -188,33 +186,6 @@ TEST(DecodePlan, EqualContextsFillWholeWaves) {
   EXPECT_EQ(split_items(kv::KvCacheDtype::kInt4Kivi, 64, 64, 8192, 2), 64 + 64);
   // 8 sequences of 8,192: a wave holds 8 items of 16 blocks each (8 x 8 = 64 <= 66).
   EXPECT_EQ(split_items(kv::KvCacheDtype::kInt4Kivi, 64, 8, 8192, 2), 8 * 8 + 8);
-}
-
-// DecodeShape::rows_in_wave: int4_kivi's split leaves the row items' thread blocks room in the
-// int4 kernel's wave where they take at most a quarter of it, and changes nothing past that.
-TEST(DecodePlan, RowItemsTakeRoomInTheInt4Wave) {
-  const auto int4 = kv::KvCacheDtype::kInt4Kivi;
-  auto int4_items = [](const DecodePlan& p) { return static_cast<int64_t>(p.num_int4_items); };
-  // 16 sequences of 8,192 with sink blocks, 4 blocks a multiprocessor: a wave of 132 items a KV
-  // head; 126 pool blocks a sequence (sink and ring apart), two row items (sink, ring).
-  const DecodePlan full = split_plan(int4, 64, 16, 8192, 4, false, true);
-  EXPECT_EQ(int4_items(full), 16 * 8);  // 8 items of 16 blocks: 128 <= 132
-  EXPECT_EQ(static_cast<int64_t>(full.items.size()) - int4_items(full), 32);
-  // With room for the 32 row items (32 <= 132 / 4): 6 items of 21 blocks (96 <= 100).
-  const DecodePlan room = split_plan(int4, 64, 16, 8192, 4, true, true);
-  EXPECT_EQ(int4_items(room), 16 * 6);
-  EXPECT_EQ(static_cast<int64_t>(room.items.size()) - int4_items(room), 32);
-  EXPECT_EQ(room.items[0].end - room.items[0].begin, 21);
-  // Without sink blocks a row item a sequence: 16 <= 33, a wave of 116 items, 7 a sequence of
-  // 19 of its 127 pool blocks (112 <= 116).
-  EXPECT_EQ(int4_items(split_plan(int4, 64, 16, 8192, 4, true, false)), 16 * 7);
-  EXPECT_EQ(int4_items(split_plan(int4, 64, 16, 8192, 4, false, false)), 16 * 8);
-  // 32 sequences: 64 row items, more than a quarter of the wave: the split as without room.
-  EXPECT_EQ(int4_items(split_plan(int4, 64, 32, 8192, 4, true, true)),
-            int4_items(split_plan(int4, 64, 32, 8192, 4, false, true)));
-  // The 16-bit cache has no row items beside its split: the option changes nothing.
-  EXPECT_EQ(split_plan(kv::KvCacheDtype::k16Bit, 16, 16, 8192, 4, true).items.size(),
-            split_plan(kv::KvCacheDtype::k16Bit, 16, 16, 8192, 4, false).items.size());
 }
 
 // The fused merge's choice (S4KV_DECODE_MERGE=fused): a step whose sequences have at most

@@ -565,7 +565,6 @@ void plan_attention(const ForwardBatch& b, const DecodeShape& shape, bool decode
     }
   }
   std::vector<int64_t> main_blocks;  // per decode sequence: blocks of its main range
-  int64_t num_rows = 0;              // int4_kivi: row items (a sink block, the ring's rows)
   for (int64_t s = 0; s < num_seqs; ++s) {
     const int32_t q0 = b.query_start_loc[s], q1 = b.query_start_loc[s + 1];
     if (!decode || q1 - q0 != 1) {
@@ -576,16 +575,12 @@ void plan_attention(const ForwardBatch& b, const DecodeShape& shape, bool decode
     if (int4) {
       const int32_t* table = b.block_tables.data() + s * b.max_num_blocks_per_seq;
       const int64_t pool_end = plan.pool_ends[static_cast<size_t>(s)];
-      const bool sink = pool_end > 0 && table[0] >= shape.num_pool_blocks;
-      n = sink ? pool_end - 1 : pool_end;
-      num_rows += sink ? 2 : 1;
+      n = pool_end > 0 && table[0] >= shape.num_pool_blocks ? pool_end - 1 : pool_end;
     }
     main_blocks.push_back(n);
   }
   if (main_blocks.empty()) return;
-  int64_t wave = items_per_wave(shape);
-  if (shape.rows_in_wave && 4 * num_rows <= wave) wave -= num_rows;
-  const int64_t chunk = split_chunk(main_blocks, B, wave);
+  const int64_t chunk = split_chunk(main_blocks, B, items_per_wave(shape));
   std::vector<DecodeItem> rows;
   size_t d = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {

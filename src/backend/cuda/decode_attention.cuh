@@ -54,11 +54,6 @@ struct DecodeShape {
   // Thread blocks of the split items' kernel (int4_kivi: the int4 kernel; else the row kernel)
   // resident on one multiprocessor at once: a wave is num_sms * blocks_per_sm blocks.
   int blocks_per_sm = 4;
-  // int4_kivi: the split leaves room in the int4 kernel's wave for the row items' thread blocks
-  // (a sequence's sink block and ring rows, on the second stream) where they take at most a
-  // quarter of it, so that the two kernels' blocks run at once instead of the row blocks waiting
-  // for int4 blocks to end (small batches; docs/gpu_kernels.md, "int4_kivi at B 16").
-  bool rows_in_wave = false;
 };
 
 // blocks_per_sm of a device and cache (the occupancy of the kernel that runs the split items).
