@@ -177,7 +177,7 @@ class CudaBackend final : public Backend {
     const DecodeSeq* decode_seqs;
   } step_{};
   int64_t step_max_blocks_ = 0, step_num_fills_ = 0, step_num_quantized_ = 0;
-  bool step_merge_in_items_ = false;  // S4KV_DECODE_MERGE=fused and merge_in_items(plan)
+  bool step_merge_in_items_ = false;  // fused merge on (merge_counts_) and merge_in_items
   int64_t graph_size_ = 0;    // the capture size of the step being staged or launched; 0: eager
   bool graph_commit_ = true;  // the graph being captured has int4_kivi's kv_commit
   std::vector<int32_t> token_seq_host_;

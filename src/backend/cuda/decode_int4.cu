@@ -26,10 +26,6 @@ struct Int4Block {
   static constexpr int v_zero = v_scale + 2 * B * kG;
   static constexpr int bytes = v_zero + 2 * B * kG;
 };
-template <int B, int kG>
-__host__ __device__ constexpr int int4_block_bytes() {
-  return Int4Block<B, kG>::bytes;
-}
 constexpr int kInt4Stages = 3;  // blocks in flight per thread block: this one and two ahead
 
 // x, kept in a register across the loop: ptxas would otherwise recompute a lane's offsets from
@@ -120,7 +116,7 @@ constexpr int kQueryBytes = 8 * 32 * 16;     // the query's pairs each thread tu
 template <int kWarps, int kG>
 __host__ __device__ constexpr int int4_smem_bytes() {
   // The stages, the turned query of this block and the next, the lanes' rotations, the query.
-  return kInt4Stages * int4_block_bytes<kWarps * 16, kG>() + kTurnBytes + kWarps * 2 * 8 * 32 * 8 +
+  return kInt4Stages * Int4Block<kWarps * 16, kG>::bytes + kTurnBytes + kWarps * 2 * 8 * 32 * 8 +
          kQueryBytes;
 }
 

@@ -1,16 +1,16 @@
 // The normalized 128-point Walsh-Hadamard transform of one row, as device functions: for kernels
-// of 128 threads (hadamard128: thread c owns channel c) and for a warp (hadamard128_warp):
-// kv::hadamard_ref's stages h = 1, 2, ..., 64 of (a+b, a-b) butterflies, then the fp32(1/sqrt(128))
-// product, each step rounded on its own, so the result is bit for bit the CPU's. Stages 1..16 pair
-// lanes of one warp (shuffles), stages 32 and 64 pass through row[] (128 floats of shared memory,
-// left holding stage 32's values). Every thread of the block must call it (it synchronizes);
-// channel c's scaled value is returned.
+// of 128 threads (hadamard128) and for a warp (hadamard128_warp). Both are kv::hadamard_ref's
+// stages h = 1, 2, ..., 64 of (a+b, a-b) butterflies, then the fp32(1/sqrt(128)) product, each
+// step rounded on its own, so the result is bit for bit the CPU's.
 #pragma once
 
 #include "kv/hadamard.h"
 
 namespace s4kv::backend::cuda {
 
+// Thread c of the block owns channel c. Stages 1..16 pair lanes of one warp (shuffles), stages 32
+// and 64 pass through row[] (128 floats of shared memory, left holding stage 32's values). Every
+// thread of the block must call it (it synchronizes); channel c's scaled value is returned.
 __device__ inline float hadamard128(float v, float* row, int c) {
   // c is j (low: a + b) or j + h (high: a - b) of its butterfly, a the low channel's value.
   for (int h = 1; h < 32; h *= 2) {
