@@ -33,133 +33,107 @@ TEST(DecodePlan, CoversEveryDecodeRowsContextOnce) {
                         {kv::KvCacheDtype::kInt4Kivi, 128, 1, false}};
   std::mt19937 rng(3);
   for (const Case& c : cases) {
-    for (const bool host : {false, true}) {
-      if (host && c.cache != kv::KvCacheDtype::kInt4Kivi) continue;
-      for (const int num_sms : {1, 8, 132}) {
-        for (const int blocks_per_sm : {1, 2, 3, 4}) {
-          for (int trial = 0; trial < 20; ++trial) {
-            const int64_t B = c.block_size, num_pool = 100000, max_len = 20000;
-            const int64_t max_blocks = max_len / B + 1;
-            DecodeShape shape;
-            shape.cache = c.cache;
-            shape.block_size = c.block_size;
-            shape.num_pool_blocks = num_pool;
-            shape.ring = c.ring;
-            shape.num_kv_heads = 4;
-            shape.num_sms = num_sms;
-            shape.blocks_per_sm = blocks_per_sm;
-            shape.host_rows = host;
-            const bool int4 = c.cache == kv::KvCacheDtype::kInt4Kivi;
-            ForwardBatchBuilder builder(B, max_blocks);
-            std::uniform_int_distribution<int64_t> len(1, max_len - 64), q(1, 40), coin(0, 3);
-            const int num_seqs = 1 + trial % 12;
-            std::vector<int32_t> table(static_cast<size_t>(max_blocks));
-            for (int s = 0; s < num_seqs; ++s) {
-              const int64_t computed = len(rng);
-              const int64_t q_len = coin(rng) == 0 ? q(rng) : 1;
-              for (size_t j = 0; j < table.size(); ++j) {
-                table[j] =
-                    static_cast<int32_t>((s * max_blocks + static_cast<int64_t>(j)) % num_pool);
-              }
-              if (c.sink) table[0] = static_cast<int32_t>(num_pool + s);
-              const int64_t seat_start = int4 && coin(rng) == 0 ? computed / B / 2 * B : 0;
-              const std::vector<int32_t> tokens(static_cast<size_t>(q_len), 1);
-              builder.add(
-                  tokens, computed,
-                  std::span(table).first(static_cast<size_t>((computed + q_len + B - 1) / B)),
-                  int4 ? s : -1, seat_start);
+    for (const int num_sms : {1, 8, 132}) {
+      for (const int blocks_per_sm : {1, 2, 3, 4}) {
+        for (int trial = 0; trial < 20; ++trial) {
+          const int64_t B = c.block_size, num_pool = 100000, max_len = 20000;
+          const int64_t max_blocks = max_len / B + 1;
+          DecodeShape shape;
+          shape.cache = c.cache;
+          shape.block_size = c.block_size;
+          shape.num_pool_blocks = num_pool;
+          shape.ring = c.ring;
+          shape.num_kv_heads = 4;
+          shape.num_sms = num_sms;
+          shape.blocks_per_sm = blocks_per_sm;
+          const bool int4 = c.cache == kv::KvCacheDtype::kInt4Kivi;
+          ForwardBatchBuilder builder(B, max_blocks);
+          std::uniform_int_distribution<int64_t> len(1, max_len - 64), q(1, 40), coin(0, 3);
+          const int num_seqs = 1 + trial % 12;
+          std::vector<int32_t> table(static_cast<size_t>(max_blocks));
+          for (int s = 0; s < num_seqs; ++s) {
+            const int64_t computed = len(rng);
+            const int64_t q_len = coin(rng) == 0 ? q(rng) : 1;
+            for (size_t j = 0; j < table.size(); ++j) {
+              table[j] =
+                  static_cast<int32_t>((s * max_blocks + static_cast<int64_t>(j)) % num_pool);
             }
-            const ForwardBatch b = builder.batch();
-            DecodePlan plan;
-            plan_attention(b, shape, true, plan);
-            SCOPED_TRACE(testing::Message()
-                         << "block " << B << " sms " << num_sms << " x " << blocks_per_sm
-                         << " trial " << trial << (host ? " hosted rows" : ""));
-            ASSERT_EQ(plan.rows_hosted, host);
-            ASSERT_LE(static_cast<int64_t>(plan.items.size()), max_decode_items(num_seqs, shape));
-            const DecodeCapacity cap = decode_capacity(num_seqs, shape);
-            ASSERT_LE(plan.num_int4_items, cap.int4_items);
-            ASSERT_LE(static_cast<int64_t>(plan.items.size()) - plan.num_int4_items, cap.row_items);
-            // Items are never empty, but an int4 item that hosts row items; hosted, every row item
-            // is hosted once, by an int4 item of its sequence, at most two by one item.
-            std::vector<int> hosted(plan.items.size(), 0);
-            for (int32_t k = 0; k < static_cast<int32_t>(plan.items.size()); ++k) {
-              const DecodeItem& it = plan.items[static_cast<size_t>(k)];
-              const bool hosts = it.host_end > it.host_begin;
-              ASSERT_TRUE(it.begin < it.end || hosts) << "item " << k;
-              ASSERT_TRUE(!hosts || (host && k < plan.num_int4_items)) << "item " << k;
-              if (!hosts) continue;
-              ASSERT_LE(it.host_end - it.host_begin, 2);
-              ASSERT_GE(it.host_begin, plan.num_int4_items);
-              ASSERT_LE(it.host_end, static_cast<int32_t>(plan.items.size()));
-              for (int32_t j = it.host_begin; j < it.host_end; ++j) {
-                ASSERT_EQ(plan.items[static_cast<size_t>(j)].seq, it.seq);
-                ++hosted[static_cast<size_t>(j)];
-              }
-            }
-            for (size_t k = static_cast<size_t>(plan.num_int4_items); k < plan.items.size(); ++k) {
-              ASSERT_EQ(hosted[k], host ? 1 : 0) << "row item " << k;
-            }
-            // Prefill rows to the reference kernel; decode rows to the items.
-            std::vector<int32_t> others;
-            size_t d = 0;
-            for (int64_t s = 0; s < b.num_seqs(); ++s) {
-              const int32_t q0 = b.query_start_loc[s], q1 = b.query_start_loc[s + 1];
-              if (q1 - q0 != 1) {
-                for (int32_t t = q0; t < q1; ++t) others.push_back(t);
-                continue;
-              }
-              ASSERT_LT(d, plan.seqs.size());
-              const DecodeSeq& ds = plan.seqs[d++];
-              ASSERT_EQ(ds.token, q0);
-              const int64_t seq_len = b.seq_lens[s];
-              std::vector<int> covered(static_cast<size_t>(seq_len), 0);
-              for (int32_t k = ds.int4_begin; k < ds.int4_end; ++k) {
-                const DecodeItem& it = plan.items[static_cast<size_t>(k)];
-                ASSERT_TRUE(int4);
-                ASSERT_LT(k, plan.num_int4_items);
-                ASSERT_EQ(it.seq, s);
-                ASSERT_EQ(it.merge, static_cast<int32_t>(d - 1)) << "item " << k << "'s merge";
-                for (int64_t blk = it.begin; blk < it.end; ++blk) {
-                  ASSERT_LT(b.block_tables[s * b.max_num_blocks_per_seq + blk], num_pool)
-                      << "a sink block in an int4 item";
-                  for (int64_t p = blk * B; p < (blk + 1) * B; ++p)
-                    ++covered[static_cast<size_t>(p)];
-                }
-                // Splits of at least 64 positions but the last (hosted: less by the hosts' rows).
-                if (int4 && k > ds.int4_begin && !host) {
-                  const DecodeItem& prev = plan.items[static_cast<size_t>(k - 1)];
-                  ASSERT_GE((prev.end - prev.begin) * B, 64);
-                }
-              }
-              for (int32_t k = ds.rows_begin; k < ds.rows_end; ++k) {
-                const DecodeItem& it = plan.items[static_cast<size_t>(k)];
-                ASSERT_GE(k, plan.num_int4_items);
-                if (!int4 && k > ds.rows_begin) {  // the same for the row splits
-                  const DecodeItem& prev = plan.items[static_cast<size_t>(k - 1)];
-                  ASSERT_GE(prev.end - prev.begin, 64);
-                }
-                ASSERT_EQ(it.seq, s);
-                ASSERT_EQ(it.merge, static_cast<int32_t>(d - 1)) << "item " << k << "'s merge";
-                for (int64_t p = it.begin; p < it.end; ++p) ++covered[static_cast<size_t>(p)];
-              }
-              for (int64_t p = 0; p < seq_len; ++p) {
-                ASSERT_EQ(covered[static_cast<size_t>(p)], 1) << "seq " << s << " position " << p;
-              }
-              if (int4) {
-                ASSERT_EQ(plan.pool_ends[static_cast<size_t>(s)],
-                          int4_pool_end(b, s, B, c.ring, num_pool));
-              }
-            }
-            ASSERT_EQ(d, plan.seqs.size());
-            ASSERT_EQ(plan.other_tokens, others);
-
-            // decode = false: every row to the reference kernel, nothing planned.
-            DecodePlan none;
-            plan_attention(b, shape, false, none);
-            ASSERT_TRUE(none.items.empty() && none.seqs.empty());
-            ASSERT_EQ(static_cast<int64_t>(none.other_tokens.size()), b.num_tokens());
+            if (c.sink) table[0] = static_cast<int32_t>(num_pool + s);
+            const int64_t seat_start = int4 && coin(rng) == 0 ? computed / B / 2 * B : 0;
+            const std::vector<int32_t> tokens(static_cast<size_t>(q_len), 1);
+            builder.add(tokens, computed,
+                        std::span(table).first(static_cast<size_t>((computed + q_len + B - 1) / B)),
+                        int4 ? s : -1, seat_start);
           }
+          const ForwardBatch b = builder.batch();
+          DecodePlan plan;
+          plan_attention(b, shape, true, plan);
+          SCOPED_TRACE(testing::Message() << "block " << B << " sms " << num_sms << " x "
+                                          << blocks_per_sm << " trial " << trial);
+          ASSERT_LE(static_cast<int64_t>(plan.items.size()), max_decode_items(num_seqs, shape));
+          const DecodeCapacity cap = decode_capacity(num_seqs, shape);
+          ASSERT_LE(plan.num_int4_items, cap.int4_items);
+          ASSERT_LE(static_cast<int64_t>(plan.items.size()) - plan.num_int4_items, cap.row_items);
+          for (int32_t k = 0; k < static_cast<int32_t>(plan.items.size()); ++k) {
+            ASSERT_LT(plan.items[k].begin, plan.items[k].end) << "item " << k;
+          }
+          // Prefill rows to the reference kernel; decode rows to the items.
+          std::vector<int32_t> others;
+          size_t d = 0;
+          for (int64_t s = 0; s < b.num_seqs(); ++s) {
+            const int32_t q0 = b.query_start_loc[s], q1 = b.query_start_loc[s + 1];
+            if (q1 - q0 != 1) {
+              for (int32_t t = q0; t < q1; ++t) others.push_back(t);
+              continue;
+            }
+            ASSERT_LT(d, plan.seqs.size());
+            const DecodeSeq& ds = plan.seqs[d++];
+            ASSERT_EQ(ds.token, q0);
+            const int64_t seq_len = b.seq_lens[s];
+            std::vector<int> covered(static_cast<size_t>(seq_len), 0);
+            for (int32_t k = ds.int4_begin; k < ds.int4_end; ++k) {
+              const DecodeItem& it = plan.items[static_cast<size_t>(k)];
+              ASSERT_TRUE(int4);
+              ASSERT_LT(k, plan.num_int4_items);
+              ASSERT_EQ(it.seq, s);
+              ASSERT_EQ(it.merge, static_cast<int32_t>(d - 1)) << "item " << k << "'s merge";
+              for (int64_t blk = it.begin; blk < it.end; ++blk) {
+                ASSERT_LT(b.block_tables[s * b.max_num_blocks_per_seq + blk], num_pool)
+                    << "a sink block in an int4 item";
+                for (int64_t p = blk * B; p < (blk + 1) * B; ++p) ++covered[static_cast<size_t>(p)];
+              }
+              if (int4 && k > ds.int4_begin) {  // splits of at least 64 positions but the last
+                const DecodeItem& prev = plan.items[static_cast<size_t>(k - 1)];
+                ASSERT_GE((prev.end - prev.begin) * B, 64);
+              }
+            }
+            for (int32_t k = ds.rows_begin; k < ds.rows_end; ++k) {
+              const DecodeItem& it = plan.items[static_cast<size_t>(k)];
+              ASSERT_GE(k, plan.num_int4_items);
+              if (!int4 && k > ds.rows_begin) {  // the same for the row splits
+                const DecodeItem& prev = plan.items[static_cast<size_t>(k - 1)];
+                ASSERT_GE(prev.end - prev.begin, 64);
+              }
+              ASSERT_EQ(it.seq, s);
+              ASSERT_EQ(it.merge, static_cast<int32_t>(d - 1)) << "item " << k << "'s merge";
+              for (int64_t p = it.begin; p < it.end; ++p) ++covered[static_cast<size_t>(p)];
+            }
+            for (int64_t p = 0; p < seq_len; ++p) {
+              ASSERT_EQ(covered[static_cast<size_t>(p)], 1) << "seq " << s << " position " << p;
+            }
+            if (int4) {
+              ASSERT_EQ(plan.pool_ends[static_cast<size_t>(s)],
+                        int4_pool_end(b, s, B, c.ring, num_pool));
+            }
+          }
+          ASSERT_EQ(d, plan.seqs.size());
+          ASSERT_EQ(plan.other_tokens, others);
+
+          // decode = false: every row to the reference kernel, nothing planned.
+          DecodePlan none;
+          plan_attention(b, shape, false, none);
+          ASSERT_TRUE(none.items.empty() && none.seqs.empty());
+          ASSERT_EQ(static_cast<int64_t>(none.other_tokens.size()), b.num_tokens());
         }
       }
     }
@@ -170,13 +144,11 @@ TEST(DecodePlan, CoversEveryDecodeRowsContextOnce) {
 // whole waves of the device's resident blocks, not a wave and a fraction, and a single short
 // context still splits into items of about a hundred positions (the decode step of batch 1).
 DecodePlan split_plan(kv::KvCacheDtype cache, int block_size, int num_seqs, int64_t context,
-                      int blocks_per_sm, bool host_rows = false, bool sink = false) {
+                      int blocks_per_sm) {
   DecodeShape shape;
-  shape.host_rows = host_rows;
   shape.cache = cache;
   shape.block_size = block_size;
   shape.num_pool_blocks = 1000000;
-  shape.ring = sink ? 2 : 1;  // v2: sink block and window
   shape.num_kv_heads = 4;
   shape.num_sms = 132;
   shape.blocks_per_sm = blocks_per_sm;
@@ -187,7 +159,6 @@ DecodePlan split_plan(kv::KvCacheDtype cache, int block_size, int num_seqs, int6
     for (size_t j = 0; j < table.size(); ++j) {
       table[j] = static_cast<int32_t>(s * max_blocks + static_cast<int64_t>(j));
     }
-    if (sink) table[0] = static_cast<int32_t>(shape.num_pool_blocks + s);
     builder.add(std::vector<int32_t>{1}, context - 1, table, s, 0);
   }
   DecodePlan plan;
@@ -215,50 +186,6 @@ TEST(DecodePlan, EqualContextsFillWholeWaves) {
   EXPECT_EQ(split_items(kv::KvCacheDtype::kInt4Kivi, 64, 64, 8192, 2), 64 + 64);
   // 8 sequences of 8,192: a wave holds 8 items of 16 blocks each (8 x 8 = 64 <= 66).
   EXPECT_EQ(split_items(kv::KvCacheDtype::kInt4Kivi, 64, 8, 8192, 2), 8 * 8 + 8);
-}
-
-// Hosted rows (DecodeShape::host_rows) at the 28/4 shape's B 16 x 8,192 with sink blocks and
-// a window: the same 8 items a sequence as the row kernel's plan (a wave of 132 a KV head at 4
-// blocks a multiprocessor), item 0 hosting the window and tail, item 1 the sink block, each with
-// fewer pool blocks, so that every item's cost (pool positions + 3 x rows) is within a block of
-// the others'; one item a sequence (B 256) hosts both.
-TEST(DecodePlan, HostedRowsShortenTheirItems) {
-  const DecodePlan rows = split_plan(kv::KvCacheDtype::kInt4Kivi, 64, 16, 8192, 4, false, true);
-  const DecodePlan hosted = split_plan(kv::KvCacheDtype::kInt4Kivi, 64, 16, 8192, 4, true, true);
-  ASSERT_EQ(rows.num_int4_items, 16 * 8);
-  ASSERT_EQ(hosted.num_int4_items, 16 * 8);
-  ASSERT_EQ(hosted.items.size(), rows.items.size());
-  for (const DecodeSeq& ds : hosted.seqs) {
-    ASSERT_EQ(ds.int4_end - ds.int4_begin, 8);
-    ASSERT_EQ(ds.rows_end - ds.rows_begin, 2);  // the sink block; the window and tail
-    double lo = 1e30, hi = 0;
-    for (int32_t k = ds.int4_begin; k < ds.int4_end; ++k) {
-      const DecodeItem& it = hosted.items[static_cast<size_t>(k)];
-      double cost = 64.0 * (it.end - it.begin);
-      for (int32_t j = it.host_begin; j < it.host_end; ++j) {
-        cost += 3.0 * (hosted.items[static_cast<size_t>(j)].end -
-                       hosted.items[static_cast<size_t>(j)].begin);
-      }
-      lo = std::min(lo, cost);
-      hi = std::max(hi, cost);
-    }
-    EXPECT_LE(hi - lo, 64.0);
-    const DecodeItem& first = hosted.items[static_cast<size_t>(ds.int4_begin)];
-    const DecodeItem& second = hosted.items[static_cast<size_t>(ds.int4_begin + 1)];
-    EXPECT_EQ(first.host_begin, ds.rows_begin + 1);  // the window and tail
-    EXPECT_EQ(first.host_end, ds.rows_end);
-    EXPECT_EQ(second.host_begin, ds.rows_begin);  // the sink block
-    EXPECT_EQ(second.host_end, ds.rows_begin + 1);
-    EXPECT_LT(first.end - first.begin, 16);
-    EXPECT_LT(second.end - second.begin, 16);
-  }
-  const DecodePlan b256 = split_plan(kv::KvCacheDtype::kInt4Kivi, 64, 256, 8192, 4, true, true);
-  ASSERT_EQ(b256.num_int4_items, 256);
-  for (const DecodeSeq& ds : b256.seqs) {
-    const DecodeItem& it = b256.items[static_cast<size_t>(ds.int4_begin)];
-    EXPECT_EQ(it.host_begin, ds.rows_begin);
-    EXPECT_EQ(it.host_end, ds.rows_end);
-  }
 }
 
 // The fused merge's choice (S4KV_DECODE_MERGE=fused): a step whose sequences have at most

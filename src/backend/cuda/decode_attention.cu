@@ -31,6 +31,46 @@ constexpr int kRowWarps = 4;  // warps of the row kernel: 2 threads per position
 
 enum class RowFormat { kBf16, kF16, kFp8 };
 
+// Where position p of the item's sequence lives: its K row (V at v_off elements after for the
+// int4 parts, or in v_cache for the paged caches).
+struct RowLocator {
+  const PagedAttentionArgs* a;
+  const int32_t* table;
+  int g, start, q_begin, pool_end, slot;
+
+  // b is a power of two (kv_format.h): block p >> log2(b), row p & (b - 1).
+  __device__ void rows(int p, const void*& k, const void*& v) const {
+    const int b = a->block_size, lb = __ffs(b) - 1, in_block = p & (b - 1);
+    const int64_t kv_dim = static_cast<int64_t>(a->num_kv_heads) * kD;
+    const int blk = p >> lb;
+    if (a->cache != kv::KvCacheDtype::kInt4Kivi) {
+      const int64_t row = ((static_cast<int64_t>(table[blk]) << lb) + in_block) * kv_dim + g * kD;
+      const int64_t es = a->cache == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
+      k = static_cast<const char*>(a->k_cache) + row * es;
+      v = static_cast<const char*>(a->v_cache) + row * es;
+      return;
+    }
+    const uint16_t* base;
+    int64_t v_off;
+    if (blk < pool_end) {  // the sink block
+      base = a->sink +
+             ((static_cast<int64_t>(table[blk] - a->num_pool_blocks) * 2) * b + in_block) * kv_dim +
+             g * kD;
+      v_off = static_cast<int64_t>(b) * kv_dim;
+    } else if (p < start) {  // the residual ring
+      base = a->residual + ring_k_offset(slot, p, b, a->ring, kv_dim, a->seat_stride) + g * kD;
+      v_off = ring_v_offset(b, a->ring, kv_dim);
+    } else {  // this step's token
+      const int64_t row = static_cast<int64_t>(q_begin + p - start) * kv_dim + g * kD;
+      k = a->staging_k + row;
+      v = a->staging_v + row;
+      return;
+    }
+    k = base;
+    v = base + v_off;
+  }
+};
+
 // Tiles in flight per thread block: this one and the next (S4KV_ROW_STAGES overrides it for a
 // measurement, tools/device_attention.sh ab).
 #ifndef S4KV_ROW_STAGES
@@ -74,7 +114,13 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   const int group = a.num_heads / a.num_kv_heads;
   const int token = a.query_start_loc[it.seq];
 
-  const RowLocator loc = RowLocator::of(a, it.seq, g);
+  RowLocator loc{&a,
+                 a.block_tables + static_cast<int64_t>(it.seq) * a.max_blocks_per_seq,
+                 g,
+                 a.seq_lens[it.seq] - 1,
+                 token,
+                 a.pool_ends != nullptr ? a.pool_ends[it.seq] : 0,
+                 a.seats != nullptr ? a.seats[it.seq] : 0};
   const int n = (it.end - it.begin + kTile - 1) / kTile;
   // Stage k % kRowStages <- the K and V rows of tile k (zeros past the item's end).
   auto issue = [&](int k) {
@@ -410,14 +456,13 @@ constexpr int64_t kMinItemPositions = 64;  // one tile of the row kernel
 // kernel and merge times of attention_h200_fdcd0f6.json, where items of 64 positions made short
 // contexts slower than items of 256, against attention_h200.json at c1d3463).
 constexpr int64_t kMergeItemPositions = 12;
-// one_each: every context makes at least one item, an empty one too (hosted rows).
-int64_t split_chunk(const std::vector<int64_t>& n, int64_t B, int64_t wave, bool one_each) {
+int64_t split_chunk(const std::vector<int64_t>& n, int64_t B, int64_t wave) {
   const int64_t min_chunk = std::max<int64_t>(1, (kMinItemPositions + B - 1) / B);
   const int64_t longest = std::max<int64_t>(min_chunk, *std::max_element(n.begin(), n.end()));
   const auto num_seqs = static_cast<int64_t>(n.size());
   auto items = [&](int64_t chunk) {
     int64_t k = 0;
-    for (const int64_t x : n) k += std::max<int64_t>(one_each ? 1 : 0, (x + chunk - 1) / chunk);
+    for (const int64_t x : n) k += (x + chunk - 1) / chunk;
     return k;
   };
   int64_t best = 0, best_cost = 0;
@@ -451,52 +496,6 @@ int64_t split_chunk(const std::vector<int64_t>& n, int64_t B, int64_t wave, bool
   return best;  // consider(longest) always fits: one item a sequence
 }
 
-// What reading one 16-bit row (K and V, 512 bytes) costs a thread block of the int4 kernel, in
-// int4 positions (152 bytes at B 64, Gv 32): the bytes' ratio, rounded down for the rows' fewer
-// instructions a byte.
-constexpr double kHostedRowCost = 3.0;
-
-// A sequence's int4 items when they host its row items (DecodeShape::host_rows): pool blocks
-// [first, first + n) in max(1, ceil(n / chunk)) items, the first hosting the window and tail
-// (rows[tail_row]) and the second the sink block (rows[sink_row], when it is before tail_row),
-// or the first both when there is one item; each item's pool blocks are fewer by its hosted
-// rows' cost, so that the items' thread blocks take about as long. Host indices are into `rows`
-// (plan_attention offsets them). An item with no pool block and no rows is left out.
-void split_hosting(int64_t first, int64_t n, int64_t B, int64_t chunk, int32_t sink_row,
-                   int32_t tail_row, const std::vector<DecodeItem>& rows, DecodeItem it,
-                   std::vector<DecodeItem>& items) {
-  const int64_t k = std::max<int64_t>(1, (n + chunk - 1) / chunk);
-  auto cost = [&](int32_t row) {
-    return kHostedRowCost * static_cast<double>(rows[row].end - rows[row].begin);
-  };
-  const bool sink = sink_row < tail_row;
-  double hosted[2] = {cost(tail_row), 0.0};  // items 0 and 1
-  if (sink) (k > 1 ? hosted[1] : hosted[0]) += cost(sink_row);
-  const double per_item = (static_cast<double>(n * B) + hosted[0] + hosted[1]) / k;
-  double hosted_so_far = 0.0;
-  int64_t begin = 0;
-  for (int64_t j = 0; j < k; ++j) {
-    if (j < 2) hosted_so_far += hosted[j];
-    int64_t end = n;
-    if (j + 1 < k) {
-      const double at = (static_cast<double>(j + 1) * per_item - hosted_so_far) / B;
-      end = std::clamp<int64_t>(std::llround(at), begin, n);
-    }
-    it.begin = static_cast<int32_t>(first + begin);
-    it.end = static_cast<int32_t>(first + end);
-    it.host_begin = it.host_end = 0;
-    if (j == 0) {
-      it.host_begin = sink && k == 1 ? sink_row : tail_row;
-      it.host_end = tail_row + 1;
-    } else if (j == 1 && sink) {
-      it.host_begin = sink_row;
-      it.host_end = sink_row + 1;
-    }
-    if (end > begin || it.host_end > it.host_begin) items.push_back(it);
-    begin = end;
-  }
-}
-
 }  // namespace
 
 bool merge_in_items(const DecodePlan& plan) {
@@ -517,43 +516,20 @@ DecodeMerge decode_merge_mode() {
   return mode;
 }
 
-namespace {
-
-// The int4_kivi layouts the int4 kernel is compiled for.
-bool int4_kernel_serves(int block_size, int64_t value_group_size) {
-  return (block_size == 32 || block_size == 64 || block_size == 128) &&
-         (value_group_size == 32 || value_group_size == 64 || value_group_size == 128);
-}
-
-}  // namespace
-
 int decode_blocks_per_sm(kv::KvCacheDtype cache, int block_size, int64_t value_group_size) {
   switch (cache) {
     case kv::KvCacheDtype::kInt4Kivi: {
-      return int4_kernel_serves(block_size, value_group_size)
-                 ? int4_blocks_per_sm(block_size, static_cast<int>(kD / value_group_size))
-                 : DecodeShape{}.blocks_per_sm;
+      const bool served =
+          (block_size == 32 || block_size == 64 || block_size == 128) &&
+          (value_group_size == 32 || value_group_size == 64 || value_group_size == 128);
+      return served ? int4_blocks_per_sm(block_size, static_cast<int>(kD / value_group_size))
+                    : DecodeShape{}.blocks_per_sm;
     }
     case kv::KvCacheDtype::kFp8E4M3:
       return rows_blocks_per_sm<RowFormat::kFp8>();
     default:
       return rows_blocks_per_sm<RowFormat::kBf16>();  // kF16: the same shared memory
   }
-}
-
-bool int4_hosts_rows(int block_size, int64_t value_group_size) {
-  return int4_kernel_serves(block_size, value_group_size) &&
-         int4_kernel_hosts_rows(block_size, static_cast<int>(kD / value_group_size));
-}
-
-bool decode_host_rows(int block_size, int64_t value_group_size) {
-  static const int mode = [] {
-    const char* env = std::getenv("S4KV_DECODE_HOST_ROWS");
-    const std::string_view v = env != nullptr ? env : "";
-    S4KV_CHECK(v.empty() || v == "0" || v == "1", "S4KV_DECODE_HOST_ROWS=", v, ": expected 0 or 1");
-    return v.empty() ? -1 : v == "1" ? 1 : 0;
-  }();
-  return mode != 0 && int4_hosts_rows(block_size, value_group_size);
 }
 
 DecodeCapacity decode_capacity(int64_t num_seqs, const DecodeShape& shape) {
@@ -579,7 +555,6 @@ void plan_attention(const ForwardBatch& b, const DecodeShape& shape, bool decode
   plan.num_int4_items = 0;
   const int64_t num_seqs = b.num_seqs(), B = shape.block_size;
   const bool int4 = shape.cache == kv::KvCacheDtype::kInt4Kivi;
-  plan.rows_hosted = int4 && shape.host_rows;
   // int4_kivi: where the int4 blocks end (the window block, when the ring holds it, and the
   // partly filled block are read 16-bit from the ring).
   if (int4) {
@@ -605,8 +580,7 @@ void plan_attention(const ForwardBatch& b, const DecodeShape& shape, bool decode
     main_blocks.push_back(n);
   }
   if (main_blocks.empty()) return;
-  const bool host = plan.rows_hosted;
-  const int64_t chunk = split_chunk(main_blocks, B, items_per_wave(shape), host);
+  const int64_t chunk = split_chunk(main_blocks, B, items_per_wave(shape));
   std::vector<DecodeItem> rows;
   size_t d = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {
@@ -625,29 +599,23 @@ void plan_attention(const ForwardBatch& b, const DecodeShape& shape, bool decode
       const int32_t* table = b.block_tables.data() + s * b.max_num_blocks_per_seq;
       const int64_t pool_end = plan.pool_ends[static_cast<size_t>(s)];
       const int64_t first = pool_end - n;  // 1 after a sink block
-      for (int64_t k = first; k < pool_end; ++k) {
-        S4KV_CHECK(table[k] < shape.num_pool_blocks, "decode plan: block ", k, " of sequence ", s,
-                   " is a sink block inside the int4 range");
+      for (int64_t c = 0; c < n; c += chunk) {
+        it.begin = static_cast<int32_t>(first + c);
+        it.end = static_cast<int32_t>(std::min(first + n, first + c + chunk));
+        for (int64_t k = it.begin; k < it.end; ++k) {
+          S4KV_CHECK(table[k] < shape.num_pool_blocks, "decode plan: block ", k, " of sequence ", s,
+                     " is a sink block inside the int4 range");
+        }
+        plan.items.push_back(it);
       }
-      const auto sink_row = static_cast<int32_t>(rows.size());
       if (first == 1) {  // the sink block
         it.begin = 0;
         it.end = static_cast<int32_t>(B);
         rows.push_back(it);
       }
-      const auto tail_row = static_cast<int32_t>(rows.size());  // the window and tail
       it.begin = static_cast<int32_t>(pool_end * B);
       it.end = len;
       rows.push_back(it);
-      if (host) {
-        split_hosting(first, n, B, chunk, sink_row, tail_row, rows, it, plan.items);
-      } else {
-        for (int64_t c = 0; c < n; c += chunk) {
-          it.begin = static_cast<int32_t>(first + c);
-          it.end = static_cast<int32_t>(std::min(first + n, first + c + chunk));
-          plan.items.push_back(it);
-        }
-      }
     } else {
       for (int64_t c = 0; c < n; c += chunk) {
         it.begin = static_cast<int32_t>(c * B);
@@ -665,12 +633,6 @@ void plan_attention(const ForwardBatch& b, const DecodeShape& shape, bool decode
     ds.rows_begin += plan.num_int4_items;
     ds.rows_end += plan.num_int4_items;
   }
-  for (DecodeItem& it : plan.items) {
-    if (it.host_end > it.host_begin) {
-      it.host_begin += plan.num_int4_items;
-      it.host_end += plan.num_int4_items;
-    }
-  }
   plan.items.insert(plan.items.end(), rows.begin(), rows.end());
 }
 
@@ -681,8 +643,7 @@ void launch_decode_attention(const PagedAttentionArgs& a, const DecodeLaunch& d,
       a.cache != kv::KvCacheDtype::kInt4Kivi ||
           ring_stride_fits(a.seat_stride, a.block_size, a.ring, int64_t{a.num_kv_heads} * kD),
       "decode attention: int4_kivi ring stride");
-  // Hosted row items are the int4 kernel's (DecodeLaunch::rows_hosted).
-  const int num_rows = d.rows_hosted ? 0 : d.num_items - d.num_int4_items;
+  const int num_rows = d.num_items - d.num_int4_items;
   const bool forked = fork != nullptr && d.num_int4_items > 0 && num_rows > 0;
   cudaStream_t rows_stream = stream;
   if (forked) {

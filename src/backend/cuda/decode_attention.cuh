@@ -35,10 +35,6 @@ struct DecodeItem {
   int32_t begin = 0;
   int32_t end = 0;
   int32_t merge = 0;  // its DecodeSeq (the plan's seqs): whose merge it joins
-  // An int4 item of a plan whose rows are hosted (DecodeShape::host_rows): the row items
-  // [host_begin, host_end) of plan.items that its thread block reads first, each into its own
-  // partial. Its pool block range may then be empty.
-  int32_t host_begin = 0, host_end = 0;
 };
 
 // One decode sequence: its int4 items and row items combine into output row `token`.
@@ -58,20 +54,10 @@ struct DecodeShape {
   // Thread blocks of the split items' kernel (int4_kivi: the int4 kernel; else the row kernel)
   // resident on one multiprocessor at once: a wave is num_sms * blocks_per_sm blocks.
   int blocks_per_sm = 4;
-  // int4_kivi: the int4 kernel's thread blocks also read the row items (the sink block, window
-  // and tail), in the same wave, an item's pool blocks fewer by the rows' share (plan_attention),
-  // rather than the row kernel after them (int4_hosts_rows: where the int4 kernel's shared memory
-  // holds the rows' tiles).
-  bool host_rows = false;
 };
 
 // blocks_per_sm of a device and cache (the occupancy of the kernel that runs the split items).
 int decode_blocks_per_sm(kv::KvCacheDtype cache, int block_size, int64_t value_group_size);
-
-// Whether the int4 kernel of an int4_kivi layout can read its row items (DecodeShape::host_rows),
-// and whether it does by default (S4KV_DECODE_HOST_ROWS=0 or 1 overrides that, read once).
-bool int4_hosts_rows(int block_size, int64_t value_group_size);
-bool decode_host_rows(int block_size, int64_t value_group_size);
 
 // The host's plan of a step's attention rows.
 struct DecodePlan {
@@ -81,8 +67,6 @@ struct DecodePlan {
   std::vector<int32_t> other_tokens;  // the rows of prefill chunks: the reference kernel's
   std::vector<int32_t> pool_ends;     // int4_kivi, per sequence: blocks before it are pool or
                                       // sink blocks; the rest is read from the residual ring
-  bool rows_hosted = false;           // int4_kivi, DecodeShape::host_rows: the int4 items read
-                                      // the row items (DecodeLaunch::rows_hosted)
 };
 
 // The most items a step of num_seqs decode sequences can make, per kind (the grids of a
@@ -112,9 +96,6 @@ struct DecodeLaunch {
   // are capacities (decode_capacity) and the step's counts are in device memory, live[0] int4
   // items and live[1] all items; blocks past them return at once. Null: the counts above.
   const int32_t* live = nullptr;
-  // int4_kivi with DecodeShape::host_rows: the int4 kernel reads the row items (the row kernel
-  // is not launched).
-  bool rows_hosted = false;
   // int4_kivi, a decode-only step: the merge also writes each sequence's token from staging into
   // its residual ring (int4_kivi_cache.cuh's residual_write, which the step then skips).
   bool write_residual = false;

@@ -153,57 +153,6 @@ struct WarpSoftmax {
   }
 };
 
-// Where position p of the item's sequence lives: its K row (V at v_off elements after for the
-// int4 parts, or in v_cache for the paged caches).
-struct RowLocator {
-  const PagedAttentionArgs* a;
-  const int32_t* table;
-  int g, start, q_begin, pool_end, slot;
-
-  // Sequence seq's rows of KV head g.
-  __device__ static RowLocator of(const PagedAttentionArgs& a, int seq, int g) {
-    return {&a,
-            a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq,
-            g,
-            a.seq_lens[seq] - 1,
-            a.query_start_loc[seq],
-            a.pool_ends != nullptr ? a.pool_ends[seq] : 0,
-            a.seats != nullptr ? a.seats[seq] : 0};
-  }
-
-  // b is a power of two (kv_format.h): block p >> log2(b), row p & (b - 1).
-  __device__ void rows(int p, const void*& k, const void*& v) const {
-    const int b = a->block_size, lb = __ffs(b) - 1, in_block = p & (b - 1);
-    const int64_t kv_dim = static_cast<int64_t>(a->num_kv_heads) * kD;
-    const int blk = p >> lb;
-    if (a->cache != kv::KvCacheDtype::kInt4Kivi) {
-      const int64_t row = ((static_cast<int64_t>(table[blk]) << lb) + in_block) * kv_dim + g * kD;
-      const int64_t es = a->cache == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
-      k = static_cast<const char*>(a->k_cache) + row * es;
-      v = static_cast<const char*>(a->v_cache) + row * es;
-      return;
-    }
-    const uint16_t* base;
-    int64_t v_off;
-    if (blk < pool_end) {  // the sink block
-      base = a->sink +
-             ((static_cast<int64_t>(table[blk] - a->num_pool_blocks) * 2) * b + in_block) * kv_dim +
-             g * kD;
-      v_off = static_cast<int64_t>(b) * kv_dim;
-    } else if (p < start) {  // the residual ring
-      base = a->residual + ring_k_offset(slot, p, b, a->ring, kv_dim, a->seat_stride) + g * kD;
-      v_off = ring_v_offset(b, a->ring, kv_dim);
-    } else {  // this step's token
-      const int64_t row = static_cast<int64_t>(q_begin + p - start) * kv_dim + g * kD;
-      k = a->staging_k + row;
-      v = a->staging_v + row;
-      return;
-    }
-    k = base;
-    v = base + v_off;
-  }
-};
-
 // Shared memory of the epilogue: each warp's sums, then one item's result.
 struct EpilogueSmem {
   float acc[8][kD];  // per warp: [head][channel]
@@ -294,8 +243,7 @@ __device__ inline void write_ring_value(const PagedAttentionArgs& a, int token, 
 
 // The merge fused into the item kernels (DecodeLaunch::merge_counts): called by every thread
 // block of an item of (sequence d.seqs[merge], KV head g) after its partial is written, all
-// kThreads threads. The block counts itself done (as `parts` items: its own and the row items it
-// hosts, DecodeItem::host_begin); the last block of the group merges the
+// kThreads threads. The block counts itself done; the last block of the group merges the
 // group's query heads, a warp a head (heads w, w + warps, ...): one pass over the items with an
 // online softmax in every lane (the weight sums, and the weighted sums of the lane's channels
 // 2 lane, 2 lane + 1 and their partners 64 channels up; the loads of a few items and all the
@@ -304,7 +252,7 @@ __device__ inline void write_ring_value(const PagedAttentionArgs& a, int token, 
 // write_residual). With d.merge_flag, only in steps it marks. smem: 16 bytes, free.
 template <int kThreads>
 __device__ void merge_if_last(const PagedAttentionArgs& a, const DecodeLaunch& d, int merge, int g,
-                              unsigned char* smem, int parts = 1) {
+                              unsigned char* smem) {
   static_assert(kThreads % 32 == 0 && kThreads >= 32, "merge_if_last's warps");
   constexpr int kWarps = kThreads / 32, kHeads = (8 + kWarps - 1) / kWarps;  // heads a warp
   if (d.merge_flag != nullptr && *d.merge_flag == 0) return;  // the merge kernel's step
@@ -315,7 +263,7 @@ __device__ void merge_if_last(const PagedAttentionArgs& a, const DecodeLaunch& d
   const int n4 = sq.int4_end - sq.int4_begin, n = n4 + sq.rows_end - sq.rows_begin;
   if (threadIdx.x == 0) {
     int32_t* count = d.merge_counts + static_cast<int64_t>(merge) * a.num_kv_heads + g;
-    const bool last = atomicAdd(count, parts) == n - parts;
+    const bool last = atomicAdd(count, 1) == n - 1;
     if (last) *count = 0;  // every other block of the group has counted: ready for the next step
     *is_last = last ? 1 : 0;
   }
@@ -461,7 +409,5 @@ __device__ inline void load_query(const PagedAttentionArgs& a, int token, int g,
 void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream);
 // Resident thread blocks a multiprocessor of the int4 kernel for a block size and value groups.
 int int4_blocks_per_sm(int block_size, int value_groups);
-// Whether the int4 kernel for a block size and value groups has room for hosted rows' tiles.
-bool int4_kernel_hosts_rows(int block_size, int value_groups);
 
 }  // namespace s4kv::backend::cuda::decode_detail
