@@ -141,18 +141,12 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   unsigned char* stages = dsmem;
   uint32_t* turned = reinterpret_cast<uint32_t*>(dsmem + kInt4Stages * kBlockBytes);
   allow_dependent_launch();
-  // Launched dependent (launch.cuh), the first blocks' loads go out before the wait, under the
-  // kernel before: the plan's arrays, the block tables and the pool blocks are written by no
-  // kernel of the step before this one (the step's token is read from staging by the row items;
-  // a block that fills is committed to the pool after the layer's attention). The query is.
+  grid_dependency_wait();
   // Item blockIdx.y, KV head blockIdx.x: the heads of an item are neighbours in dispatch order,
   // so that in a graph replay (a grid of the capture size's capacity) the live items of every
   // head come before the blocks past the live count, which return at once.
   const int item = static_cast<int>(blockIdx.y);
-  if (d.live != nullptr && item >= d.live[0]) {  // graph replay
-    grid_dependency_wait();
-    return;
-  }
+  if (d.live != nullptr && item >= d.live[0]) return;  // graph replay
   const DecodeItem it = d.items[item];
   const int g = blockIdx.x;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
@@ -210,7 +204,6 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   issue(0, 0);
   issue(1, kBlockBytes);
 
-  grid_dependency_wait();  // the query, the partials (which the kernel before may read)
   // This warp's share of the query (pairs m0 + e and m0 + e + 8 of the lane, fp32, log2 units):
   // {q[m0 + e], q[m0 + e + 8]} (channels {c, c + 1}, {c + 64, c + 65}) as float4 e of the thread,
   // in shared memory ([e][thread]) rather than 4 kPairs registers.
