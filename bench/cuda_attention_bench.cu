@@ -191,9 +191,6 @@ int run(int argc, char** argv) {
           ds.num_kv_heads = sh.kv_heads;
           ds.num_sms = num_sms;
           ds.blocks_per_sm = decode_blocks_per_sm(ds.cache, B, int4 ? Gv : 128);
-          // S4KV_DECODE_ROWS_IN_INT4=0: int4_kivi's row items in the row kernel, on a second
-          // stream.
-          ds.rows_in_int4 = int4 && decode_rows_in_int4(B, Gv);
           DecodePlan plan;
           plan_attention(fb, ds, true, plan);
 
@@ -261,7 +258,6 @@ int run(int argc, char** argv) {
           dl.seqs = static_cast<const DecodeSeq*>(d_seqs.data());
           dl.num_seqs = static_cast<int32_t>(plan.seqs.size());
           dl.partials = static_cast<float*>(partials.data());
-          dl.rows_in_int4 = ds.rows_in_int4;
           // The same launch with the merge fused into the item kernels (counts zero between
           // launches: each group's last block sets its count back).
           DeviceBuffer counts(std::max<size_t>(plan.seqs.size() * sh.kv_heads * 4, 16));
@@ -329,14 +325,13 @@ int run(int argc, char** argv) {
           const double gbps = r.us_median > 0 ? bytes / (r.us_median * 1e3) : 0.0;
           std::printf(
               "%s    {\"format\": \"%s\", \"heads\": %d, \"kv_heads\": %d, \"batch\": %d, "
-              "\"context\": %d, \"items\": %zu, \"int4_items\": %d, \"rows_in_int4\": %s, "
-              "\"us\": %.2f, \"us_min\": %.2f, \"us_max\": %.2f, "
+              "\"context\": %d, \"items\": %zu, \"int4_items\": %d, \"us\": %.2f, \"us_min\": "
+              "%.2f, \"us_max\": %.2f, "
               "\"bytes\": %.0f, \"gbps\": %.1f, \"pct_copy\": %.1f, \"reference_us\": %.2f, "
               "\"check_rel_l2\": %.3g",
               first_row ? "" : ",\n", fmt.c_str(), sh.heads, sh.kv_heads, batch, ctx,
-              plan.items.size(), plan.num_int4_items, ds.rows_in_int4 ? "true" : "false",
-              r.us_median, r.us_min, r.us_max, bytes, gbps, 100.0 * gbps / copy_gbps, ref.us_median,
-              check);
+              plan.items.size(), plan.num_int4_items, r.us_median, r.us_min, r.us_max, bytes, gbps,
+              100.0 * gbps / copy_gbps, ref.us_median, check);
           if (fused_merge) {
             const double gf = rf.us_median > 0 ? bytes / (rf.us_median * 1e3) : 0.0;
             std::printf(

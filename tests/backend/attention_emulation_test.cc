@@ -5,8 +5,7 @@
 //     size (2, 4, 8 warps) and value group size it is compiled for;
 //   - hadamard128 bit for bit against kv::hadamard_ref;
 //   - the whole decode path (plan_attention, launch_decode_attention: int4 and row kernels,
-//     merge) for 16-bit, fp8 and int4_kivi caches (v1; v2 with sink, window, Hadamard values;
-//     the row items in the row kernel or in the int4 kernel's grid: rows_in_int4),
+//     merge) for 16-bit, fp8 and int4_kivi caches (v1; v2 with sink, window, Hadamard values),
 //     plain and as a CUDA graph replays it (capacity grids, live counts: the same bits), and
 //     with the merge fused into the item kernels (DecodeLaunch::merge_counts);
 //   - prefill attention (plan_prefill, launch_prefill_attention) over the same caches, causal,
@@ -300,10 +299,9 @@ struct PathCase {
   kv::KvCacheDtype cache;
   bool bf16;  // the 16-bit element type (16-bit cache; int4_kivi's sink, ring and staging)
   int block_size;
-  int ring = 1;               // int4_kivi: 1 + window blocks
-  bool sink = false;          // int4_kivi: each sequence's block 0 is a sink block
-  bool hadamard = false;      // int4_kivi v2: pool values in the Hadamard domain
-  bool rows_in_int4 = false;  // int4_kivi: the row items in the int4 kernel's grid
+  int ring = 1;           // int4_kivi: 1 + window blocks
+  bool sink = false;      // int4_kivi: each sequence's block 0 is a sink block
+  bool hadamard = false;  // int4_kivi v2: pool values in the Hadamard domain
 };
 
 uint16_t to16(float x, bool bf16) { return bf16 ? float_to_bf16(x) : float_to_fp16(x); }
@@ -598,7 +596,6 @@ double run_path(const PathCase& pc, uint32_t seed) {
   shape.num_kv_heads = kPathKv;
   shape.num_sms = 2;  // small waves: long contexts split into several items, merged
   shape.blocks_per_sm = 2;
-  shape.rows_in_int4 = pc.rows_in_int4;
   DecodePlan plan;
   plan_attention(b, shape, true, plan);
   EXPECT_TRUE(pc.cache != kv::KvCacheDtype::kInt4Kivi || plan.pool_ends == sc.pool_ends);
@@ -617,7 +614,6 @@ double run_path(const PathCase& pc, uint32_t seed) {
   d.seqs = plan.seqs.data();
   d.num_seqs = static_cast<int32_t>(plan.seqs.size());
   d.partials = partials.data();
-  d.rows_in_int4 = shape.rows_in_int4;
   launch_decode_attention(a, d, nullptr);
 
   // As a CUDA graph replays it: grids of the capacity of this many decode rows, the counts in
@@ -737,10 +733,10 @@ void run_cases(std::span<const PathCase> cases, uint32_t seed,
                double (*run)(const PathCase&, uint32_t), const char* what) {
   for (const PathCase& pc : cases) {
     const double worst = run(pc, seed++);
-    std::printf("%s %s B %d ring %d%s%s%s: %s rows within %.2e relative L2\n",
+    std::printf("%s %s B %d ring %d%s%s: %s rows within %.2e relative L2\n",
                 std::string(kv::kv_cache_dtype_name(pc.cache)).c_str(), pc.bf16 ? "bf16" : "fp16",
                 pc.block_size, pc.ring, pc.sink ? " sink" : "", pc.hadamard ? " hadamard" : "",
-                pc.rows_in_int4 ? " rows in the int4 grid" : "", what, worst);
+                what, worst);
   }
 }
 
@@ -752,10 +748,6 @@ TEST(DecodeAttentionEmulated, EveryFormatMatchesFp64) {
       {kv::KvCacheDtype::kInt4Kivi, true, 64, 2, true, true},
       {kv::KvCacheDtype::kInt4Kivi, false, 32, 2, true, true},
       {kv::KvCacheDtype::kInt4Kivi, true, 64, 1, false, false},
-      // The row items as thread blocks of the int4 kernel (DecodeLaunch::rows_in_int4).
-      {kv::KvCacheDtype::kInt4Kivi, true, 64, 2, true, true, true},
-      {kv::KvCacheDtype::kInt4Kivi, false, 32, 2, true, true, true},
-      {kv::KvCacheDtype::kInt4Kivi, false, 64, 1, false, false, true},
   };
   run_cases(cases, 11, run_path, "decode");
 }

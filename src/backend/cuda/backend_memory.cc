@@ -36,8 +36,6 @@ DecodeShape decode_shape(const model::ModelConfig& c, const KvCacheConfig& kv, i
   d.num_kv_heads = static_cast<int>(c.num_key_value_heads);
   d.num_sms = std::max(1, num_sms);
   d.blocks_per_sm = std::max(1, decode_blocks_per_sm(kv.dtype, d.block_size, kv.value_group_size));
-  d.rows_in_int4 = kv.dtype == kv::KvCacheDtype::kInt4Kivi &&
-                   decode_rows_in_int4(d.block_size, kv.value_group_size);
   return d;
 }
 

@@ -123,7 +123,6 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     dl.seqs = step_.decode_seqs;
     dl.num_seqs = static_cast<int32_t>(plan.seqs.size());
     dl.partials = partials_;
-    dl.rows_in_int4 = decode_shape_.rows_in_int4;
     if (graph_size_ > 0) {  // grids of the capture size's capacity; the counts on the device
       const DecodeCapacity cap = decode_capacity(graph_size_, decode_shape_);
       dl.num_int4_items = static_cast<int32_t>(cap.int4_items);

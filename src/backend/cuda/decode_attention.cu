@@ -31,6 +31,46 @@ constexpr int kRowWarps = 4;  // warps of the row kernel: 2 threads per position
 
 enum class RowFormat { kBf16, kF16, kFp8 };
 
+// Where position p of the item's sequence lives: its K row (V at v_off elements after for the
+// int4 parts, or in v_cache for the paged caches).
+struct RowLocator {
+  const PagedAttentionArgs* a;
+  const int32_t* table;
+  int g, start, q_begin, pool_end, slot;
+
+  // b is a power of two (kv_format.h): block p >> log2(b), row p & (b - 1).
+  __device__ void rows(int p, const void*& k, const void*& v) const {
+    const int b = a->block_size, lb = __ffs(b) - 1, in_block = p & (b - 1);
+    const int64_t kv_dim = static_cast<int64_t>(a->num_kv_heads) * kD;
+    const int blk = p >> lb;
+    if (a->cache != kv::KvCacheDtype::kInt4Kivi) {
+      const int64_t row = ((static_cast<int64_t>(table[blk]) << lb) + in_block) * kv_dim + g * kD;
+      const int64_t es = a->cache == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
+      k = static_cast<const char*>(a->k_cache) + row * es;
+      v = static_cast<const char*>(a->v_cache) + row * es;
+      return;
+    }
+    const uint16_t* base;
+    int64_t v_off;
+    if (blk < pool_end) {  // the sink block
+      base = a->sink +
+             ((static_cast<int64_t>(table[blk] - a->num_pool_blocks) * 2) * b + in_block) * kv_dim +
+             g * kD;
+      v_off = static_cast<int64_t>(b) * kv_dim;
+    } else if (p < start) {  // the residual ring
+      base = a->residual + ring_k_offset(slot, p, b, a->ring, kv_dim, a->seat_stride) + g * kD;
+      v_off = ring_v_offset(b, a->ring, kv_dim);
+    } else {  // this step's token
+      const int64_t row = static_cast<int64_t>(q_begin + p - start) * kv_dim + g * kD;
+      k = a->staging_k + row;
+      v = a->staging_v + row;
+      return;
+    }
+    k = base;
+    v = base + v_off;
+  }
+};
+
 // Tiles in flight per thread block: this one and the next (S4KV_ROW_STAGES overrides it for a
 // measurement, tools/device_attention.sh ab).
 #ifndef S4KV_ROW_STAGES
@@ -74,7 +114,13 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   const int group = a.num_heads / a.num_kv_heads;
   const int token = a.query_start_loc[it.seq];
 
-  const RowLocator loc = RowLocator::of(a, it.seq, g);
+  RowLocator loc{&a,
+                 a.block_tables + static_cast<int64_t>(it.seq) * a.max_blocks_per_seq,
+                 g,
+                 a.seq_lens[it.seq] - 1,
+                 token,
+                 a.pool_ends != nullptr ? a.pool_ends[it.seq] : 0,
+                 a.seats != nullptr ? a.seats[it.seq] : 0};
   const int n = (it.end - it.begin + kTile - 1) / kTile;
   // Stage k % kRowStages <- the K and V rows of tile k (zeros past the item's end).
   auto issue = [&](int k) {
@@ -470,33 +516,14 @@ DecodeMerge decode_merge_mode() {
   return mode;
 }
 
-namespace {
-
-// The int4_kivi layouts the int4 kernel is compiled for.
-bool int4_kernel_serves(int block_size, int64_t value_group_size) {
-  return (block_size == 32 || block_size == 64 || block_size == 128) &&
-         (value_group_size == 32 || value_group_size == 64 || value_group_size == 128);
-}
-
-}  // namespace
-
-bool decode_rows_in_int4(int block_size, int64_t value_group_size) {
-  static const bool enabled = [] {
-    const char* env = std::getenv("S4KV_DECODE_ROWS_IN_INT4");
-    const std::string_view v = env != nullptr ? env : "1";
-    S4KV_CHECK(v == "0" || v == "1", "S4KV_DECODE_ROWS_IN_INT4=", v, ": expected 0 or 1");
-    return v == "1";
-  }();
-  return enabled && int4_kernel_serves(block_size, value_group_size) &&
-         int4_kernel_takes_rows(block_size, static_cast<int>(kD / value_group_size));
-}
-
 int decode_blocks_per_sm(kv::KvCacheDtype cache, int block_size, int64_t value_group_size) {
   switch (cache) {
     case kv::KvCacheDtype::kInt4Kivi: {
-      return int4_kernel_serves(block_size, value_group_size)
-                 ? int4_blocks_per_sm(block_size, static_cast<int>(kD / value_group_size))
-                 : DecodeShape{}.blocks_per_sm;
+      const bool served =
+          (block_size == 32 || block_size == 64 || block_size == 128) &&
+          (value_group_size == 32 || value_group_size == 64 || value_group_size == 128);
+      return served ? int4_blocks_per_sm(block_size, static_cast<int>(kD / value_group_size))
+                    : DecodeShape{}.blocks_per_sm;
     }
     case kv::KvCacheDtype::kFp8E4M3:
       return rows_blocks_per_sm<RowFormat::kFp8>();
@@ -616,7 +643,7 @@ void launch_decode_attention(const PagedAttentionArgs& a, const DecodeLaunch& d,
       a.cache != kv::KvCacheDtype::kInt4Kivi ||
           ring_stride_fits(a.seat_stride, a.block_size, a.ring, int64_t{a.num_kv_heads} * kD),
       "decode attention: int4_kivi ring stride");
-  const int num_rows = d.rows_in_int4 ? 0 : d.num_items - d.num_int4_items;  // the row kernel's
+  const int num_rows = d.num_items - d.num_int4_items;
   const bool forked = fork != nullptr && d.num_int4_items > 0 && num_rows > 0;
   cudaStream_t rows_stream = stream;
   if (forked) {

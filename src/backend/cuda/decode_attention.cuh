@@ -54,17 +54,10 @@ struct DecodeShape {
   // Thread blocks of the split items' kernel (int4_kivi: the int4 kernel; else the row kernel)
   // resident on one multiprocessor at once: a wave is num_sms * blocks_per_sm blocks.
   int blocks_per_sm = 4;
-  // int4_kivi: the row items run as thread blocks of the int4 kernel's grid
-  // (DecodeLaunch::rows_in_int4; decode_rows_in_int4).
-  bool rows_in_int4 = false;
 };
 
 // blocks_per_sm of a device and cache (the occupancy of the kernel that runs the split items).
 int decode_blocks_per_sm(kv::KvCacheDtype cache, int block_size, int64_t value_group_size);
-
-// Whether int4_kivi's row items run in the int4 kernel's grid for a layout (where its shared
-// memory holds the rows' tiles), unless S4KV_DECODE_ROWS_IN_INT4=0 (read once; 1 or unset: yes).
-bool decode_rows_in_int4(int block_size, int64_t value_group_size);
 
 // The host's plan of a step's attention rows.
 struct DecodePlan {
@@ -103,10 +96,6 @@ struct DecodeLaunch {
   // are capacities (decode_capacity) and the step's counts are in device memory, live[0] int4
   // items and live[1] all items; blocks past them return at once. Null: the counts above.
   const int32_t* live = nullptr;
-  // int4_kivi: the row items are thread blocks of the int4 kernel's grid, after the int4 items'
-  // (num_int4_items of them; under graph replay that capacity), not the row kernel's: one launch
-  // instead of two on two streams (a step's fork and join cost more than the launch at batch 1).
-  bool rows_in_int4 = false;
   // int4_kivi, a decode-only step: the merge also writes each sequence's token from staging into
   // its residual ring (int4_kivi_cache.cuh's residual_write, which the step then skips).
   bool write_residual = false;

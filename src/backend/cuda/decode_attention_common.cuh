@@ -153,57 +153,6 @@ struct WarpSoftmax {
   }
 };
 
-// Where position p of the item's sequence lives: its K row (V at v_off elements after for the
-// int4 parts, or in v_cache for the paged caches).
-struct RowLocator {
-  const PagedAttentionArgs* a;
-  const int32_t* table;
-  int g, start, q_begin, pool_end, slot;
-
-  // Sequence seq's rows of KV head g.
-  __device__ static RowLocator of(const PagedAttentionArgs& a, int seq, int g) {
-    return {&a,
-            a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq,
-            g,
-            a.seq_lens[seq] - 1,
-            a.query_start_loc[seq],
-            a.pool_ends != nullptr ? a.pool_ends[seq] : 0,
-            a.seats != nullptr ? a.seats[seq] : 0};
-  }
-
-  // b is a power of two (kv_format.h): block p >> log2(b), row p & (b - 1).
-  __device__ void rows(int p, const void*& k, const void*& v) const {
-    const int b = a->block_size, lb = __ffs(b) - 1, in_block = p & (b - 1);
-    const int64_t kv_dim = static_cast<int64_t>(a->num_kv_heads) * kD;
-    const int blk = p >> lb;
-    if (a->cache != kv::KvCacheDtype::kInt4Kivi) {
-      const int64_t row = ((static_cast<int64_t>(table[blk]) << lb) + in_block) * kv_dim + g * kD;
-      const int64_t es = a->cache == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
-      k = static_cast<const char*>(a->k_cache) + row * es;
-      v = static_cast<const char*>(a->v_cache) + row * es;
-      return;
-    }
-    const uint16_t* base;
-    int64_t v_off;
-    if (blk < pool_end) {  // the sink block
-      base = a->sink +
-             ((static_cast<int64_t>(table[blk] - a->num_pool_blocks) * 2) * b + in_block) * kv_dim +
-             g * kD;
-      v_off = static_cast<int64_t>(b) * kv_dim;
-    } else if (p < start) {  // the residual ring
-      base = a->residual + ring_k_offset(slot, p, b, a->ring, kv_dim, a->seat_stride) + g * kD;
-      v_off = ring_v_offset(b, a->ring, kv_dim);
-    } else {  // this step's token
-      const int64_t row = static_cast<int64_t>(q_begin + p - start) * kv_dim + g * kD;
-      k = a->staging_k + row;
-      v = a->staging_v + row;
-      return;
-    }
-    k = base;
-    v = base + v_off;
-  }
-};
-
 // Shared memory of the epilogue: each warp's sums, then one item's result.
 struct EpilogueSmem {
   float acc[8][kD];  // per warp: [head][channel]
@@ -460,8 +409,5 @@ __device__ inline void load_query(const PagedAttentionArgs& a, int token, int g,
 void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream);
 // Resident thread blocks a multiprocessor of the int4 kernel for a block size and value groups.
 int int4_blocks_per_sm(int block_size, int value_groups);
-// Whether the int4 kernel for a block size and value groups can run row items (their tiles fit
-// its shared memory).
-bool int4_kernel_takes_rows(int block_size, int value_groups);
 
 }  // namespace s4kv::backend::cuda::decode_detail

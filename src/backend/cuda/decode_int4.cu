@@ -120,122 +120,6 @@ __host__ __device__ constexpr int int4_smem_bytes() {
          kQueryBytes;
 }
 
-// ---- row items in the int4 kernel's grid (DecodeLaunch::rows_in_int4) ----------------------
-
-// A row item's 16-bit rows (a sequence's sink block, or its window and tail) go through the int4
-// kernel's shared memory in units of kWarps * 16 positions' K rows or V rows (256 bytes a row,
-// its 16-byte chunk c at c ^ (row % 8), so that ldmatrix's eight rows fall in distinct banks),
-// three units deep: tile k's K rows are unit 2k, its V rows unit 2k + 1, so while a warp reads
-// one unit the next two load.
-constexpr int kRowUnits = 3;
-template <int kWarps>
-__host__ __device__ constexpr int row_unit_bytes() {
-  return kWarps * 16 * 2 * kD;
-}
-template <int kWarps, int kG>
-__host__ __device__ constexpr bool rows_fit() {
-  return kRowUnits * row_unit_bytes<kWarps>() <= int4_smem_bytes<kWarps, kG>();
-}
-
-// Row item `item` (positions [begin, end) of its sequence) for KV head g, into its partial: the
-// row kernel's arithmetic (decode_attention.cu) with the int4 kernel's threads and shared memory.
-// kBf16: the compute dtype.
-template <int kWarps, bool kBf16>
-__device__ void int4_grid_rows(const PagedAttentionArgs& a, const DecodeLaunch& d, int item, int g,
-                               unsigned char* smem) {
-  constexpr int kTile = kWarps * 16, kRow = 2 * kD, kUnit = row_unit_bytes<kWarps>();
-  constexpr int kThreads = kWarps * 32, kRowsPerPass = kThreads / 16;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
-  const int group = a.num_heads / a.num_kv_heads;
-  const DecodeItem it = d.items[item];
-  const int total = it.end - it.begin;
-  const RowLocator loc = RowLocator::of(a, it.seq, g);
-  const int units = 2 * ((total + kTile - 1) / kTile);
-  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  // Unit u into buffer u % kRowUnits: thread x copies chunk x % 16 of rows x / 16 +
-  // kRowsPerPass j (16 threads a row: a warp reads two whole rows, four 128-byte lines).
-  const int chunk = static_cast<int>(threadIdx.x) % 16;
-  auto issue = [&](int u) {
-    if (u < units) {
-      const int first = (u / 2) * kTile;
-      const uint32_t buf = (u % kRowUnits) * kUnit;
-#pragma unroll
-      for (int j = 0; j < kTile / kRowsPerPass; ++j) {
-        const int t = static_cast<int>(threadIdx.x) / 16 + kRowsPerPass * j, x = first + t;
-        const uint32_t to = buf + t * kRow + 16 * (chunk ^ (t % 8));
-        if (x < total) {
-          const void *kr, *vr;
-          loc.rows(it.begin + x, kr, vr);
-          cp_async16_shared(smem_base + to,
-                            static_cast<const unsigned char*>(u % 2 == 0 ? kr : vr) + 16 * chunk);
-        } else {  // past the rows: zeros (a score masked below, a value times 0)
-          *reinterpret_cast<uint4*>(smem + to) = make_uint4(0, 0, 0, 0);
-        }
-      }
-    }
-    cp_async_commit();
-  };
-  issue(0);
-  issue(1);
-  // The query as the scores' B fragment, as the row kernel's (k-tile t: qa[2t], qa[2t + 1]).
-  uint32_t qa[16];
-  {
-    const float f = a.scale * kLog2e;
-    const float* row =
-        a.q + static_cast<int64_t>(a.query_start_loc[it.seq]) * a.q_stride + (g * group + r) * kD;
-#pragma unroll
-    for (int m = 0; m < 16; ++m) {
-      const float2 x = r < group ? *reinterpret_cast<const float2*>(row + 8 * m + 2 * i)
-                                 : make_float2(0.0f, 0.0f);
-      qa[m] = pack2<kBf16>(x.x * f, x.y * f);
-    }
-  }
-  // ldmatrix: lane l gives row l % 8 of matrix l / 8 (the row kernel's matrices), whose chunk is
-  // swizzled by that row % 8 = l % 8.
-  const int lm = lane / 8, lr = lane % 8;
-  const uint32_t k_row = (16 * warp + lr + 8 * (lm % 2)) * kRow;
-  const uint32_t v_row = (16 * warp + lr + 8 * (lm / 2)) * kRow;
-  WarpSoftmax<1> st;
-  for (int u = 0; u < units; u += 2) {
-    cp_async_wait<1>();  // unit u (K rows) has landed
-    __syncthreads();     // and unit u - 1's buffer is read
-    issue(u + 2);
-    const uint32_t kb = smem_base + (u % kRowUnits) * kUnit + k_row;
-    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int t = 0; t < 8; ++t) {
-      uint32_t ka[4];
-      ldmatrix_x4(ka, kb + 16 * ((2 * t + lm / 2) ^ lr));
-      mma_m16n8k16<kBf16>(c, ka, qa[2 * t], qa[2 * t + 1]);
-    }
-    const int x0 = (u / 2) * kTile + 16 * warp;
-    float s[4];
-    s[0] = x0 + r < total ? c[0] : -INFINITY;
-    s[1] = x0 + r < total ? c[1] : -INFINITY;
-    s[2] = x0 + r + 8 < total ? c[2] : -INFINITY;
-    s[3] = x0 + r + 8 < total ? c[3] : -INFINITY;
-    st.update(s);
-    const uint32_t b0 = transpose8x8_b16(pack2<kBf16>(s[0], s[1]));
-    const uint32_t b1 = transpose8x8_b16(pack2<kBf16>(s[2], s[3]));
-    cp_async_wait<1>();  // unit u + 1 (V rows)
-    __syncthreads();
-    issue(u + 3);
-    const uint32_t vb = smem_base + ((u + 1) % kRowUnits) * kUnit + v_row;
-#pragma unroll
-    for (int mt = 0; mt < 8; ++mt) {
-      uint32_t av[4];
-      ldmatrix_x4_trans(av, vb + 16 * ((2 * mt + lm % 2) ^ lr));
-      mma_m16n8k16<kBf16>(st.acc[mt], av, b0, b1);
-    }
-  }
-  cp_async_wait<0>();
-  __syncthreads();
-  write_partial<kWarps, ChannelMap::kNatural>(
-      st, reinterpret_cast<float*>(smem),
-      d.partials + (static_cast<int64_t>(item) * a.num_kv_heads + g) * group * kDecodePartialFloats,
-      group, kD);
-}
-
 // kWarps = B / 16: warp w takes positions 16 w .. 16 w + 15 of every block of the item; kG value
 // groups per token (128 / Gv). The item's blocks stream through shared memory (cp.async,
 // kInt4Stages deep), so the loads of the next blocks overlap this one's arithmetic. The code
@@ -261,24 +145,6 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   // Item blockIdx.y, KV head blockIdx.x: the heads of an item are neighbours in dispatch order,
   // so that in a graph replay (a grid of the capture size's capacity) the live items of every
   // head come before the blocks past the live count, which return at once.
-  if constexpr (rows_fit<kWarps, kG>()) {
-    // DecodeLaunch::rows_in_int4: grid rows past the int4 items' are the row items' (graph
-    // replay: past the int4 items' capacity, counted from the live int4 items).
-    if (d.rows_in_int4 && static_cast<int>(blockIdx.y) >= d.num_int4_items) {
-      const int row = (d.live != nullptr ? d.live[0] : d.num_int4_items) +
-                      static_cast<int>(blockIdx.y) - d.num_int4_items;
-      if (d.live != nullptr && row >= d.live[1]) return;
-      if (a.bf16) {
-        int4_grid_rows<kWarps, true>(a, d, row, blockIdx.x, dsmem);
-      } else {
-        int4_grid_rows<kWarps, false>(a, d, row, blockIdx.x, dsmem);
-      }
-      if constexpr (kFusedMerge) {
-        merge_if_last<kWarps * 32>(a, d, d.items[row].merge, blockIdx.x, dsmem);
-      }
-      return;
-    }
-  }
   const int item = static_cast<int>(blockIdx.y);
   if (d.live != nullptr && item >= d.live[0]) return;  // graph replay
   const DecodeItem it = d.items[item];
@@ -648,12 +514,8 @@ void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cuda
                    L.v_zero_offset == at(Blk::v_zero) && L.block_bytes == at(Blk::bytes),
                "decode attention: int4_kivi block of ", L.block_bytes, " bytes, head_dim ",
                L.head_dim, ", not the kernel's layout");
-    S4KV_CHECK(d.num_items <= 65535, "decode attention: ", d.num_items, " items");
-    const int rows = d.rows_in_int4 ? d.num_items - d.num_int4_items : 0;
-    constexpr bool kRowsFit = rows_fit<kWarps, kG>();
-    S4KV_CHECK(rows == 0 || kRowsFit, "decode attention: rows in the int4 grid");
-    const dim3 grid(static_cast<unsigned>(a.num_kv_heads),
-                    static_cast<unsigned>(d.num_int4_items + rows));
+    S4KV_CHECK(d.num_int4_items <= 65535, "decode attention: ", d.num_int4_items, " int4 items");
+    const dim3 grid(static_cast<unsigned>(a.num_kv_heads), static_cast<unsigned>(d.num_int4_items));
     if (d.merge_counts != nullptr) {
       const int smem = configured_int4_kernel<kWarps, kG, true>();
       launch_dependent(decode_int4_kernel<kWarps, kG, true>, grid, kWarps * 32, smem, stream, a, d);
@@ -663,13 +525,6 @@ void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cuda
                        d);
     }
   });
-}
-
-bool int4_kernel_takes_rows(int block_size, int value_groups) {
-  bool fits = false;
-  with_int4_kernel(block_size, value_groups,
-                   [&]<int kWarps, int kG>() { fits = rows_fit<kWarps, kG>(); });
-  return fits;
 }
 
 int int4_blocks_per_sm(int block_size, int value_groups) {
