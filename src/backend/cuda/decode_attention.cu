@@ -31,43 +31,73 @@ constexpr int kRowWarps = 4;  // warps of the row kernel: 2 threads per position
 
 enum class RowFormat { kBf16, kF16, kFp8 };
 
-// Where position p of the item's sequence lives: its K row (V at v_off elements after for the
-// int4 parts, or in v_cache for the paged caches).
+// Where the positions of one sequence live for KV head g, as byte addresses of their K and V
+// rows: the sequence's bases worked out once a thread block (of()), so that a position costs a
+// few integer operations (the copy asks for kTile of them a tile). b is a power of two
+// (kv_format.h): block p >> lb, row p & (b - 1); int4_kivi's ring holds positions p & (ring b -
+// 1) (int4_kivi_device.cuh's ring_row, ring and b powers of two).
 struct RowLocator {
-  const PagedAttentionArgs* a;
   const int32_t* table;
-  int g, start, q_begin, pool_end, slot;
+  const unsigned char* k0;  // paged: the K cache at head g; int4_kivi: the sink blocks at head g
+  const unsigned char* v0;  // paged: the V cache at head g
+  int64_t row_bytes;        // from a position's row to the next row of the cache (kv_dim elements)
+  int lb = 0;
+  // int4_kivi: the sink block's rows (blocks before pool_end), the seat's ring (before start),
+  // this step's token (staging, row q_begin - start + p).
+  int start = 0, pool_end = 0, ring_mask = 0;
+  int64_t num_pool = 0, sink_v = 0, ring_v = 0, stage_off = 0;
+  const unsigned char* ring_k = nullptr;
+  const unsigned char* stage_k = nullptr;
+  const unsigned char* stage_v = nullptr;
 
-  // b is a power of two (kv_format.h): block p >> log2(b), row p & (b - 1).
-  __device__ void rows(int p, const void*& k, const void*& v) const {
-    const int b = a->block_size, lb = __ffs(b) - 1, in_block = p & (b - 1);
-    const int64_t kv_dim = static_cast<int64_t>(a->num_kv_heads) * kD;
-    const int blk = p >> lb;
-    if (a->cache != kv::KvCacheDtype::kInt4Kivi) {
-      const int64_t row = ((static_cast<int64_t>(table[blk]) << lb) + in_block) * kv_dim + g * kD;
-      const int64_t es = a->cache == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
-      k = static_cast<const char*>(a->k_cache) + row * es;
-      v = static_cast<const char*>(a->v_cache) + row * es;
-      return;
+  __device__ static RowLocator of(const PagedAttentionArgs& a, int seq, int g) {
+    RowLocator l;
+    const int64_t kv_dim = static_cast<int64_t>(a.num_kv_heads) * kD;
+    const int b = a.block_size;
+    l.table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
+    l.lb = __ffs(b) - 1;
+    const int64_t es = a.cache == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
+    l.row_bytes = kv_dim * es;
+    if (a.cache != kv::KvCacheDtype::kInt4Kivi) {
+      l.k0 = static_cast<const unsigned char*>(a.k_cache) + g * kD * es;
+      l.v0 = static_cast<const unsigned char*>(a.v_cache) + g * kD * es;
+      return l;
     }
-    const uint16_t* base;
-    int64_t v_off;
-    if (blk < pool_end) {  // the sink block
-      base = a->sink +
-             ((static_cast<int64_t>(table[blk] - a->num_pool_blocks) * 2) * b + in_block) * kv_dim +
-             g * kD;
-      v_off = static_cast<int64_t>(b) * kv_dim;
+    l.start = a.seq_lens[seq] - 1;
+    l.pool_end = a.pool_ends != nullptr ? a.pool_ends[seq] : 0;
+    l.num_pool = a.num_pool_blocks;
+    l.k0 = reinterpret_cast<const unsigned char*>(a.sink + g * kD);
+    l.sink_v = b * l.row_bytes;
+    const int64_t seat = a.seats != nullptr ? a.seats[seq] : 0;
+    l.ring_k = reinterpret_cast<const unsigned char*>(a.residual + seat * a.seat_stride + g * kD);
+    l.ring_v = 2 * ring_v_offset(b, a.ring, kv_dim);
+    l.ring_mask = a.ring * b - 1;
+    l.stage_k = reinterpret_cast<const unsigned char*>(a.staging_k);
+    l.stage_v = reinterpret_cast<const unsigned char*>(a.staging_v);
+    l.stage_off = ((a.query_start_loc[seq] - static_cast<int64_t>(l.start)) * kv_dim + g * kD) * 2;
+    return l;
+  }
+
+  // kInt4: the locator of an int4_kivi cache, else of a paged cache.
+  template <bool kInt4>
+  __device__ void rows(int p, const unsigned char*& k, const unsigned char*& v) const {
+    const int blk = p >> lb, in_block = p & ((1 << lb) - 1);
+    if constexpr (!kInt4) {
+      const int64_t off = ((static_cast<int64_t>(__ldg(table + blk)) << lb) | in_block) * row_bytes;
+      k = k0 + off;
+      v = v0 + off;
+    } else if (blk < pool_end) {  // the sink block
+      const int64_t row = ((__ldg(table + blk) - num_pool) << (lb + 1)) | in_block;
+      k = k0 + row * row_bytes;
+      v = k + sink_v;
     } else if (p < start) {  // the residual ring
-      base = a->residual + ring_k_offset(slot, p, b, a->ring, kv_dim, a->seat_stride) + g * kD;
-      v_off = ring_v_offset(b, a->ring, kv_dim);
+      k = ring_k + static_cast<int64_t>(p & ring_mask) * row_bytes;
+      v = k + ring_v;
     } else {  // this step's token
-      const int64_t row = static_cast<int64_t>(q_begin + p - start) * kv_dim + g * kD;
-      k = a->staging_k + row;
-      v = a->staging_v + row;
-      return;
+      const int64_t off = stage_off + static_cast<int64_t>(p) * row_bytes;
+      k = stage_k + off;
+      v = stage_v + off;
     }
-    k = base;
-    v = base + v_off;
   }
 };
 
@@ -91,7 +121,9 @@ __host__ __device__ constexpr int rows_smem_bytes() {
 // Tiles of 16 kRowWarps positions stream through shared memory (cp.async, K rows then V rows,
 // each padded by 16 bytes against bank conflicts); warp w takes positions 16 w .. 16 w + 15
 // of each tile.
-template <RowFormat F, bool kFusedMerge>
+// kInt4Rows: int4_kivi's row items (its sink block, window, tail and staging), else a paged
+// cache's.
+template <RowFormat F, bool kFusedMerge, bool kInt4Rows>
 __global__ void __launch_bounds__(kRowWarps * 32)
     decode_rows_kernel(PagedAttentionArgs a, DecodeLaunch d) {
   constexpr bool kBf16 = F == RowFormat::kBf16;
@@ -114,14 +146,9 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   const int group = a.num_heads / a.num_kv_heads;
   const int token = a.query_start_loc[it.seq];
 
-  RowLocator loc{&a,
-                 a.block_tables + static_cast<int64_t>(it.seq) * a.max_blocks_per_seq,
-                 g,
-                 a.seq_lens[it.seq] - 1,
-                 token,
-                 a.pool_ends != nullptr ? a.pool_ends[it.seq] : 0,
-                 a.seats != nullptr ? a.seats[it.seq] : 0};
+  const RowLocator loc = RowLocator::of(a, it.seq, g);
   const int n = (it.end - it.begin + kTile - 1) / kTile;
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(dsmem));
   // Stage k % kRowStages <- the K and V rows of tile k (zeros past the item's end).
   auto issue = [&](int k) {
     if (k < n) {
@@ -131,22 +158,21 @@ __global__ void __launch_bounds__(kRowWarps * 32)
       // L2 the limit, at 84 % of its throughput with the DRAM at 52 %: ncu, B 16, ctx 8192.)
       constexpr int kPer = kRowWarps * 32 / kChunks;  // positions a pass
       static_assert(kRowWarps * 32 % kChunks == 0 && kTile % kPer == 0, "the copy's passes");
-      unsigned char* dst = dsmem + (k % kRowStages) * kStageBytes + 16 * (threadIdx.x % kChunks);
+      const int chunk = 16 * (static_cast<int>(threadIdx.x) % kChunks);
+      const uint32_t dst = (k % kRowStages) * kStageBytes + chunk;
       const int first = it.begin + k * kTile;
 #pragma unroll
       for (int j = 0; j < kTile / kPer; ++j) {
         const int pos = static_cast<int>(threadIdx.x) / kChunks + kPer * j;
-        unsigned char* kd = dst + pos * kRowBytes;
-        unsigned char* vd = kd + kTile * kRowBytes;
+        const uint32_t kd = dst + pos * kRowBytes, vd = kd + kTile * kRowBytes;
         if (first + pos < it.end) {
-          const void *kr, *vr;
-          loc.rows(first + pos, kr, vr);
-          const int off = 16 * (static_cast<int>(threadIdx.x) % kChunks);
-          cp_async16(kd, static_cast<const unsigned char*>(kr) + off);
-          cp_async16(vd, static_cast<const unsigned char*>(vr) + off);
+          const unsigned char *kr, *vr;
+          loc.rows<kInt4Rows>(first + pos, kr, vr);
+          cp_async16_shared(smem_base + kd, kr + chunk);
+          cp_async16_shared(smem_base + vd, vr + chunk);
         } else {
-          *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
-          *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
+          *reinterpret_cast<uint4*>(dsmem + kd) = make_uint4(0, 0, 0, 0);
+          *reinterpret_cast<uint4*>(dsmem + vd) = make_uint4(0, 0, 0, 0);
         }
       }
     }
@@ -183,7 +209,6 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   const int lm = lane / 8, lr = lane % 8;
   const uint32_t k_lane = (lr + 8 * (lm % 2)) * kRowBytes + 16 * (lm / 2);
   const uint32_t v_lane = (lr + 8 * (lm / 2)) * kRowBytes + 16 * (lm % 2);
-  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(dsmem));
   WarpSoftmax<1> st;
   for (int k = 0; k < n; ++k) {
     issue(k + kRowStages - 1);        // into the stage tile k - 1 used
@@ -276,15 +301,15 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 
 // The row kernel for F and the merge with its shared memory attribute set (once): its shared
 // memory bytes.
-template <RowFormat F, bool kFusedMerge = false>
+template <RowFormat F, bool kFusedMerge = false, bool kInt4Rows = false>
 int configured_rows_kernel() {
   constexpr int kSmem = rows_smem_bytes<F>();
   static_assert(kSmem >= (kRowWarps * 8 * kD + kRowWarps * 8 * 6) * 4, "epilogue");
   static const bool attribute_set = [] {
-    S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_rows_kernel<F, kFusedMerge>,
+    S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_rows_kernel<F, kFusedMerge, kInt4Rows>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     if (kRowStages > 2) {  // deeper stages: room for more than one thread block
-      S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_rows_kernel<F, kFusedMerge>,
+      S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_rows_kernel<F, kFusedMerge, kInt4Rows>,
                                            cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
     }
@@ -300,12 +325,18 @@ void launch_rows(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_
              "decode attention: ", d.num_items - d.num_int4_items, " row items");
   const dim3 grid(static_cast<unsigned>(a.num_kv_heads),
                   static_cast<unsigned>(d.num_items - d.num_int4_items));
-  if (d.merge_counts != nullptr) {
-    const int smem = configured_rows_kernel<F, true>();
-    launch_dependent(decode_rows_kernel<F, true>, grid, kRowWarps * 32, smem, stream, a, d);
+  auto launch = [&]<bool kFused, bool kInt4Rows>() {
+    const int smem = configured_rows_kernel<F, kFused, kInt4Rows>();
+    launch_dependent(decode_rows_kernel<F, kFused, kInt4Rows>, grid, kRowWarps * 32, smem, stream,
+                     a, d);
+  };
+  const bool fused = d.merge_counts != nullptr;
+  if constexpr (F == RowFormat::kFp8) {  // int4_kivi's rows are 16-bit
+    fused ? launch.template operator()<true, false>() : launch.template operator()<false, false>();
+  } else if (a.cache == kv::KvCacheDtype::kInt4Kivi) {
+    fused ? launch.template operator()<true, true>() : launch.template operator()<false, true>();
   } else {
-    const int smem = configured_rows_kernel<F>();
-    launch_dependent(decode_rows_kernel<F, false>, grid, kRowWarps * 32, smem, stream, a, d);
+    fused ? launch.template operator()<true, false>() : launch.template operator()<false, false>();
   }
 }
 
@@ -314,8 +345,8 @@ int rows_blocks_per_sm() {
   static const int blocks = [] {
     const int smem = configured_rows_kernel<F>();
     int n = 0;
-    S4KV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, decode_rows_kernel<F, false>,
-                                                                  kRowWarps * 32, smem));
+    S4KV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &n, decode_rows_kernel<F, false, false>, kRowWarps * 32, smem));
     return n;
   }();
   return blocks;
