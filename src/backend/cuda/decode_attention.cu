@@ -34,8 +34,8 @@ enum class RowFormat { kBf16, kF16, kFp8 };
 // Where the positions of one sequence live for KV head g, as byte addresses of their K and V
 // rows: the sequence's bases worked out once a thread block (of()), so that a position costs a
 // few integer operations (the copy asks for kTile of them a tile). b is a power of two
-// (kv_format.h): block p >> lb, row p & (b - 1); int4_kivi's ring holds positions p & (ring b -
-// 1) (int4_kivi_device.cuh's ring_row, ring and b powers of two).
+// (kv_format.h): block p >> lb, row p & (b - 1); int4_kivi's ring row is p & ring_mask
+// (int4_kivi_device.cuh's ring_row).
 struct RowLocator {
   const int32_t* table;
   const unsigned char* k0;  // paged: the K cache at head g; int4_kivi: the sink blocks at head g
@@ -69,9 +69,10 @@ struct RowLocator {
     l.k0 = reinterpret_cast<const unsigned char*>(a.sink + g * kD);
     l.sink_v = b * l.row_bytes;
     const int64_t seat = a.seats != nullptr ? a.seats[seq] : 0;
-    l.ring_k = reinterpret_cast<const unsigned char*>(a.residual + seat * a.seat_stride + g * kD);
+    l.ring_k = reinterpret_cast<const unsigned char*>(
+        a.residual + ring_k_offset(seat, 0, b, a.ring, kv_dim, a.seat_stride) + g * kD);
     l.ring_v = 2 * ring_v_offset(b, a.ring, kv_dim);
-    l.ring_mask = a.ring * b - 1;
+    l.ring_mask = ring_row_mask(b, a.ring);
     l.stage_k = reinterpret_cast<const unsigned char*>(a.staging_k);
     l.stage_v = reinterpret_cast<const unsigned char*>(a.staging_v);
     l.stage_off = ((a.query_start_loc[seq] - static_cast<int64_t>(l.start)) * kv_dim + g * kD) * 2;
@@ -325,19 +326,18 @@ void launch_rows(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_
              "decode attention: ", d.num_items - d.num_int4_items, " row items");
   const dim3 grid(static_cast<unsigned>(a.num_kv_heads),
                   static_cast<unsigned>(d.num_items - d.num_int4_items));
-  auto launch = [&]<bool kFused, bool kInt4Rows>() {
-    const int smem = configured_rows_kernel<F, kFused, kInt4Rows>();
-    launch_dependent(decode_rows_kernel<F, kFused, kInt4Rows>, grid, kRowWarps * 32, smem, stream,
-                     a, d);
+  auto launch = [&]<bool kInt4Rows>() {
+    auto run = [&]<bool kFused>() {
+      const int smem = configured_rows_kernel<F, kFused, kInt4Rows>();
+      launch_dependent(decode_rows_kernel<F, kFused, kInt4Rows>, grid, kRowWarps * 32, smem, stream,
+                       a, d);
+    };
+    d.merge_counts != nullptr ? run.template operator()<true>() : run.template operator()<false>();
   };
-  const bool fused = d.merge_counts != nullptr;
-  if constexpr (F == RowFormat::kFp8) {  // int4_kivi's rows are 16-bit
-    fused ? launch.template operator()<true, false>() : launch.template operator()<false, false>();
-  } else if (a.cache == kv::KvCacheDtype::kInt4Kivi) {
-    fused ? launch.template operator()<true, true>() : launch.template operator()<false, true>();
-  } else {
-    fused ? launch.template operator()<true, false>() : launch.template operator()<false, false>();
+  if constexpr (F != RowFormat::kFp8) {  // int4_kivi's rows are 16-bit
+    if (a.cache == kv::KvCacheDtype::kInt4Kivi) return launch.template operator()<true>();
   }
+  launch.template operator()<false>();
 }
 
 template <RowFormat F>

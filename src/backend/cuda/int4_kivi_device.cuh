@@ -30,10 +30,10 @@ __device__ inline float dequant_int4(const uint32_t* words, int c, float scale, 
 
 // The residual ring's row of position p: ring blocks of b rows, position p in block p / b % ring.
 // b and ring are powers of two (kv_format.h's block sizes; ring = 1 + window blocks, 1 or 2), so
-// this is shifts and masks, not 64-bit divisions.
+// that row is p % (ring b), a mask (ring_row_mask), not a 64-bit division.
+__host__ __device__ inline int ring_row_mask(int b, int ring) { return ring * b - 1; }
 __device__ inline int64_t ring_row(int64_t p, int b, int ring) {
-  const int lb = __ffs(b) - 1;
-  return (((p >> lb) & (ring - 1)) << lb) | (p & (b - 1));
+  return p & ring_row_mask(b, ring);
 }
 
 // A seat's residual ring, [2, ring * b, kv_dim] 16-bit (K rows, then V rows), seat_stride
