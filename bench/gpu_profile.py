@@ -45,13 +45,17 @@ def main():
     ap.add_argument("--launch-skip", type=int, default=2000)
     ap.add_argument("--launch-count", type=int, default=1000)
     ap.add_argument("--top", type=int, default=16)
+    ap.add_argument("--warm-caches", action="store_true",
+                    help="ncu --cache-control none: each kernel finds the L2 as the kernel "
+                         "before left it, as in a step (ncu flushes it before each by default)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
         d = model_dir(tmp, a.model)
         for fmt in a.formats.split(","):
-            cmd = ["ncu", "--clock-control", "none", "--csv", "--print-units", "base",
+            cache = ["--cache-control", "none"] if a.warm_caches else []
+            cmd = ["ncu", "--clock-control", "none", *cache, "--csv", "--print-units", "base",
                    "--metrics", "gpu__time_duration.sum", "--launch-skip", str(a.launch_skip),
                    "--launch-count", str(a.launch_count), a.bin, "bench", "latency", "--model", d,
                    "--load-format", "dummy", "--kv-cache-dtype", FORMATS[fmt],
@@ -70,7 +74,7 @@ def main():
             for name, v in sorted(times.items(), key=lambda kv: -sum(kv[1]))[:a.top]:
                 lines.append(f"  {sum(v):10.1f} us {len(v):5d}x {sum(v) / len(v):8.1f} us each"
                              f"  {name[:110]}")
-    head = (f"ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip "
+    head = (f"ncu --clock-control none{' --cache-control none' if a.warm_caches else ''} --metrics gpu__time_duration.sum --launch-skip "
             f"{a.launch_skip} --launch-count {a.launch_count}, s4kv bench latency --model "
             f"{a.model} config --load-format dummy --batch-size {a.batch_size} --input-len "
             f"{a.input_len} --output-len {a.output_len} --enforce-eager; commit "

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <random>
@@ -145,14 +146,23 @@ bool near_boundary(std::span<const float> raw, const SamplingRow& row) {
 std::vector<std::vector<SampleOutput>> sample_on_gpu(const std::vector<float>& logits,
                                                      std::span<const SamplingRow> rows,
                                                      int64_t vocab, int64_t max_rows,
-                                                     int64_t max_model_len, int calls = 1) {
+                                                     int64_t max_model_len, int calls = 1,
+                                                     size_t call_rows = SIZE_MAX) {
   cuda::DeviceBuffer d_logits(logits.size() * 4);
   d_logits.copy_from_host(logits.data(), logits.size() * 4);
   cudaStream_t stream = nullptr;
   EXPECT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   cuda::CudaSampler sampler(vocab, max_rows, max_model_len, static_cast<int64_t>(rows.size()));
   std::vector<std::vector<SampleOutput>> out(static_cast<size_t>(calls));
-  for (auto& o : out) sampler.sample(static_cast<const float*>(d_logits.data()), rows, stream, o);
+  const auto* base = static_cast<const float*>(d_logits.data());
+  for (auto& o : out) {  // rows in calls of call_rows
+    for (size_t r = 0; r < rows.size(); r += call_rows) {
+      const size_t n = std::min(call_rows, rows.size() - r);
+      std::vector<SampleOutput> part;
+      sampler.sample(base + r * static_cast<size_t>(vocab), rows.subspan(r, n), stream, part);
+      o.insert(o.end(), part.begin(), part.end());
+    }
+  }
   EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
   return out;
 }
@@ -192,14 +202,19 @@ TEST_P(CudaSampler, MatchesTheReferenceSampler) {
   reference.sample(logits, rows, want);
 
   // Twice: the same results (deterministic), and the scratch of a call is not carried over.
+  // Then in calls of 5 rows: on sm_90 a thread block cluster a row (of 16 blocks with
+  // S4KV_SAMPLER_CLUSTER=16), the same tokens.
   const auto calls = sample_on_gpu(logits, rows, v, kRows, 4096, 2);
   const std::vector<SampleOutput>&got = calls[0], &again = calls[1];
+  const std::vector<SampleOutput> few = sample_on_gpu(logits, rows, v, kRows, 4096, 1, 5)[0];
 
   ASSERT_EQ(got.size(), want.size());
   int boundary = 0;
   for (size_t r = 0; r < rows.size(); ++r) {
     const SampleOutput &g = got[r], &w = want[r];
     EXPECT_EQ(again[r].token_id, g.token_id) << "row " << r;
+    EXPECT_EQ(few[r].token_id, g.token_id) << "row " << r << " (calls of 5 rows)";
+    EXPECT_NEAR(few[r].logprob, g.logprob, 2e-6) << "row " << r << " (calls of 5 rows)";
     if (g.token_id != w.token_id) {
       const std::span<const float> raw(logits.data() + r * static_cast<size_t>(v),
                                        static_cast<size_t>(v));

@@ -1,5 +1,6 @@
 // launch_row_rmsnorm (the CUDA backend's RMSNorm: fp32 residual rows in, the compute dtype out,
-// optionally only listed rows) against the CPU reference on fresh random inputs, odd shapes.
+// optionally only listed rows) against the CPU reference on fresh random inputs, odd shapes, both
+// of the kernel's paths (the row in registers up to 8,192 values, a loop past that).
 // Skips without a device.
 // forward_emulation_test builds this file with its kernels run on the CPU
 // (backend/cuda/emulation.h), on every machine.
@@ -87,7 +88,10 @@ INSTANTIATE_TEST_SUITE_P(
                       std::tuple{int64_t{33}, int64_t{3584}, DType::kBF16, true},
                       std::tuple{int64_t{5}, int64_t{4096}, DType::kF16, false},
                       std::tuple{int64_t{2}, int64_t{8192}, DType::kF32, false},
-                      std::tuple{int64_t{19}, int64_t{256}, DType::kF16, true}));
+                      std::tuple{int64_t{19}, int64_t{256}, DType::kF16, true},
+                      // Past the registers' 8,192 values a row: the kernel's loop.
+                      std::tuple{int64_t{3}, int64_t{8200}, DType::kF32, true},
+                      std::tuple{int64_t{1}, int64_t{10000}, DType::kBF16, false}));
 
 }  // namespace
 }  // namespace s4kv::backend

@@ -39,7 +39,11 @@ constexpr int kEltThreads = 256;
 constexpr int kEltPerThread = 4;
 constexpr int64_t kSpan = kEltThreads * kEltPerThread;
 
-template <typename T>
+// kPer > 0: the row has at most kPer x kNormThreads values, held in registers, their loads and
+// the weight's issued together (the loop's loads were a chain of dependent round trips: four a
+// pass at hidden 3,584, two passes); kPer == 0: any hidden, in a loop. Either way thread t sums
+// values t, t + kNormThreads, ... in that order, so the two give the same bits.
+template <typename T, int kPer>
 __global__ void __launch_bounds__(kNormThreads)
     row_rmsnorm_kernel(const float* x, const int32_t* rows, const float* w, T* out, int64_t hidden,
                        float eps) {
@@ -48,22 +52,51 @@ __global__ void __launch_bounds__(kNormThreads)
   grid_dependency_wait();
   const int64_t src_row = rows != nullptr ? rows[blockIdx.x] : blockIdx.x;
   const float* row = x + src_row * hidden;
+  const int t = static_cast<int>(threadIdx.x);
+  float v[kPer > 0 ? kPer : 1], wv[kPer > 0 ? kPer : 1];
   float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
-    sum = __fadd_rn(sum, __fmul_rn(row[i], row[i]));
+  if constexpr (kPer > 0) {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t i = t + j * kNormThreads;
+      v[j] = i < hidden ? row[i] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t i = t + j * kNormThreads;
+      wv[j] = i < hidden ? w[i] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      if (t + j * kNormThreads < hidden) sum = __fadd_rn(sum, __fmul_rn(v[j], v[j]));
+    }
+  } else {
+    for (int64_t i = t; i < hidden; i += kNormThreads) {
+      sum = __fadd_rn(sum, __fmul_rn(row[i], row[i]));
+    }
   }
   for (int o = 16; o > 0; o /= 2) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+  if (t % 32 == 0) partial[t / 32] = sum;
   __syncthreads();
   float total = 0.0f;
   for (int i = 0; i < kNormThreads / 32; ++i) total = __fadd_rn(total, partial[i]);
   const float mean = __fdiv_rn(total, static_cast<float>(hidden));
   const float inv_rms = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
   T* dst = out + blockIdx.x * hidden;
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
-    dst[i] = from_f32<T>(__fmul_rn(__fmul_rn(row[i], inv_rms), w[i]));
+  if constexpr (kPer > 0) {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t i = t + j * kNormThreads;
+      if (i < hidden) dst[i] = from_f32<T>(__fmul_rn(__fmul_rn(v[j], inv_rms), wv[j]));
+    }
+  } else {
+    for (int64_t i = t; i < hidden; i += kNormThreads) {
+      dst[i] = from_f32<T>(__fmul_rn(__fmul_rn(row[i], inv_rms), w[i]));
+    }
   }
 }
+// Values a thread the register path of row_rmsnorm_kernel holds: hidden <= 8,192.
+constexpr int kNormPer = 8;
 
 __global__ void __launch_bounds__(kEltThreads)
     add_bias_kernel(float* __restrict__ y, const float* __restrict__ bias, int64_t width,
@@ -166,8 +199,10 @@ void launch_row_rmsnorm(const RowNormArgs& a, cudaStream_t stream) {
   if (a.num_rows == 0) return;
   with_act_type(a.act_dtype, [&](auto zero) {
     using T = decltype(zero);
-    launch_dependent(row_rmsnorm_kernel<T>, grid_of(a.num_rows), kNormThreads, 0, stream, a.x,
-                     a.rows, a.weight, static_cast<T*>(a.out), a.hidden, a.eps);
+    const auto kernel = a.hidden <= kNormPer * kNormThreads ? row_rmsnorm_kernel<T, kNormPer>
+                                                            : row_rmsnorm_kernel<T, 0>;
+    launch_dependent(kernel, grid_of(a.num_rows), kNormThreads, 0, stream, a.x, a.rows, a.weight,
+                     static_cast<T*>(a.out), a.hidden, a.eps);
   });
   S4KV_CUDA_CHECK(cudaGetLastError());
 }
