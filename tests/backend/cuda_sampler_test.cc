@@ -202,8 +202,8 @@ TEST_P(CudaSampler, MatchesTheReferenceSampler) {
   reference.sample(logits, rows, want);
 
   // Twice: the same results (deterministic), and the scratch of a call is not carried over.
-  // Then in calls of 5 rows: on sm_90 a thread block cluster a row (of 16 blocks with
-  // S4KV_SAMPLER_CLUSTER=16), the same tokens.
+  // Then in calls of 5 rows: on sm_90 a thread block cluster a row (48 rows take one block
+  // each), the same tokens.
   const auto calls = sample_on_gpu(logits, rows, v, kRows, 4096, 2);
   const std::vector<SampleOutput>&got = calls[0], &again = calls[1];
   const std::vector<SampleOutput> few = sample_on_gpu(logits, rows, v, kRows, 4096, 1, 5)[0];

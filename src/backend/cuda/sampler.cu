@@ -22,7 +22,6 @@ namespace cg = cooperative_groups;
 
 constexpr int kThreads = 1024;     // threads of a block
 constexpr int kClusterBlocks = 8;  // blocks of a row on sm_90: one thread block cluster
-constexpr int kWideCluster = 16;   // the non-portable size (S4KV_SAMPLER_CLUSTER=16)
 constexpr int kWarps = kThreads / 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -516,25 +515,6 @@ CudaSampler::CudaSampler(int64_t vocab_size, int64_t max_rows, int64_t max_model
   const char* env = std::getenv("S4KV_SAMPLER_CLUSTER");
   const bool off = env != nullptr && std::string_view(env) == "0";
   cluster_max_rows_ = major >= 9 && cluster_launch != 0 && !off ? 2 * sms / kClusterBlocks : 0;
-  // S4KV_SAMPLER_CLUSTER=16: calls of at most sms / 16 rows (one block a multiprocessor) take
-  // clusters of 16 blocks, where the device can place one (cudaOccupancyMaxActiveClusters).
-  if (cluster_max_rows_ > 0 && env != nullptr && std::string_view(env) == "16") {
-    S4KV_CUDA_CHECK(cudaFuncSetAttribute(sample_rows<kWideCluster>,
-                                         cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(kWideCluster);
-    config.blockDim = dim3(kThreads);
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = kWideCluster;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    int clusters = 0;
-    S4KV_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, sample_rows<kWideCluster>, &config));
-    wide_max_rows_ = std::min<int64_t>(clusters, sms / kWideCluster);
-  }
   // Ids travel as floats in one reduction: exact below 2^24.
   S4KV_CHECK(vocab_size > 0 && vocab_size < (int64_t{1} << 24) && max_rows > 0,
              "cuda sampler: vocab_size ", vocab_size, ", max_rows ", max_rows);
@@ -621,25 +601,21 @@ void CudaSampler::submit(const float* logits, std::span<const SamplingRow> rows,
     const float* d_logits = logits + begin * vocab_size_;
     auto* d_work = static_cast<float*>(work_.data());
     const auto group_rows = static_cast<unsigned>(end - begin);
-    const auto launch_cluster = [&]<int kCl>() {
+    if (static_cast<int64_t>(group_rows) <= cluster_max_rows_) {
       cudaLaunchConfig_t config{};
-      config.gridDim = dim3(group_rows * kCl);
+      config.gridDim = dim3(group_rows * kClusterBlocks);
       config.blockDim = dim3(kThreads);
       config.stream = stream;
       cudaLaunchAttribute cluster{};
       cluster.id = cudaLaunchAttributeClusterDimension;
-      cluster.val.clusterDim.x = kCl;
+      cluster.val.clusterDim.x = kClusterBlocks;
       cluster.val.clusterDim.y = 1;
       cluster.val.clusterDim.z = 1;
       config.attrs = &cluster;
       config.numAttrs = 1;
-      S4KV_CUDA_CHECK(cudaLaunchKernelEx(&config, sample_rows<kCl>, d_params, d_ids, d_values,
-                                         d_logits, d_work, vocab_size_, results_device + begin));
-    };
-    if (static_cast<int64_t>(group_rows) <= wide_max_rows_) {
-      launch_cluster.template operator()<kWideCluster>();
-    } else if (static_cast<int64_t>(group_rows) <= cluster_max_rows_) {
-      launch_cluster.template operator()<kClusterBlocks>();
+      S4KV_CUDA_CHECK(cudaLaunchKernelEx(&config, sample_rows<kClusterBlocks>, d_params, d_ids,
+                                         d_values, d_logits, d_work, vocab_size_,
+                                         results_device + begin));
     } else {
       sample_rows<1><<<group_rows, kThreads, 0, stream>>>(
           d_params, d_ids, d_values, d_logits, d_work, vocab_size_, results_device + begin);

@@ -72,7 +72,6 @@ class CudaSampler {
   PinnedBuffer out_host_[2];  // [max_call_rows] RowResult per result slot
   int64_t num_rows_[2] = {0, 0};
   int64_t cluster_max_rows_ = 0;  // calls of at most this many rows take a cluster a row
-  int64_t wide_max_rows_ = 0;     // calls of at most this many take a cluster of 16 blocks a row
   PenaltyScratch penalties_;      // each row's distinct penalty ids, on the host
 };
 
