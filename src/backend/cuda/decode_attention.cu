@@ -381,11 +381,12 @@ __global__ void __launch_bounds__(kD) decode_merge_kernel(PagedAttentionArgs a, 
   __shared__ float scratch[kD / 32];
   allow_dependent_launch();
   grid_dependency_wait();
-  if (d.merge_flag != nullptr && *d.merge_flag != 0) return;  // the items merged this step
+  // The flag, the sequence and the loads that follow from it are issued before the flag is
+  // looked at (whatever a merged step loads is left unused).
+  const int merged = d.merge_flag != nullptr ? *d.merge_flag : 0;
   const DecodeSeq sq = d.seqs[blockIdx.x];
   const int h = blockIdx.y, c = threadIdx.x;
   const int group = a.num_heads / a.num_kv_heads, g = h / group, hh = h % group;
-  if (d.write_residual && h < a.num_kv_heads) write_ring_value(a, sq.token, h, c);
   const int n4 = sq.int4_end - sq.int4_begin, n = n4 + sq.rows_end - sq.rows_begin;
   auto part = [&](int j) {  // the sequence's j-th item: its int4 items, then its row items
     const int item = j < n4 ? sq.int4_begin + j : sq.rows_begin + (j - n4);
@@ -402,6 +403,11 @@ __global__ void __launch_bounds__(kD) decode_merge_kernel(PagedAttentionArgs a, 
   }
 #pragma unroll
   for (int u = 0; u < kMergeLoads; ++u) first[u] = u < n ? part(u)[2 + c] : 0.0f;
+  // The ring row's loads beside the partials', its stores at the end (they could alias the
+  // partials for all the compiler knows, and would hold back the loads after them).
+  RingValue ring;
+  if (d.write_residual && h < a.num_kv_heads) ring = ring_value_of(a, sq.token, h, c);
+  if (merged != 0) return;  // the items merged this step
   float mx = p0;
   for (int j = c + kD; j < n; j += kD) mx = fmaxf(mx, part(j)[0]);
   mx = block_reduce<true>(mx, scratch);
@@ -453,6 +459,7 @@ __global__ void __launch_bounds__(kD) decode_merge_kernel(PagedAttentionArgs a, 
   }
   T* out = static_cast<T*>(a.out) + (static_cast<int64_t>(sq.token) * a.num_heads + h) * kD;
   out[c] = from_f32<T>(o);
+  store_ring_value(ring);
 }
 
 }  // namespace

@@ -229,16 +229,38 @@ __device__ void write_partial(const State& st, float* smem, float* partial, int 
 
 // A decode-only step's token into its residual ring (DecodeLaunch::write_residual): channel c
 // of KV head kvh's K and V rows from staging (int4_kivi_cache.cuh's residual_write, one value).
-__device__ inline void write_ring_value(const PagedAttentionArgs& a, int token, int kvh, int c) {
+// ring_value_of loads (the staging values beside the token's sequence, whose length and seat
+// follow together: two round trips), store_ring_value writes, so that a kernel can issue the
+// loads with its own and write at its end.
+struct RingValue {
+  uint16_t* k = nullptr;  // the K value's place (nullptr: the ring does not keep the position)
+  int64_t v_offset = 0;   // the V value's, from k
+  uint16_t kv = 0, vv = 0;
+};
+__device__ inline RingValue ring_value_of(const PagedAttentionArgs& a, int token, int kvh, int c) {
   const int s = a.token_seq[token], b = a.block_size;
   const int64_t p = a.positions[token];
-  if (!ring_keeps(p, a.seq_lens[s], b, a.ring)) return;
   const int64_t kv_dim = static_cast<int64_t>(a.num_kv_heads) * kD;
   const int64_t src = token * kv_dim + kvh * kD + c;
-  uint16_t* k = const_cast<uint16_t*>(a.residual) +
-                ring_k_offset(a.seats[s], p, b, a.ring, kv_dim, a.seat_stride) + kvh * kD + c;
-  k[0] = a.staging_k[src];
-  k[ring_v_offset(b, a.ring, kv_dim)] = a.staging_v[src];
+  RingValue r;
+  r.kv = a.staging_k[src];
+  r.vv = a.staging_v[src];
+  const int64_t seq_len = a.seq_lens[s];
+  const int seat = a.seats[s];
+  if (ring_keeps(p, seq_len, b, a.ring)) {
+    r.k = const_cast<uint16_t*>(a.residual) +
+          ring_k_offset(seat, p, b, a.ring, kv_dim, a.seat_stride) + kvh * kD + c;
+    r.v_offset = ring_v_offset(b, a.ring, kv_dim);
+  }
+  return r;
+}
+__device__ inline void store_ring_value(const RingValue& r) {
+  if (r.k == nullptr) return;
+  r.k[0] = r.kv;
+  r.k[r.v_offset] = r.vv;
+}
+__device__ inline void write_ring_value(const PagedAttentionArgs& a, int token, int kvh, int c) {
+  store_ring_value(ring_value_of(a, token, kvh, c));
 }
 
 // The merge fused into the item kernels (DecodeLaunch::merge_counts): called by every thread
