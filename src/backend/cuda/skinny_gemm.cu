@@ -33,33 +33,20 @@ __device__ __forceinline__ void widen8(const uint4& v, float (&f)[8]) {
   }
 }
 
-// What kRopeKv's epilogue reads for token m besides the sums: the rotation's cos and sin
-// (rope heads) and the cache row.
-struct RopeKvIn {
-  float cos = 0.0f, sin = 0.0f;
-  int64_t slot = 0;
-};
-__device__ inline RopeKvIn rope_kv_in(const SkinnyEpilogue& e, int m, int head, int c) {
-  RopeKvIn in;
-  if (head < e.num_q_heads + e.num_kv_heads) {
-    const int64_t at = static_cast<int64_t>(e.positions[m]) * 64 + c;
-    in.cos = e.cos[at];
-    in.sin = e.sin[at];
-  }
-  if (head >= e.num_q_heads) in.slot = e.slots != nullptr ? e.slots[m] : m;
-  return in;
-}
-
 // kRopeKv's epilogue for token m: channels c and c + 64 of head `head` (x1, x2, the bias added).
-__device__ inline void rope_kv_pair(const SkinnyEpilogue& e, const RopeKvIn& in, float* y_row,
-                                    int head, int c, float x1, float x2) {
+__device__ inline void rope_kv_pair(const SkinnyEpilogue& e, float* y_row, int m, int head, int c,
+                                    float x1, float x2) {
   const int nq = e.num_q_heads, nkv = e.num_kv_heads;
-  if (head < nq + nkv) rope_turn(x1, x2, in.cos, in.sin);
+  if (head < nq + nkv) {
+    const int64_t at = static_cast<int64_t>(e.positions[m]) * 64 + c;
+    rope_turn(x1, x2, e.cos[at], e.sin[at]);
+  }
   y_row[head * 128 + c] = x1;
   y_row[head * 128 + c + 64] = x2;
   if (head < nq) return;
   const bool value = head >= nq + nkv;
-  const int64_t dst = in.slot * (int64_t{nkv} * 128) + (head - nq - (value ? nkv : 0)) * 128 + c;
+  const int64_t dst = (e.slots != nullptr ? e.slots[m] : m) * (int64_t{nkv} * 128) +
+                      (head - nq - (value ? nkv : 0)) * 128 + c;
   void* cache = value ? e.v_cache : e.k_cache;
   store_kv(cache, e.store, dst, x1);
   store_kv(cache, e.store, dst + 64, x2);
@@ -108,36 +95,6 @@ __global__ void __launch_bounds__(kThreads)
   };
   load(lane);
   grid_dependency_wait();
-  // What the epilogue reads besides the sums (the bias, the values accumulated onto, kRopeKv's
-  // positions' rotations and cache rows), loaded by lane 0. For one row of x (a batch-1 decode
-  // step, whose kernels run one after another) before the loop, under the first weights'
-  // latency, instead of as round trips after it; for more rows after it (held across the loop
-  // their registers would cost thread blocks a multiprocessor).
-  constexpr bool kEarly = N == 1;
-  float pre_bias[kRowsPerWarp] = {};
-  float pre_y[kRowsPerWarp][N] = {};
-  RopeKvIn pre_rope[N];
-  const int head = static_cast<int>(row0 / 64), hc = static_cast<int>(row0 % 64);
-  auto epilogue_inputs = [&] {
-    if (!live || lane != 0) return;
-    if constexpr (kEpi == SkinnyEpi::kRopeKv) {
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        pre_bias[r] = bias != nullptr ? bias[head * 128 + hc + 64 * r] : 0.0f;
-      }
-#pragma unroll
-      for (int m = 0; m < N; ++m) pre_rope[m] = rope_kv_in(epi, m, head, hc);
-    } else if constexpr (kEpi == SkinnyEpi::kNone) {
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        if (row0 + r >= out) break;
-        pre_bias[r] = bias != nullptr ? bias[row0 + r] : 0.0f;
-#pragma unroll
-        for (int m = 0; m < N; ++m) pre_y[r][m] = accumulate ? y[m * out + row0 + r] : 0.0f;
-      }
-    }
-  };
-  if constexpr (kEarly) epilogue_inputs();
   if (live) {
     for (int64_t base = lane; base < chunks; base += 32 * kUnroll) {
       if (base != lane) load(base);
@@ -161,7 +118,6 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  if constexpr (!kEarly) epilogue_inputs();
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
 #pragma unroll
@@ -174,14 +130,15 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (live && lane == 0) {
     if constexpr (kEpi == SkinnyEpi::kRopeKv) {  // rope_kv_write_kernel's, after the bias
+      const int head = static_cast<int>(row0 / 64), c = static_cast<int>(row0 % 64);
 #pragma unroll
       for (int m = 0; m < N; ++m) {
         float x1 = acc[0][m], x2 = acc[1][m];
         if (bias != nullptr) {
-          x1 = __fadd_rn(x1, pre_bias[0]);
-          x2 = __fadd_rn(x2, pre_bias[1]);
+          x1 = __fadd_rn(x1, bias[head * 128 + c]);
+          x2 = __fadd_rn(x2, bias[head * 128 + c + 64]);
         }
-        rope_kv_pair(epi, pre_rope[m], y + m * out, head, hc, x1, x2);
+        rope_kv_pair(epi, y + m * out, m, head, c, x1, x2);
       }
     } else if constexpr (kEpi == SkinnyEpi::kSiluMul) {  // silu_mul_kernel's arithmetic
       auto* act = static_cast<uint16_t*>(epi.act);
@@ -195,8 +152,9 @@ __global__ void __launch_bounds__(kThreads)
         if (row0 + r >= out) break;
 #pragma unroll
         for (int m = 0; m < N; ++m) {
-          const float v = accumulate ? pre_y[r][m] + acc[r][m] : acc[r][m];
-          y[m * out + row0 + r] = bias != nullptr ? __fadd_rn(v, pre_bias[r]) : v;
+          float* dst = y + m * out + row0 + r;
+          const float v = accumulate ? *dst + acc[r][m] : acc[r][m];
+          *dst = bias != nullptr ? __fadd_rn(v, bias[row0 + r]) : v;
         }
       }
     }
