@@ -706,17 +706,11 @@ void launch_decode_attention(const PagedAttentionArgs& a, const DecodeLaunch& d,
     S4KV_CUDA_CHECK(cudaGetLastError());
   };
   // Forked, the int4 kernel goes first: its blocks take the device's wave, the row kernel's the
-  // slots left (S4KV_DECODE_ROWS_FIRST=1: the row kernel first, its blocks beside the first
-  // int4 blocks rather than after the wave, for a measurement). On one stream the order only
-  // decides, when the merge is fused, which kernel's blocks finish last and merge: the row items
-  // go first there, so that the tests' launches (unforked) exercise the int4 kernel's merge as
-  // the 16-bit caches do the row kernel's.
-  static const bool rows_first = [] {
-    const char* env = std::getenv("S4KV_DECODE_ROWS_FIRST");
-    return env != nullptr && std::string_view(env) == "1";
-  }();
+  // slots left. On one stream the order only decides, when the merge is fused, which kernel's
+  // blocks finish last and merge: the row items go first there, so that the tests' launches
+  // (unforked) exercise the int4 kernel's merge as the 16-bit caches do the row kernel's.
   const bool fused = d.merge_counts != nullptr;
-  if ((fused && !forked) || (forked && rows_first)) {
+  if (fused && !forked) {
     row_items();
     int4_items();
   } else {
