@@ -37,7 +37,11 @@
 #   E2E=1 bash tools/device_cuda_tests.sh pack      # here; lists the parts
 #   device run, carry [".devcarry/<part>"]: bash tools/device_cuda_tests.sh stash   (per part)
 #   device run, carry [last part, ".devcarry/sums"]: bash tools/device_cuda_tests.sh run tests serve ...
-#   (a NAME=VALUE among the steps is exported for the steps after it)
+#   (a NAME=VALUE among the steps is exported for the steps after it; use:DIR switches the
+#   steps after it to the pack whose parts and sums are all in DIR, e.g. a second pack of another
+#   commit made with `pack` in another worktree and copied to .devcarry2/, which travels with
+#   the tree where git does not ignore it: an A/B of two builds in one call, on one machine,
+#   `run use:.devcarry PERF_TAG=_new perf use:.devcarry2 PERF_TAG=_main perf ...`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -93,16 +97,27 @@ case "${1:-}" in
     shift
     : "${OUT:?run on the GPU machine, where the device tool sets OUT}"
     res=/tmp/s4kv-results && rm -rf $res && mkdir -p $res
+    # The pack's parts (stashed by earlier calls, or all in $1) checked and unpacked into
+    # /tmp/s4kv.
+    unpack() {
+      local parts=$1
+      cat "$parts"/part.* > /tmp/all.tar.xz
+      (cd /tmp && sed 's#all.tar.xz#/tmp/all.tar.xz#' "$root/$2/sums" | sha256sum -c -)
+      rm -rf /tmp/s4kv && mkdir -p /tmp/s4kv && tar -C /tmp/s4kv -xJf /tmp/all.tar.xz
+      tee -a $res/gpu.txt < /tmp/s4kv/BUILD_INFO
+    }
     mkdir -p /tmp/s4kv-stash && cp .devcarry/part.* /tmp/s4kv-stash/
-    cat /tmp/s4kv-stash/part.* > /tmp/all.tar.xz
-    (cd /tmp && sed 's#all.tar.xz#/tmp/all.tar.xz#' "$root/.devcarry/sums" | sha256sum -c -)
-    rm -rf /tmp/s4kv && mkdir -p /tmp/s4kv && tar -C /tmp/s4kv -xJf /tmp/all.tar.xz
     export PATH=/tmp/s4kv/bin:$PATH S4KV_BIN=/tmp/s4kv/bin/s4kv
-    [ ! -d /tmp/s4kv/site ] || export PYTHONPATH=/tmp/s4kv/site
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee $res/gpu.txt
-    tee -a $res/gpu.txt < /tmp/s4kv/BUILD_INFO
+    unpack /tmp/s4kv-stash .devcarry
+    [ ! -d /tmp/s4kv/site ] || export PYTHONPATH=/tmp/s4kv/site
     status=0
     for step in "$@"; do
+      if [[ "$step" == use:* ]]; then
+        echo "== $step" | tee -a $res/summary.txt
+        unpack "${step#use:}" "${step#use:}" | tee -a $res/summary.txt
+        continue
+      fi
       # NAME=VALUE between steps: set for the steps after it (e.g. a second perf run with
       # S4KV_SAMPLER_CLUSTER=0 PERF_TAG=_nocluster).
       if [[ "$step" == *=* ]]; then
