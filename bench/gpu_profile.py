@@ -74,7 +74,8 @@ def main():
             for name, v in sorted(times.items(), key=lambda kv: -sum(kv[1]))[:a.top]:
                 lines.append(f"  {sum(v):10.1f} us {len(v):5d}x {sum(v) / len(v):8.1f} us each"
                              f"  {name[:110]}")
-    head = (f"ncu --clock-control none{' --cache-control none' if a.warm_caches else ''} --metrics gpu__time_duration.sum --launch-skip "
+    warm = " --cache-control none" if a.warm_caches else ""
+    head = (f"ncu --clock-control none{warm} --metrics gpu__time_duration.sum --launch-skip "
             f"{a.launch_skip} --launch-count {a.launch_count}, s4kv bench latency --model "
             f"{a.model} config --load-format dummy --batch-size {a.batch_size} --input-len "
             f"{a.input_len} --output-len {a.output_len} --enforce-eager; commit "

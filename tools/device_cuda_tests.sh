@@ -97,12 +97,13 @@ case "${1:-}" in
     shift
     : "${OUT:?run on the GPU machine, where the device tool sets OUT}"
     res=/tmp/s4kv-results && rm -rf $res && mkdir -p $res
-    # The pack's parts (stashed by earlier calls, or all in $1) checked and unpacked into
-    # /tmp/s4kv.
+    # unpack PARTS_DIR SUMS_DIR: a pack's parts checked against its sums and unpacked into
+    # /tmp/s4kv (the first pack's parts are those stashed by earlier calls plus this call's).
     unpack() {
-      local parts=$1
-      cat "$parts"/part.* > /tmp/all.tar.xz
-      (cd /tmp && sed 's#all.tar.xz#/tmp/all.tar.xz#' "$root/$2/sums" | sha256sum -c -)
+      local sums
+      sums=$(cd "$root" && realpath "$2/sums")
+      cat "$1"/part.* > /tmp/all.tar.xz
+      (cd /tmp && sed 's#all.tar.xz#/tmp/all.tar.xz#' "$sums" | sha256sum -c -)
       rm -rf /tmp/s4kv && mkdir -p /tmp/s4kv && tar -C /tmp/s4kv -xJf /tmp/all.tar.xz
       tee -a $res/gpu.txt < /tmp/s4kv/BUILD_INFO
     }
