@@ -21,7 +21,7 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr int kThreads = 1024;     // threads of a block
-constexpr int kClusterBlocks = 8;  // blocks of a row on sm_90: one thread block cluster
+constexpr int kClusterBlocks = 8;  // the most blocks of a row on sm_90: one thread block cluster
 constexpr int kWarps = kThreads / 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -390,8 +390,15 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       double carry = 0.0;
       for (int64_t j = 0; j < gw; ++j) carry += s.all_ranges[j];
+      // Only a warp whose range can hold the draw walks it: the walk's own sums of the range
+      // (in another order than `part`'s) differ from carry + part by rounding, ~1e-13 of them,
+      // so a range clearly below u (no id of it crosses u) or clearly above it (a lower range's
+      // walk hits first) is left out, and every other warp walks as before: the same token.
+      const double mine = s.all_ranges[gw];
+      const double slack = 1e-9 * (carry + mine) + 1e-300;
+      const bool below = p.u >= carry + mine + slack, above = carry > p.u + slack;
       Best hit{0.0f, -1};
-      for (int64_t base = first; base < last; base += 32) {
+      for (int64_t base = first; base < last && !below && !above; base += 32) {
         const double q = q_of(base + lane);
         double inclusive = q;
         for (int off = 1; off < 32; off *= 2) {
@@ -491,6 +498,21 @@ int64_t CudaSampler::device_bytes(int64_t vocab_size, int64_t max_rows, int64_t 
          std::max(max_rows, max_call_rows) * static_cast<int64_t>(sizeof(RowResult));
 }
 
+// The largest cluster (8, 4 or 2 blocks) with which every row of the call has its blocks at
+// once, one block a multiprocessor (1,024 threads of 64 registers fill one), else one block a
+// row: a row's passes over the vocabulary (double-precision exponentials among them) are split
+// over as many multiprocessors as the call leaves idle. (Two clusters of 8 a multiprocessor
+// were counted before: 17-33 rows then ran in two waves, and 34-132 rows took one
+// multiprocessor each, 0.39 ms a step at 64 rows on an H100.)
+int CudaSampler::blocks_per_row(int64_t rows) const {
+  if (clusters_) {
+    for (int c = kClusterBlocks; c >= 2; c /= 2) {
+      if (rows * c <= sms_) return c;
+    }
+  }
+  return 1;
+}
+
 CudaSampler::CudaSampler(int64_t vocab_size, int64_t max_rows, int64_t max_model_len,
                          int64_t max_call_rows)
     : vocab_size_(vocab_size),
@@ -503,9 +525,7 @@ CudaSampler::CudaSampler(int64_t vocab_size, int64_t max_rows, int64_t max_model
       out_host_{PinnedBuffer(static_cast<size_t>(max_call_rows_) * sizeof(RowResult)),
                 PinnedBuffer(static_cast<size_t>(max_call_rows_) * sizeof(RowResult))},
       penalties_(vocab_size) {
-  // A thread block cluster per row where the device has them (sm_90) and the rows are few
-  // enough that their clusters run at once (two blocks a multiprocessor): more rows fill the
-  // device with one block each, and a cluster's synchronizations would only add to the step.
+  // A thread block cluster per row where the device has them (sm_90): blocks_per_row.
   // S4KV_SAMPLER_CLUSTER=0 keeps one block per row (for comparisons).
   int device = 0, major = 0, cluster_launch = 0, sms = 0;
   S4KV_CUDA_CHECK(cudaGetDevice(&device));
@@ -514,7 +534,8 @@ CudaSampler::CudaSampler(int64_t vocab_size, int64_t max_rows, int64_t max_model
   S4KV_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const char* env = std::getenv("S4KV_SAMPLER_CLUSTER");
   const bool off = env != nullptr && std::string_view(env) == "0";
-  cluster_max_rows_ = major >= 9 && cluster_launch != 0 && !off ? 2 * sms / kClusterBlocks : 0;
+  clusters_ = major >= 9 && cluster_launch != 0 && !off;
+  sms_ = sms;
   // Ids travel as floats in one reduction: exact below 2^24.
   S4KV_CHECK(vocab_size > 0 && vocab_size < (int64_t{1} << 24) && max_rows > 0,
              "cuda sampler: vocab_size ", vocab_size, ", max_rows ", max_rows);
@@ -601,24 +622,34 @@ void CudaSampler::submit(const float* logits, std::span<const SamplingRow> rows,
     const float* d_logits = logits + begin * vocab_size_;
     auto* d_work = static_cast<float*>(work_.data());
     const auto group_rows = static_cast<unsigned>(end - begin);
-    if (static_cast<int64_t>(group_rows) <= cluster_max_rows_) {
+    const auto launch_cluster = [&]<int kCl>() {
       cudaLaunchConfig_t config{};
-      config.gridDim = dim3(group_rows * kClusterBlocks);
+      config.gridDim = dim3(group_rows * kCl);
       config.blockDim = dim3(kThreads);
       config.stream = stream;
       cudaLaunchAttribute cluster{};
       cluster.id = cudaLaunchAttributeClusterDimension;
-      cluster.val.clusterDim.x = kClusterBlocks;
+      cluster.val.clusterDim.x = kCl;
       cluster.val.clusterDim.y = 1;
       cluster.val.clusterDim.z = 1;
       config.attrs = &cluster;
       config.numAttrs = 1;
-      S4KV_CUDA_CHECK(cudaLaunchKernelEx(&config, sample_rows<kClusterBlocks>, d_params, d_ids,
-                                         d_values, d_logits, d_work, vocab_size_,
-                                         results_device + begin));
-    } else {
-      sample_rows<1><<<group_rows, kThreads, 0, stream>>>(
-          d_params, d_ids, d_values, d_logits, d_work, vocab_size_, results_device + begin);
+      S4KV_CUDA_CHECK(cudaLaunchKernelEx(&config, sample_rows<kCl>, d_params, d_ids, d_values,
+                                         d_logits, d_work, vocab_size_, results_device + begin));
+    };
+    switch (blocks_per_row(static_cast<int64_t>(group_rows))) {
+      case 8:
+        launch_cluster.template operator()<8>();
+        break;
+      case 4:
+        launch_cluster.template operator()<4>();
+        break;
+      case 2:
+        launch_cluster.template operator()<2>();
+        break;
+      default:
+        sample_rows<1><<<group_rows, kThreads, 0, stream>>>(
+            d_params, d_ids, d_values, d_logits, d_work, vocab_size_, results_device + begin);
     }
     S4KV_CUDA_CHECK(cudaGetLastError());
     S4KV_CUDA_CHECK(cudaMemcpyAsync(results + begin, results_device + begin,

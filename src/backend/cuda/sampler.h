@@ -71,8 +71,11 @@ class CudaSampler {
   DeviceBuffer out_device_;   // [max_call_rows] RowResult: the last submit's, by row
   PinnedBuffer out_host_[2];  // [max_call_rows] RowResult per result slot
   int64_t num_rows_[2] = {0, 0};
-  int64_t cluster_max_rows_ = 0;  // calls of at most this many rows take a cluster a row
-  PenaltyScratch penalties_;      // each row's distinct penalty ids, on the host
+  // Blocks of a row for a call of `rows` rows (a thread block cluster when > 1).
+  int blocks_per_row(int64_t rows) const;
+  bool clusters_ = false;  // sm_90 and not S4KV_SAMPLER_CLUSTER=0
+  int64_t sms_ = 0;
+  PenaltyScratch penalties_;  // each row's distinct penalty ids, on the host
 };
 
 }  // namespace s4kv::backend::cuda
