@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <span>
@@ -147,12 +148,15 @@ std::vector<std::vector<SampleOutput>> sample_on_gpu(const std::vector<float>& l
                                                      std::span<const SamplingRow> rows,
                                                      int64_t vocab, int64_t max_rows,
                                                      int64_t max_model_len, int calls = 1,
-                                                     size_t call_rows = SIZE_MAX) {
+                                                     size_t call_rows = SIZE_MAX,
+                                                     bool one_block = false) {
   cuda::DeviceBuffer d_logits(logits.size() * 4);
   d_logits.copy_from_host(logits.data(), logits.size() * 4);
   cudaStream_t stream = nullptr;
   EXPECT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  if (one_block) setenv("S4KV_SAMPLER_CLUSTER", "0", 1);  // read by the constructor
   cuda::CudaSampler sampler(vocab, max_rows, max_model_len, static_cast<int64_t>(rows.size()));
+  if (one_block) unsetenv("S4KV_SAMPLER_CLUSTER");
   std::vector<std::vector<SampleOutput>> out(static_cast<size_t>(calls));
   const auto* base = static_cast<const float*>(d_logits.data());
   for (auto& o : out) {  // rows in calls of call_rows
@@ -202,19 +206,24 @@ TEST_P(CudaSampler, MatchesTheReferenceSampler) {
   reference.sample(logits, rows, want);
 
   // Twice: the same results (deterministic), and the scratch of a call is not carried over.
-  // Then in calls of 5 rows: on sm_90 a thread block cluster a row (48 rows take one block
-  // each), the same tokens.
+  // On sm_90 a row takes a thread block cluster of 2 blocks in a call of 48 rows, of 4 in one
+  // of 20, of 8 in one of 5 or 8; and one block with S4KV_SAMPLER_CLUSTER=0: the same tokens.
   const auto calls = sample_on_gpu(logits, rows, v, kRows, 4096, 2);
   const std::vector<SampleOutput>&got = calls[0], &again = calls[1];
-  const std::vector<SampleOutput> few = sample_on_gpu(logits, rows, v, kRows, 4096, 1, 5)[0];
+  const std::vector<std::vector<SampleOutput>> others = {
+      sample_on_gpu(logits, rows, v, kRows, 4096, 1, 5)[0],
+      sample_on_gpu(logits, rows, v, kRows, 4096, 1, 20)[0],
+      sample_on_gpu(logits, rows, v, kRows, 4096, 1, SIZE_MAX, true)[0]};
 
   ASSERT_EQ(got.size(), want.size());
   int boundary = 0;
   for (size_t r = 0; r < rows.size(); ++r) {
     const SampleOutput &g = got[r], &w = want[r];
     EXPECT_EQ(again[r].token_id, g.token_id) << "row " << r;
-    EXPECT_EQ(few[r].token_id, g.token_id) << "row " << r << " (calls of 5 rows)";
-    EXPECT_NEAR(few[r].logprob, g.logprob, 2e-6) << "row " << r << " (calls of 5 rows)";
+    for (size_t k = 0; k < others.size(); ++k) {
+      EXPECT_EQ(others[k][r].token_id, g.token_id) << "row " << r << ", variant " << k;
+      EXPECT_NEAR(others[k][r].logprob, g.logprob, 2e-6) << "row " << r << ", variant " << k;
+    }
     if (g.token_id != w.token_id) {
       const std::span<const float> raw(logits.data() + r * static_cast<size_t>(v),
                                        static_cast<size_t>(v));
