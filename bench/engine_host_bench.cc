@@ -8,17 +8,16 @@
 //       [--kv-cache-dtype int4_kivi|16bit] [--async-scheduling] [--model models/s4kv-tiny]
 #include <CLI/CLI.hpp>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
-#include <random>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
 #include "backend/backend.h"
+#include "cli/bench_workload.h"
 #include "common/check.h"
 #include "engine/engine_config.h"
 #include "engine/llm_engine.h"
@@ -27,12 +26,14 @@
 namespace s4kv {
 namespace {
 
-// Samples a token per sampling row, a function of the row's position only: no logits, no
-// arithmetic over the vocabulary, so that the step's time is the engine's.
+// Samples a token per sampling row, an ordinary id (from `pool`, as `s4kv bench`'s random
+// prompts draw theirs) chosen by the row's position: no logits, no arithmetic over the
+// vocabulary, so that the step's time is the engine's.
 class InstantBackend final : public backend::SynchronousBackend {
  public:
-  InstantBackend(const backend::KvCacheConfig& kv, int64_t vocab_size)
-      : kv_(kv), vocab_size_(vocab_size) {}
+  InstantBackend(const backend::KvCacheConfig& kv, int64_t vocab_size,
+                 std::shared_ptr<const std::vector<int32_t>> pool)
+      : kv_(kv), vocab_size_(vocab_size), pool_(std::move(pool)) {}
   std::string_view name() const override { return "instant"; }
   int64_t vocab_size() const override { return vocab_size_; }
   const backend::KvCacheConfig& kv_cache_config() const override { return kv_; }
@@ -46,10 +47,8 @@ class InstantBackend final : public backend::SynchronousBackend {
     samples_.resize(batch.sampling.size());
     for (size_t i = 0; i < samples_.size(); ++i) {
       const int32_t row = batch.logits_indices[i];
-      // Ordinary ids (past the special ones at the vocabulary's end), varied by position.
-      samples_[i].token_id = static_cast<int32_t>(
-          (static_cast<int64_t>(batch.positions[static_cast<size_t>(row)]) * 7919 + 17) %
-          (vocab_size_ - 256));
+      const auto pos = static_cast<size_t>(batch.positions[static_cast<size_t>(row)]);
+      samples_[i].token_id = (*pool_)[(pos * 7919 + 17) % pool_->size()];
     }
     backend::StepOutput out;
     out.samples = samples_;
@@ -59,14 +58,9 @@ class InstantBackend final : public backend::SynchronousBackend {
  private:
   backend::KvCacheConfig kv_;
   int64_t vocab_size_;
+  std::shared_ptr<const std::vector<int32_t>> pool_;  // set once the tokenizer is loaded
   std::vector<backend::SampleOutput> samples_;
 };
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 int run(int argc, char** argv) {
   CLI::App app{"EngineCore's host time per decode step over an instant backend"};
@@ -93,23 +87,24 @@ int run(int argc, char** argv) {
   // Room for every sequence whole (as a large GPU's cache would have), whatever the format.
   a.config.kv_cache_memory_bytes = int64_t{8} << 30;
   a.config.async_scheduling = async;
+  // The ids prompts and samples draw from, known once the engine has loaded the tokenizer
+  // (the backend samples only after that).
+  auto pool = std::make_shared<std::vector<int32_t>>();
   a.backend_factory =
-      [](const model::ModelConfig& m,
-         const backend::KvCacheConfig& kv) -> Result<std::unique_ptr<backend::Backend>> {
-    return std::unique_ptr<backend::Backend>(std::make_unique<InstantBackend>(kv, m.vocab_size));
+      [pool](const model::ModelConfig& m,
+             const backend::KvCacheConfig& kv) -> Result<std::unique_ptr<backend::Backend>> {
+    return std::unique_ptr<backend::Backend>(
+        std::make_unique<InstantBackend>(kv, m.vocab_size, pool));
   };
   auto loaded = engine::load_llm_engine(a);
   S4KV_CHECK(loaded.is_ok(), loaded.status().message());
   engine::EngineCore& core = *loaded->engine;
+  *pool = cli::prompt_token_pool(*loaded->tokenizer, core.vocab_size());
 
-  std::mt19937 rng(1);
-  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(core.vocab_size() - 257));
   engine::SamplingParams params;
   params.max_tokens = output_len;
   params.ignore_eos = true;
-  for (int64_t r = 0; r < batch; ++r) {
-    std::vector<int32_t> prompt(static_cast<size_t>(input_len));
-    for (int32_t& t : prompt) t = token(rng);
+  for (std::vector<int32_t>& prompt : cli::random_prompts(*pool, batch, input_len, 0)) {
     auto id = core.add_request(std::move(prompt), params);
     S4KV_CHECK(id.is_ok(), id.status().message());
   }
@@ -138,7 +133,7 @@ int run(int argc, char** argv) {
       "step over %zu steps (%lld steps, %lld tokens, %lld bytes of text)\n",
       kv_dtype.c_str(), static_cast<long long>(batch), static_cast<long long>(input_len),
       static_cast<long long>(output_len), async ? ", async scheduling" : "",
-      1000.0 * median(decode_ms), decode_ms.size(), static_cast<long long>(steps),
+      1000.0 * cli::percentile(decode_ms, 50), decode_ms.size(), static_cast<long long>(steps),
       static_cast<long long>(tokens), static_cast<long long>(text_bytes));
   return 0;
 }
