@@ -66,7 +66,7 @@ bool Scheduler::running_blocks_fit() const {
     blocks += kv_.num_new_blocks(req->request_id(), n);
     budget -= n;
   }
-  return blocks <= kv_.pool().num_free_blocks();
+  return blocks <= kv_.num_available_blocks();
 }
 
 void Scheduler::schedule_running(SchedulerOutput& out, int64_t& budget, bool ahead) {

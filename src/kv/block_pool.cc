@@ -52,6 +52,13 @@ bool BlockPool::take(std::span<const BlockId> blocks) {
   return true;
 }
 
+bool BlockPool::uncache(BlockId block) {
+  const Block& b = at(block);
+  if (b.ref_count != 0 || !b.hash.has_value()) return false;
+  evict_hash(block);
+  return true;
+}
+
 void BlockPool::free(std::span<const BlockId> blocks) {
   for (BlockId b : blocks) {
     Block& block = at(b);

@@ -43,6 +43,10 @@ class BlockPool {
   // one is free; otherwise returns false and changes nothing. free() gives them back.
   [[nodiscard]] bool take(std::span<const BlockId> blocks);
 
+  // Forgets the hash of a free block (it stays free, now uncached); false when the block is in
+  // use or has no hash.
+  bool uncache(BlockId block);
+
   // Drops one reference per listed block; blocks reaching 0 join the free-list tail in the order
   // given. Pass a request's blocks last-first so that its tail blocks, the least likely to be
   // shared, are evicted first. Freeing a block with ref count 0 is a bug (S4KV_CHECK).

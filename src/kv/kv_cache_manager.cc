@@ -9,21 +9,76 @@ namespace s4kv::kv {
 
 KvCacheManager::KvCacheManager(int num_blocks, int block_size, bool enable_prefix_caching,
                                uint64_t salt, int num_sink_blocks, int num_seats,
-                               int blocks_per_seat)
+                               int blocks_per_seat, int sink_run_blocks)
     : pool_(num_blocks, enable_prefix_caching,
-            num_blocks - std::max(0, num_seats) * std::max(0, blocks_per_seat)),
+            static_cast<int>(std::max<int64_t>(
+                0, int64_t{num_blocks} -
+                       int64_t{std::max(0, num_seats)} * std::max(0, blocks_per_seat) -
+                       int64_t{std::max(0, num_sink_blocks)} * std::max(0, sink_run_blocks)))),
       block_size_(block_size),
       salt_(salt),
       num_seats_(num_seats),
       blocks_per_seat_(blocks_per_seat),
+      sink_run_blocks_(num_sink_blocks > 0 ? sink_run_blocks : 0),
       seat_base_(int64_t{num_blocks} - int64_t{num_seats} * blocks_per_seat),
+      sink_base_(seat_base_ - int64_t{num_sink_blocks} * sink_run_blocks_),
       seat_held_(static_cast<size_t>(std::max(0, num_seats)), 0) {
   S4KV_CHECK(block_size > 0 && num_sink_blocks >= 0 && num_seats >= 0 && blocks_per_seat >= 0 &&
-                 seat_base_ >= 0,
+                 sink_run_blocks >= 0 && sink_base_ >= 0,
              "block_size=", block_size, " num_sink_blocks=", num_sink_blocks,
              " num_seats=", num_seats, " blocks_per_seat=", blocks_per_seat,
-             " num_blocks=", num_blocks);
+             " sink_run_blocks=", sink_run_blocks, " num_blocks=", num_blocks);
   if (num_sink_blocks > 0) sink_pool_.emplace(num_sink_blocks, enable_prefix_caching);
+}
+
+std::vector<BlockId> KvCacheManager::sink_run(int k) const {
+  std::vector<BlockId> run(static_cast<size_t>(sink_run_blocks_));
+  for (int j = 0; j < sink_run_blocks_; ++j) {
+    run[static_cast<size_t>(j)] = static_cast<BlockId>(sink_block(k) + j);
+  }
+  return run;
+}
+
+bool KvCacheManager::sink_held(int k) const {
+  return sink_pool_->ref_count(k) > 0 || sink_pool_->block_hash(k).has_value();
+}
+
+bool KvCacheManager::run_free(int64_t lo, int64_t hi, std::span<const BlockId> computed) const {
+  for (int64_t b = lo; b < hi; ++b) {
+    if (pool_.ref_count(static_cast<BlockId>(b)) != 0) return false;
+  }
+  for (size_t i = 0; i < computed.size(); ++i) {
+    // Table index 0 may be a sink id (not the main pool); the others are main-pool ids.
+    if (!in_sink(i) && computed[i] >= lo && computed[i] < hi) return false;
+  }
+  return true;
+}
+
+KvCacheManager::SinkChoice KvCacheManager::choose_sink(std::span<const BlockId> computed) const {
+  const std::vector<BlockId> free = sink_pool_->free_list();  // least recently used first
+  for (BlockId k : free) {  // an empty sink block whose run is free: no prefix is forgotten
+    if (!sink_held(k) && run_free(sink_block(k), sink_block(k) + sink_run_blocks_, computed)) {
+      return {k, true};
+    }
+  }
+  for (BlockId k : free) {  // else the least recently used cached one (its run is held)
+    if (sink_held(k) && (computed.empty() || to_local(0, computed[0]) != k)) return {k, false};
+  }
+  return {};
+}
+
+std::vector<int> KvCacheManager::reclaimable_sinks(BlockId keep, BlockId keep2) const {
+  std::vector<int> out;
+  if (sink_run_blocks_ == 0) return out;
+  for (BlockId k : sink_pool_->free_list()) {
+    if (k != keep && k != keep2 && sink_held(k)) out.push_back(k);
+  }
+  return out;
+}
+
+int64_t KvCacheManager::num_available_blocks() const {
+  return pool_.num_free_blocks() +
+         static_cast<int64_t>(reclaimable_sinks(-1, -1).size()) * sink_run_blocks_;
 }
 
 std::vector<BlockId> KvCacheManager::seat_run(int seat) const {
@@ -118,8 +173,26 @@ bool KvCacheManager::allocate_slots(RequestId id, int64_t num_new_tokens,
   const int seat = is_new && num_seats_ > 0 ? find_seat(computed.blocks) : -1;
   if (is_new && num_seats_ > 0 && seat < 0) return false;
   const int seat_blocks = seat >= 0 ? blocks_per_seat_ : 0;
-  if (main_needed + evictable.main + seat_blocks > pool_.num_free_blocks()) return false;
-  if (sink_needed + evictable.sink > (sink_pool_ ? sink_pool_->num_free_blocks() : 0)) {
+  SinkChoice sink;
+  std::vector<int> reclaim;  // cached free sink blocks whose runs may be freed, in order
+  if (sink_run_blocks_ > 0) {
+    if (sink_needed > 0) {
+      sink = choose_sink(computed.blocks);
+      if (sink.slot < 0) return false;
+    }
+    const BlockId hit = sink_needed == 0 && !computed.blocks.empty()
+                            ? to_local(0, computed.blocks[0])
+                            : BlockId{-1};
+    reclaim = reclaimable_sinks(sink.slot, hit);
+  }
+  const int64_t main_demand =
+      main_needed + evictable.main + seat_blocks + (sink.take_run ? sink_run_blocks_ : 0);
+  if (main_demand >
+      pool_.num_free_blocks() + static_cast<int64_t>(reclaim.size()) * sink_run_blocks_) {
+    return false;
+  }
+  if (sink_run_blocks_ == 0 &&
+      sink_needed + evictable.sink > (sink_pool_ ? sink_pool_->num_free_blocks() : 0)) {
     return false;
   }
 
@@ -133,10 +206,23 @@ bool KvCacheManager::allocate_slots(RequestId id, int64_t num_new_tokens,
     seat_held_[static_cast<size_t>(seat)] = 1;
   }
   std::vector<BlockId> fresh;
-  if (sink_needed > 0) {
-    const std::optional<std::vector<BlockId>> sink = sink_pool_->allocate(1);
-    S4KV_CHECK(sink.has_value(), "free sink-block count was checked above");
-    fresh.push_back(to_table(0, sink->front()));
+  if (sink_needed > 0 && sink_run_blocks_ > 0) {
+    if (sink.take_run) {
+      S4KV_CHECK(pool_.take(sink_run(sink.slot)), "sink ", sink.slot,
+                 "'s run was checked free above");
+    }
+    const BlockId k = sink.slot;
+    S4KV_CHECK(sink_pool_->take(std::span(&k, 1)), "sink ", k, " was free above");
+    fresh.push_back(to_table(0, k));
+  } else if (sink_needed > 0) {
+    const std::optional<std::vector<BlockId>> got = sink_pool_->allocate(1);
+    S4KV_CHECK(got.has_value(), "free sink-block count was checked above");
+    fresh.push_back(to_table(0, got->front()));
+  }
+  // Runs of cached free sinks back to the main pool, as many as it lacks.
+  for (size_t j = 0; j < reclaim.size() && pool_.num_free_blocks() < main_needed; ++j) {
+    S4KV_CHECK(sink_pool_->uncache(reclaim[j]), "sink ", reclaim[j], " was free and cached");
+    pool_.free(sink_run(reclaim[j]));
   }
   const std::optional<std::vector<BlockId>> main = pool_.allocate(main_needed);
   S4KV_CHECK(main.has_value(), "free-block count was checked above");
@@ -183,6 +269,8 @@ void KvCacheManager::free(RequestId id) {
   for (size_t i = blocks.size(); i-- > 0;) {  // last block first
     const BlockId local = to_local(i, blocks[i]);
     pool_of(i).free(std::span(&local, 1));
+    // A sink block left empty (not cached): its run goes back to the main pool.
+    if (in_sink(i) && sink_run_blocks_ > 0 && !sink_held(local)) pool_.free(sink_run(local));
   }
   if (const int seat = it->second.seat; seat >= 0) {
     pool_.free(seat_run(seat));
@@ -237,6 +325,10 @@ void KvCacheManager::check_invariants() const {
     if (req.seat >= 0) {
       for (BlockId b : seat_run(req.seat)) ++refs[static_cast<size_t>(b)];
     }
+  }
+  for (int k = 0; sink_run_blocks_ > 0 && k < sink_pool_->num_blocks(); ++k) {
+    if (!sink_held(k)) continue;
+    for (BlockId b : sink_run(k)) ++refs[static_cast<size_t>(b)];
   }
   S4KV_CHECK(num_seats_ - num_free_seats() == (num_seats_ > 0 ? num_requests() : 0), "seats held ",
              num_seats_ - num_free_seats(), " by ", num_requests(), " requests");

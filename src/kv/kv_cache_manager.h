@@ -16,6 +16,15 @@
 // blocks there), and requests are given those blocks only when no other block is free
 // (BlockPool's last-resort list), so memory a seat does not use holds tokens.
 //
+// Sink runs (sink_run_blocks > 0, with sink blocks and seats): sink block k's 16-bit bytes are
+// those of main-pool blocks sink_block(k) .. + sink_run_blocks - 1, runs just below the seats'
+// (and, like theirs, the last resort), so that the sinks take no memory off the pool's. The run
+// of a sink block that holds a sink (in use, or free and still cached for prefix hits) is out of
+// circulation; the run of a free uncached one is free main-pool blocks. A new request takes an
+// uncached free sink block whose run is free, else the least recently used cached free one;
+// when the main pool runs short, cached free sink blocks are forgotten (least recently used
+// first) and their runs freed.
+//
 // One request's life, as the scheduler drives it (vLLM v1's KVCacheManager protocol):
 //   1. computed = get_computed_blocks(tokens)          longest cached prefix of full blocks
 //   2. allocate_slots(id, num_new_tokens, computed)    all or nothing; later steps pass no
@@ -55,10 +64,10 @@ class KvCacheManager {
   // block_size > 0; the pool has num_blocks blocks, the sink pool num_sink_blocks (0: none, every
   // block from the main pool). `salt` roots the hash chain: the process salt in production, a
   // fixed value in tests that compare hashes. Seats as above (num_seats * blocks_per_seat <=
-  // num_blocks, S4KV_CHECK).
+  // num_blocks, S4KV_CHECK), sink runs as above (num_sink_blocks * sink_run_blocks more).
   KvCacheManager(int num_blocks, int block_size, bool enable_prefix_caching,
                  uint64_t salt = process_hash_salt(), int num_sink_blocks = 0, int num_seats = 0,
-                 int blocks_per_seat = 0);
+                 int blocks_per_seat = 0, int sink_run_blocks = 0);
 
   // Longest prefix of `token_ids` made of cached full blocks, stopping one token short of the
   // whole prompt: the last token must be computed to produce logits. Empty without prefix
@@ -89,6 +98,10 @@ class KvCacheManager {
   int seat(RequestId id) const;
   int64_t seat_block(int seat) const { return seat_base_ + int64_t{seat} * blocks_per_seat_; }
   int num_seats() const { return num_seats_; }
+  // The first main-pool block of sink block k's run (sink runs only).
+  int64_t sink_block(int k) const { return sink_base_ + int64_t{k} * sink_run_blocks_; }
+  // Main-pool blocks an allocation can have: the free ones and those of cached free sink runs.
+  int64_t num_available_blocks() const;
   int num_free_seats() const;
   // The request's block ids, in token order. The request must have a table (S4KV_CHECK).
   std::span<const BlockId> block_table(RequestId id) const;
@@ -137,13 +150,28 @@ class KvCacheManager {
   // about to be taken), or -1.
   int find_seat(std::span<const BlockId> computed) const;
   std::vector<BlockId> seat_run(int seat) const;
+  // Sink runs: sink block k's main-pool run; whether it holds a sink (in use or cached).
+  std::vector<BlockId> sink_run(int k) const;
+  bool sink_held(int k) const;
+  // Whether main-pool blocks [lo, hi) are all free and none is among `computed`.
+  bool run_free(int64_t lo, int64_t hi, std::span<const BlockId> computed) const;
+  // The sink block a new request takes (-1: none) and whether its run must be taken.
+  struct SinkChoice {
+    int slot = -1;
+    bool take_run = false;
+  };
+  SinkChoice choose_sink(std::span<const BlockId> computed) const;
+  // Cached free sink blocks whose runs can be freed, least recently used first, but `keep` and
+  // `keep2` (-1: none).
+  std::vector<int> reclaimable_sinks(BlockId keep, BlockId keep2) const;
 
   BlockPool pool_;
   std::optional<BlockPool> sink_pool_;
   int block_size_;
   uint64_t salt_;
-  int num_seats_, blocks_per_seat_;
+  int num_seats_, blocks_per_seat_, sink_run_blocks_;
   int64_t seat_base_;               // num_blocks - num_seats * blocks_per_seat
+  int64_t sink_base_;               // seat_base_ - num_sink_blocks * sink_run_blocks
   std::vector<uint8_t> seat_held_;  // [num_seats]
   std::unordered_map<RequestId, RequestBlocks> requests_;
 };

@@ -197,10 +197,12 @@ TEST(KvCacheManager, PrefixCachingOff) {
 // Runs with and without a sink pool (int4_kivi v2: every table's first block from it).
 class KvCacheManagerStress : public ::testing::TestWithParam<int> {};
 
-// The parameter: sink blocks (ones digit), and with 10 added 4 seats of 2 blocks each.
+// The parameter: sink blocks (ones digit), with 10 added 4 seats of 2 blocks each, with 100
+// added the sink blocks as runs of 2 main-pool blocks.
 TEST_P(KvCacheManagerStress, RandomizedSchedulerStress) {
-  const int num_sink = GetParam() % 10, num_seats = GetParam() >= 10 ? 4 : 0;
-  KvCacheManager m(24, kBlock, true, kSalt, num_sink, num_seats, num_seats > 0 ? 2 : 0);
+  const int num_sink = GetParam() % 10, num_seats = GetParam() % 100 >= 10 ? 4 : 0;
+  const int sink_run = GetParam() >= 100 ? 2 : 0;
+  KvCacheManager m(24, kBlock, true, kSalt, num_sink, num_seats, num_seats > 0 ? 2 : 0, sink_run);
   std::mt19937 rng(7);
   std::vector<std::vector<int32_t>> prefixes;
   for (int p = 0; p < 4; ++p) prefixes.push_back(iota_tokens(12, 1000 * p));
@@ -249,14 +251,18 @@ TEST_P(KvCacheManagerStress, RandomizedSchedulerStress) {
   for (const auto& [id, tokens] : running) m.free(id);
   m.check_invariants();
   EXPECT_EQ(m.num_requests(), 0);
-  EXPECT_EQ(m.pool().num_free_blocks(), 24);
+  // Every block is free or, with sink runs, in the run of a sink still cached.
+  EXPECT_EQ(m.num_available_blocks(), 24);
+  if (sink_run == 0) {
+    EXPECT_EQ(m.pool().num_free_blocks(), 24);
+  }
   if (num_sink > 0) {
     EXPECT_EQ(m.sink_pool()->num_free_blocks(), num_sink);
   }
   EXPECT_EQ(m.num_free_seats(), num_seats);
 }
 
-INSTANTIATE_TEST_SUITE_P(SinkPool, KvCacheManagerStress, ::testing::Values(0, 3, 10, 13));
+INSTANTIATE_TEST_SUITE_P(SinkPool, KvCacheManagerStress, ::testing::Values(0, 3, 10, 13, 103, 113));
 
 // int4_kivi v2: the first block of every table comes from the sink pool (ids after the main
 // pool's), is cached and shared like any block, and the sink pool's size bounds admissions.
@@ -348,6 +354,51 @@ TEST(KvCacheManager, SeatsHoldTheirRunsOfBlocks) {
   m.check_invariants();
   EXPECT_EQ(m.num_free_seats(), 3);
   EXPECT_EQ(m.pool().num_free_blocks(), 12);
+}
+
+// Sink runs: each sink block's 16-bit bytes are a run of main-pool blocks, held while the sink
+// is in use or cached, lent to block tables while it is empty, and given back to the main pool
+// (forgetting the cached sink) when the main pool runs short.
+TEST(KvCacheManager, SinkRunsLiveInTheMainPool) {
+  // 10 blocks of 4 tokens; 2 sink blocks as runs of 2: sink 0 at 6-7, sink 1 at 8-9; ordinary
+  // blocks 0-5; no seats.
+  KvCacheManager m(10, kBlock, true, kSalt, /*num_sink_blocks=*/2, 0, 0, /*sink_run_blocks=*/2);
+  EXPECT_EQ(m.sink_block(0), 6);
+  EXPECT_EQ(m.sink_block(1), 8);
+  EXPECT_EQ(m.pool().last_resort_from(), 6);
+  EXPECT_EQ(m.num_available_blocks(), 10);
+
+  // A request of 3 blocks: sink 0 (its run 6-7 taken) and blocks 0, 1.
+  const std::vector<int32_t> a = iota_tokens(12);
+  admit(m, 1, a);
+  EXPECT_EQ(m.block_table(1)[0], 10);  // sink 0's table id: num_blocks + 0
+  EXPECT_EQ(m.pool().ref_count(6), 1);
+  EXPECT_EQ(m.pool().ref_count(7), 1);
+  EXPECT_EQ(m.pool().num_free_blocks(), 6);  // 2-5 and sink 1's run 8-9
+
+  // Finished, its sink stays cached and keeps its run; the blocks after it are free.
+  m.free(1);
+  m.check_invariants();
+  EXPECT_EQ(m.pool().num_free_blocks(), 8);
+  EXPECT_EQ(m.num_available_blocks(), 10);  // sink 0's run can be had back
+  ASSERT_EQ(m.get_computed_blocks(a).blocks.size(), 2u);
+
+  // A request that needs 7 main blocks after its sink: sink 1 (empty, its run free: taken), then
+  // blocks 0-5 and, short of one, sink 0's run given back (the cached sink forgotten).
+  ASSERT_TRUE(m.allocate_slots(2, 32));
+  m.check_invariants();
+  EXPECT_EQ(m.block_table(2)[0], 11);
+  EXPECT_EQ(m.pool().num_free_blocks(), 1);  // one block of sink 0's run left over
+  EXPECT_FALSE(m.sink_pool()->block_hash(0).has_value());
+  EXPECT_TRUE(m.get_computed_blocks(a).blocks.empty());
+  // Sink 0 is empty but its run is lent out: a new request finds no sink and changes nothing.
+  EXPECT_FALSE(m.allocate_slots(3, 1));
+  EXPECT_FALSE(m.has_request(3));
+  m.check_invariants();
+  m.free(2);
+  m.check_invariants();
+  EXPECT_EQ(m.num_available_blocks(), 10);
+  EXPECT_EQ(m.sink_pool()->num_free_blocks(), 2);
 }
 
 TEST(KvCacheManager, SeatRunsSkipPrefixHits) {
