@@ -14,14 +14,16 @@ KvCacheManager::KvCacheManager(int num_blocks, int block_size, bool enable_prefi
             static_cast<int>(std::max<int64_t>(
                 0, int64_t{num_blocks} -
                        int64_t{std::max(0, num_seats)} * std::max(0, blocks_per_seat) -
-                       int64_t{std::max(0, num_sink_blocks)} * std::max(0, sink_run_blocks)))),
+                       int64_t{num_sink_blocks > 0 ? num_sink_blocks + 1 : 0} *
+                           std::max(0, sink_run_blocks)))),
       block_size_(block_size),
       salt_(salt),
       num_seats_(num_seats),
       blocks_per_seat_(blocks_per_seat),
       sink_run_blocks_(num_sink_blocks > 0 ? sink_run_blocks : 0),
       seat_base_(int64_t{num_blocks} - int64_t{num_seats} * blocks_per_seat),
-      sink_base_(seat_base_ - int64_t{num_sink_blocks} * sink_run_blocks_),
+      sink_base_(seat_base_ -
+                 int64_t{num_sink_blocks + (sink_run_blocks_ > 0 ? 1 : 0)} * sink_run_blocks_),
       seat_held_(static_cast<size_t>(std::max(0, num_seats)), 0) {
   S4KV_CHECK(block_size > 0 && num_sink_blocks >= 0 && num_seats >= 0 && blocks_per_seat >= 0 &&
                  sink_run_blocks >= 0 && sink_base_ >= 0,
@@ -29,6 +31,9 @@ KvCacheManager::KvCacheManager(int num_blocks, int block_size, bool enable_prefi
              " num_seats=", num_seats, " blocks_per_seat=", blocks_per_seat,
              " sink_run_blocks=", sink_run_blocks, " num_blocks=", num_blocks);
   if (num_sink_blocks > 0) sink_pool_.emplace(num_sink_blocks, enable_prefix_caching);
+  // The dummy block's sink (KvCacheConfig::dummy_block(), sink num_sink_blocks): its run is
+  // padding's, never a table's.
+  if (sink_run_blocks_ > 0) S4KV_CHECK(pool_.take(sink_run(num_sink_blocks)), "dummy sink run");
 }
 
 std::vector<BlockId> KvCacheManager::sink_run(int k) const {
@@ -326,8 +331,8 @@ void KvCacheManager::check_invariants() const {
       for (BlockId b : seat_run(req.seat)) ++refs[static_cast<size_t>(b)];
     }
   }
-  for (int k = 0; sink_run_blocks_ > 0 && k < sink_pool_->num_blocks(); ++k) {
-    if (!sink_held(k)) continue;
+  for (int k = 0; sink_run_blocks_ > 0 && k <= sink_pool_->num_blocks(); ++k) {
+    if (k < sink_pool_->num_blocks() && !sink_held(k)) continue;  // k == num: the dummy's
     for (BlockId b : sink_run(k)) ++refs[static_cast<size_t>(b)];
   }
   S4KV_CHECK(num_seats_ - num_free_seats() == (num_seats_ > 0 ? num_requests() : 0), "seats held ",

@@ -16,9 +16,10 @@
 // blocks there), and requests are given those blocks only when no other block is free
 // (BlockPool's last-resort list), so memory a seat does not use holds tokens.
 //
-// Sink runs (sink_run_blocks > 0, with sink blocks and seats): sink block k's 16-bit bytes are
-// those of main-pool blocks sink_block(k) .. + sink_run_blocks - 1, runs just below the seats'
-// (and, like theirs, the last resort), so that the sinks take no memory off the pool's. The run
+// Sink runs (sink_run_blocks > 0, with sink blocks): sink block k's 16-bit bytes are those of
+// main-pool blocks sink_block(k) .. + sink_run_blocks - 1, runs just below the seats' (and,
+// like theirs, the last resort), so that the sinks take no memory off the pool's; one more run
+// after them, the dummy block's sink (padding's), is never handed out. The run
 // of a sink block that holds a sink (in use, or free and still cached for prefix hits) is out of
 // circulation; the run of a free uncached one is free main-pool blocks. A new request takes an
 // uncached free sink block whose run is free, else the least recently used cached free one;
@@ -64,7 +65,7 @@ class KvCacheManager {
   // block_size > 0; the pool has num_blocks blocks, the sink pool num_sink_blocks (0: none, every
   // block from the main pool). `salt` roots the hash chain: the process salt in production, a
   // fixed value in tests that compare hashes. Seats as above (num_seats * blocks_per_seat <=
-  // num_blocks, S4KV_CHECK), sink runs as above (num_sink_blocks * sink_run_blocks more).
+  // num_blocks, S4KV_CHECK), sink runs as above ((num_sink_blocks + 1) * sink_run_blocks more).
   KvCacheManager(int num_blocks, int block_size, bool enable_prefix_caching,
                  uint64_t salt = process_hash_salt(), int num_sink_blocks = 0, int num_seats = 0,
                  int blocks_per_seat = 0, int sink_run_blocks = 0);

@@ -252,7 +252,7 @@ TEST_P(KvCacheManagerStress, RandomizedSchedulerStress) {
   m.check_invariants();
   EXPECT_EQ(m.num_requests(), 0);
   // Every block is free or, with sink runs, in the run of a sink still cached.
-  EXPECT_EQ(m.num_available_blocks(), 24);
+  EXPECT_EQ(m.num_available_blocks(), 24 - sink_run);  // but the dummy block's sink run
   if (sink_run == 0) {
     EXPECT_EQ(m.pool().num_free_blocks(), 24);
   }
@@ -360,18 +360,20 @@ TEST(KvCacheManager, SeatsHoldTheirRunsOfBlocks) {
 // is in use or cached, lent to block tables while it is empty, and given back to the main pool
 // (forgetting the cached sink) when the main pool runs short.
 TEST(KvCacheManager, SinkRunsLiveInTheMainPool) {
-  // 10 blocks of 4 tokens; 2 sink blocks as runs of 2: sink 0 at 6-7, sink 1 at 8-9; ordinary
-  // blocks 0-5; no seats.
-  KvCacheManager m(10, kBlock, true, kSalt, /*num_sink_blocks=*/2, 0, 0, /*sink_run_blocks=*/2);
+  // 12 blocks of 4 tokens; 2 sink blocks as runs of 2: sink 0 at 6-7, sink 1 at 8-9, the dummy
+  // block's at 10-11 (never handed out); ordinary blocks 0-5; no seats.
+  KvCacheManager m(12, kBlock, true, kSalt, /*num_sink_blocks=*/2, 0, 0, /*sink_run_blocks=*/2);
   EXPECT_EQ(m.sink_block(0), 6);
   EXPECT_EQ(m.sink_block(1), 8);
+  EXPECT_EQ(m.sink_block(2), 10);
   EXPECT_EQ(m.pool().last_resort_from(), 6);
+  EXPECT_EQ(m.pool().ref_count(10), 1);
   EXPECT_EQ(m.num_available_blocks(), 10);
 
   // A request of 3 blocks: sink 0 (its run 6-7 taken) and blocks 0, 1.
   const std::vector<int32_t> a = iota_tokens(12);
   admit(m, 1, a);
-  EXPECT_EQ(m.block_table(1)[0], 10);  // sink 0's table id: num_blocks + 0
+  EXPECT_EQ(m.block_table(1)[0], 12);  // sink 0's table id: num_blocks + 0
   EXPECT_EQ(m.pool().ref_count(6), 1);
   EXPECT_EQ(m.pool().ref_count(7), 1);
   EXPECT_EQ(m.pool().num_free_blocks(), 6);  // 2-5 and sink 1's run 8-9
@@ -387,7 +389,7 @@ TEST(KvCacheManager, SinkRunsLiveInTheMainPool) {
   // blocks 0-5 and, short of one, sink 0's run given back (the cached sink forgotten).
   ASSERT_TRUE(m.allocate_slots(2, 32));
   m.check_invariants();
-  EXPECT_EQ(m.block_table(2)[0], 11);
+  EXPECT_EQ(m.block_table(2)[0], 13);
   EXPECT_EQ(m.pool().num_free_blocks(), 1);  // one block of sink 0's run left over
   EXPECT_FALSE(m.sink_pool()->block_hash(0).has_value());
   EXPECT_TRUE(m.get_computed_blocks(a).blocks.empty());
