@@ -53,6 +53,13 @@ struct KvCacheConfig {
   // (kv_cache_manager.h); backends allocate pool memory up to the dummy seat's ring.
   int64_t ring_base_block = -1;
   int64_t ring_base() const { return ring_base_block < 0 ? num_blocks : ring_base_block; }
+  // int4_kivi: with sink_base_block >= 0 the sink blocks' 16-bit bytes live in the pool's memory
+  // too, sink k (the dummy block's, k = num_sink_blocks, included) in the sink_run_blocks blocks
+  // from sink_base_block + k * sink_run_blocks, laid out as a sink of its own memory is
+  // ([2 (K, V), block_size, num_kv_heads, head_dim] 16-bit); the engine holds a sink's run
+  // while the sink is in use or cached (kv_cache_manager.h "Sink runs"). -1: memory of their own.
+  int64_t sink_base_block = -1;
+  int64_t sink_run_blocks = 0;
   // Padding (a step of fixed shape with fewer real sequences, as CUDA graphs replay): one more
   // block and one more seat than the counts above, which backends allocate and the engine never
   // hands out. A padding sequence has seat dummy_seat() (or, without seats, dummy_block() first)

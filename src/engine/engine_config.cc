@@ -14,12 +14,6 @@ Status bad(std::string_view flag, int64_t value, std::string_view need) {
   return invalid_argument(os.str());
 }
 
-// 16-bit bytes of one token (all layers and KV heads): what a residual slot holds per token.
-int64_t bytes_per_token_16bit(const model::ModelConfig& m) {
-  return static_cast<int64_t>(kv::kv_bytes_per_token(kv::KvCacheDtype::k16Bit, m.num_hidden_layers,
-                                                     m.num_key_value_heads, m.head_dim));
-}
-
 Status check_limits(const EngineConfig& c) {
   if (c.max_model_len < 0) return bad("--max-model-len", c.max_model_len, "must be >= 1");
   if (c.max_num_seqs < 0) return bad("--max-num-seqs", c.max_num_seqs, "must be >= 1");
@@ -76,26 +70,20 @@ Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
   // int4_kivi format v2 (docs/kv-format.md) keeps 16-bit each running sequence's partly filled
   // block and its last full block (the residual ring of its seat, in pool blocks the seat holds
   // while it runs: ring_blocks of the capacity's, plus one more ring after them for the dummy
-  // seat) and its first block (a sink pool of one block per running sequence, off the budget).
+  // seat) and its first block (a sink block: one of max_num_seqs, each a run of sink_run_blocks
+  // pool blocks held while the sink is in use or cached, below the seats' runs, and one more run
+  // for the dummy block's sink).
   const kv::Int4KiviVariant v2;
-  const int64_t block_16bit = int64_t{c.block_size} * bytes_per_token_16bit(m);
   if (int4) {
     S4KV_ASSIGN_OR_RETURN(const kv::Int4KiviLayout layout,
                           kv::Int4KiviLayout::create(c.block_size, static_cast<int>(m.head_dim),
                                                      kv::kDefaultValueGroupSize));
     r.ring_blocks = layout.ring_blocks(1 + v2.window_blocks);
+    r.sink_run_blocks = v2.sink_blocks > 0 ? layout.ring_blocks(1) : 0;
   }
-  r.sink_bytes = int4 ? max_num_seqs * v2.sink_blocks * block_16bit : 0;
-  if (r.sink_bytes >= c.kv_cache_memory_bytes) {
-    return bad("--kv-cache-memory", c.kv_cache_memory_bytes,
-               "holds no KV block: int4_kivi's 16-bit sink blocks for --max-num-seqs=" +
-                   std::to_string(max_num_seqs) + " alone need " + std::to_string(r.sink_bytes) +
-                   " bytes");
-  }
-  S4KV_ASSIGN_OR_RETURN(
-      r.capacity,
-      kv::plan_kv_capacity(c.kv_cache_memory_bytes - r.sink_bytes, c.kv_cache_dtype,
-                           m.num_hidden_layers, m.num_key_value_heads, m.head_dim, c.block_size));
+  S4KV_ASSIGN_OR_RETURN(r.capacity, kv::plan_kv_capacity(c.kv_cache_memory_bytes, c.kv_cache_dtype,
+                                                         m.num_hidden_layers, m.num_key_value_heads,
+                                                         m.head_dim, c.block_size));
   if (int4) {  // the dummy seat's ring, after the blocks the engine hands out
     if (r.capacity.num_blocks <= r.ring_blocks) {
       return bad("--kv-cache-memory", c.kv_cache_memory_bytes,
@@ -117,6 +105,7 @@ Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
   r.cache.enable_prefix_caching = c.enable_prefix_caching;
   r.cache.num_sink_blocks = int4 ? max_num_seqs * v2.sink_blocks : 0;
   r.cache.blocks_per_seat = static_cast<int>(r.ring_blocks);
+  r.cache.sink_run_blocks = r.cache.num_sink_blocks > 0 ? static_cast<int>(r.sink_run_blocks) : 0;
   S4KV_RETURN_IF_ERROR(Scheduler::validate(r.scheduler, r.cache));
 
   r.kv.num_blocks = r.capacity.num_blocks;
@@ -129,6 +118,11 @@ Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
   r.kv.int4_value_hadamard = int4 && v2.value_hadamard;
   // The real seats' rings at the top of the blocks the engine hands out, the dummy seat's after.
   r.kv.ring_base_block = int4 ? r.kv.num_blocks - int64_t{max_num_seqs} * r.ring_blocks : -1;
+  // The sink blocks' runs below the seats' (the dummy block's last), as the manager has them.
+  if (r.cache.sink_run_blocks > 0) {
+    r.kv.sink_run_blocks = r.cache.sink_run_blocks;
+    r.kv.sink_base_block = r.kv.ring_base_block - (r.kv.num_sink_blocks + 1) * r.kv.sink_run_blocks;
+  }
   r.runner = ModelRunnerConfig{max_num_seqs, max_num_batched_tokens, max_model_len};
   return r;
 }
@@ -146,15 +140,16 @@ std::string describe_capacity(const ResolvedEngineConfig& r) {
   if (r.ring_blocks > 0) {
     const int64_t B = r.capacity.block_size;
     const int64_t per_request = (r.scheduler.max_model_len + B - 1) / B -
-                                (r.cache.num_sink_blocks > 0 ? 1 : 0) + r.ring_blocks;
+                                (r.cache.num_sink_blocks > 0 ? 1 : 0) + r.ring_blocks +
+                                r.cache.sink_run_blocks;
     concurrency = static_cast<double>(r.capacity.num_blocks) / static_cast<double>(per_request);
   }
   os << "; maximum concurrency for " << r.scheduler.max_model_len
      << " tokens per request: " << concurrency << "x";
   if (r.ring_blocks > 0) {
     os << "; each running sequence's 16-bit residual ring takes " << r.ring_blocks
-       << " of these blocks while it runs; plus " << r.sink_bytes
-       << " bytes of 16-bit sink blocks for " << r.kv.num_seats << " running sequences";
+       << " of these blocks while it runs, its 16-bit sink block " << r.cache.sink_run_blocks
+       << " while it runs or is cached";
   }
   return os.str();
 }

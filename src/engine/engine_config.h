@@ -59,10 +59,10 @@ struct ResolvedEngineConfig {
   ModelRunnerConfig runner;
   kv::KvCapacity capacity;
   // int4_kivi: pool blocks a running sequence's 16-bit residual ring takes (its seat's; the
-  // capacity's blocks include them, kv_cache_manager.h), and max_num_seqs 16-bit sink blocks,
-  // off the budget.
+  // capacity's blocks include them, kv_cache_manager.h), and pool blocks a 16-bit sink block
+  // takes (sink runs; the capacity's blocks include them too).
   int64_t ring_blocks = 0;
-  int64_t sink_bytes = 0;
+  int64_t sink_run_blocks = 0;
   uint64_t seed = 0;
 };
 

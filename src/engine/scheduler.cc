@@ -26,22 +26,30 @@ Status Scheduler::validate(const SchedulerConfig& config, const CacheConfig& cac
   // Pool blocks for one sequence of max_model_len (and its seat's); its first block comes from
   // the sink pool when there is one.
   const int64_t blocks_needed = (config.max_model_len + cache.block_size - 1) / cache.block_size -
-                                (cache.num_sink_blocks > 0 ? 1 : 0) + cache.blocks_per_seat;
+                                (cache.num_sink_blocks > 0 ? 1 : 0) + cache.blocks_per_seat +
+                                (cache.num_sink_blocks > 0 ? cache.sink_run_blocks : 0);
+  // The seats' runs and the sink runs (the dummy block's among them) at the top of the pool.
+  const int64_t run_blocks =
+      int64_t{config.max_num_seqs} * cache.blocks_per_seat +
+      (cache.num_sink_blocks > 0 ? int64_t{cache.num_sink_blocks + 1} * cache.sink_run_blocks : 0);
   if (cache.num_sink_blocks < 0)
     return bad("num_sink_blocks", cache.num_sink_blocks, "must be >= 0");
   if (cache.blocks_per_seat < 0)
     return bad("blocks_per_seat", cache.blocks_per_seat, "must be >= 0");
-  if (int64_t{config.max_num_seqs} * cache.blocks_per_seat > cache.num_blocks) {
+  if (cache.sink_run_blocks < 0)
+    return bad("sink_run_blocks", cache.sink_run_blocks, "must be >= 0");
+  if (run_blocks > cache.num_blocks) {
     return bad("max_num_seqs", config.max_num_seqs,
-               "the 16-bit residual rings of that many running sequences take " +
-                   std::to_string(int64_t{config.max_num_seqs} * cache.blocks_per_seat) +
-                   " KV blocks but the KV cache has " + std::to_string(cache.num_blocks) +
+               "the 16-bit residual rings and sink blocks of that many running sequences take " +
+                   std::to_string(run_blocks) + " KV blocks but the KV cache has " +
+                   std::to_string(cache.num_blocks) +
                    "; lower --max-num-seqs or give the KV cache more memory "
                    "(--kv-cache-memory, or --gpu-memory-utilization on cuda)");
   }
   if (blocks_needed > cache.num_blocks) {
     const int64_t tokens =
-        (cache.num_blocks - cache.blocks_per_seat + (cache.num_sink_blocks > 0 ? 1 : 0)) *
+        (cache.num_blocks - cache.blocks_per_seat + (cache.num_sink_blocks > 0 ? 1 : 0) -
+         (cache.num_sink_blocks > 0 ? cache.sink_run_blocks : 0)) *
         int64_t{cache.block_size};
     return bad("max_model_len", config.max_model_len,
                "one sequence of this length needs " + std::to_string(blocks_needed) +
@@ -62,7 +70,8 @@ Status Scheduler::validate(const SchedulerConfig& config, const CacheConfig& cac
 Scheduler::Scheduler(const SchedulerConfig& config, const CacheConfig& cache)
     : config_(config),
       kv_(cache.num_blocks, cache.block_size, cache.enable_prefix_caching, cache.hash_salt,
-          cache.num_sink_blocks, config.max_num_seqs, cache.blocks_per_seat) {
+          cache.num_sink_blocks, config.max_num_seqs, cache.blocks_per_seat,
+          cache.sink_run_blocks) {
   const Status s = validate(config, cache);
   S4KV_CHECK(s.is_ok(), "unvalidated scheduler config: ", s.message());
 }

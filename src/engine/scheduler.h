@@ -75,6 +75,9 @@ struct CacheConfig {
   // the scheduler gives every running request one of max_num_seqs seats. 0: seats hold no
   // blocks.
   int blocks_per_seat = 0;
+  // int4_kivi: the sink blocks' 16-bit bytes as runs of this many main-pool blocks, below the
+  // seats' (kv_cache_manager.h "Sink runs"); 0: the sink pool has memory of its own.
+  int sink_run_blocks = 0;
 };
 
 // A token of ScheduledRequest::token_ids that the step in flight samples (schedule_ahead).
@@ -161,7 +164,7 @@ class Scheduler {
   // vllm:num_preemptions_total).
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
-  double kv_cache_usage() const { return kv_.pool().usage(); }
+  double kv_cache_usage() const { return kv_.usage(); }
   int64_t num_preemptions_total() const { return num_preemptions_total_; }
 
   const SchedulerConfig& config() const { return config_; }

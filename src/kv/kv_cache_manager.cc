@@ -81,6 +81,15 @@ std::vector<int> KvCacheManager::reclaimable_sinks(BlockId keep, BlockId keep2) 
   return out;
 }
 
+int64_t KvCacheManager::num_usable_blocks() const {
+  return int64_t{pool_.num_blocks()} - sink_run_blocks_;  // 0 without sink runs
+}
+
+double KvCacheManager::usage() const {
+  return 1.0 -
+         static_cast<double>(num_available_blocks()) / static_cast<double>(num_usable_blocks());
+}
+
 int64_t KvCacheManager::num_available_blocks() const {
   return pool_.num_free_blocks() +
          static_cast<int64_t>(reclaimable_sinks(-1, -1).size()) * sink_run_blocks_;

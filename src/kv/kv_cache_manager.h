@@ -103,6 +103,11 @@ class KvCacheManager {
   int64_t sink_block(int k) const { return sink_base_ + int64_t{k} * sink_run_blocks_; }
   // Main-pool blocks an allocation can have: the free ones and those of cached free sink runs.
   int64_t num_available_blocks() const;
+  // Main-pool blocks a table can ever have: all but the dummy block's sink run.
+  int64_t num_usable_blocks() const;
+  // Fraction of the usable blocks not available, 0..1 (vllm:kv_cache_usage_perc: cached blocks
+  // nobody holds count as free, sink runs of cached free sinks included).
+  double usage() const;
   int num_free_seats() const;
   // The request's block ids, in token order. The request must have a table (S4KV_CHECK).
   std::span<const BlockId> block_table(RequestId id) const;

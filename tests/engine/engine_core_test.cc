@@ -121,7 +121,7 @@ size_t expect_same_greedy(const std::vector<int32_t>& ours, const std::vector<in
 void expect_pool_empty(const EngineCore& core) {
   const kv::KvCacheManager& kv = core.scheduler().kv_cache_manager();
   EXPECT_EQ(kv.num_requests(), 0);
-  EXPECT_EQ(kv.pool().num_free_blocks(), kv.pool().num_blocks());
+  EXPECT_EQ(kv.num_available_blocks(), kv.num_usable_blocks());
   EXPECT_EQ(core.scheduler().kv_cache_usage(), 0.0);
 }
 
@@ -370,11 +370,12 @@ TEST(EngineCore, Int4KiviResidualSlotsUnderPressure) {
   a.config.block_size = 32;
   a.config.max_num_seqs = 4;
   a.config.max_model_len = 128;
-  // Format v2: per seat a 16-bit sink block (32 tokens x 6144 bytes, off the pool) and a
-  // residual ring of 2 blocks in 7 pool blocks of 32 int4_kivi tokens (1776 bytes a token);
-  // pool: 4 seats' rings, the dummy seat's, and 4 blocks for the sequences (each sequence's
-  // first block is a sink block), so all 4 running leave 4 blocks for their tables.
-  a.config.kv_cache_memory_bytes = 4 * 32 * 6144 + (4 * 7 + 7 + 4) * 32 * 1776;
+  // Format v2: per seat a residual ring of 2 blocks in 7 pool blocks of 32 int4_kivi tokens
+  // (1776 bytes a token) and per running sequence a 16-bit sink block in a run of 4 pool blocks;
+  // pool: 4 seats' rings, the dummy seat's, 5 sink runs (the dummy block's too) and 4 blocks for
+  // the sequences (each sequence's first block is a sink block), so all 4 running leave 4 blocks
+  // for their tables.
+  a.config.kv_cache_memory_bytes = (4 * 7 + 7 + 5 * 4 + 4) * 32 * 1776;
   auto loaded = load_llm_engine(a);
   if (!loaded.is_ok() && loaded.status().code() == StatusCode::kUnsupported) {
     GTEST_SKIP() << loaded.status().message();

@@ -31,6 +31,8 @@ Int4KiviKvCache::Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheSh
       rope_(inv_freq),
       ring_blocks_(int4_ring_blocks(config, layout)),
       ring_base_(config.ring_base()),
+      sink_base_(config.sink_base_block),
+      sink_run_(config.sink_run_blocks),
       pool_blocks_(int4_pool_blocks(config, layout)) {
   S4KV_CHECK(
       num_layers_ > 0 && num_blocks_ > 0 && num_slots_ > 0 && num_sink_ >= 0 && num_kv_heads_ > 0,
@@ -41,7 +43,14 @@ Int4KiviKvCache::Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheSh
   S4KV_CHECK(dtype_ == DType::kBF16 || dtype_ == DType::kF16, "Int4KiviKvCache: 16-bit dtype");
   pool_.assign(static_cast<size_t>(num_layers_ * pool_blocks_ * num_kv_heads_) * layout.block_bytes,
                std::byte{0});
-  sink_.assign(static_cast<size_t>(num_layers_ * num_sink_ * 2 * block_size_ * slot_elems_), 0);
+  if (sink_base_ < 0) {
+    sink_.assign(static_cast<size_t>(num_layers_ * num_sink_ * 2 * block_size_ * slot_elems_), 0);
+  } else {  // sink runs in the pool (backend.h): each holds a sink block, all inside the pool
+    S4KV_CHECK(static_cast<size_t>(sink_run_ * num_kv_heads_) * layout.block_bytes >=
+                       static_cast<size_t>(2 * block_size_ * slot_elems_) * sizeof(uint16_t) &&
+                   sink_base_ + num_sink_ * sink_run_ <= pool_blocks_,
+               "Int4KiviKvCache: sink runs of ", sink_run_, " blocks from block ", sink_base_);
+  }
   S4KV_CHECK(!value_hadamard_ || (head_dim_ & (head_dim_ - 1)) == 0,
              "Int4KiviKvCache: Hadamard values need a power-of-two head_dim");
 }
@@ -206,7 +215,13 @@ uint16_t* Int4KiviKvCache::sink_row(int64_t layer, int32_t block_id, int which, 
   S4KV_CHECK(layer >= 0 && layer < num_layers_ && sink >= 0 && sink < num_sink_ && t >= 0 &&
                  t < block_size_,
              "int4_kivi: row ", t, " of sink block ", block_id, " layer ", layer);
-  return sink_.data() + (((layer * num_sink_ + sink) * 2 + which) * block_size_ + t) * slot_elems_;
+  const int64_t row = (which * block_size_ + t) * slot_elems_;
+  if (sink_base_ >= 0) {
+    const auto block =
+        static_cast<size_t>((layer * pool_blocks_ + sink_base_ + sink * sink_run_) * num_kv_heads_);
+    return reinterpret_cast<uint16_t*>(pool_.data() + block * layout_.block_bytes) + row;
+  }
+  return sink_.data() + (layer * num_sink_ + sink) * 2 * block_size_ * slot_elems_ + row;
 }
 
 uint16_t* Int4KiviKvCache::residual(int64_t layer, int64_t slot, int which) {
@@ -229,7 +244,10 @@ KvStorageView Int4KiviKvCache::storage(int64_t layer) const {
           .residual = std::span<const std::byte>(pool_).subspan(
               l * pool + res_begin, static_cast<size_t>(ring_blocks_ * num_slots_) * block),
           .seat_stride = static_cast<int64_t>(ring_blocks_) * static_cast<int64_t>(block),
-          .sink = std::as_bytes(std::span<const uint16_t>(sink_).subspan(l * sink, sink)),
+          // (empty with sink runs: the sinks are in the pool's bytes)
+          .sink = sink_.empty()
+                      ? std::span<const std::byte>()
+                      : std::as_bytes(std::span<const uint16_t>(sink_).subspan(l * sink, sink)),
           .staging_k = std::as_bytes(std::span<const uint16_t>(staging_k_)),
           .staging_v = std::as_bytes(std::span<const uint16_t>(staging_v_))};
 }

@@ -11,7 +11,8 @@
 //   staging   [num_tokens, num_kv_heads, head_dim] 16-bit K and V of this step's new tokens
 //             (per step, shared by the layers: kv_write fills it, kv_commit empties it).
 //   sink      [num_sink_blocks + 1 (the dummy block, backend.h), 2 (K, V), block_size,
-//             num_kv_heads, head_dim] 16-bit: the
+//             num_kv_heads, head_dim] 16-bit (with KvCacheConfig::sink_base_block >= 0 each in
+//             its run of pool blocks instead, the same layout at the run's first byte): the
 //             sink blocks (format v2: every sequence's first block, ids num_blocks ..
 //             num_blocks + num_sink_blocks - 1 in its block table), exactly the 16-bit cache's
 //             bits, never quantized.
@@ -108,6 +109,7 @@ class Int4KiviKvCache final : public CpuKvCache {
   RopeTable rope_;
   int64_t ring_blocks_;              // pool blocks of one seat's ring
   int64_t ring_base_;                // the first seat's first pool block
+  int64_t sink_base_, sink_run_;     // sink runs in the pool (sink_base_ < 0: in sink_)
   int64_t pool_blocks_;              // pool blocks a layer (int4_pool_blocks, backend.h)
   std::vector<std::byte> pool_;      // [num_layers, pool_blocks, num_kv_heads, block_bytes]
   std::vector<uint16_t> sink_;       // [num_layers, num_sink, 2 (K, V), block_size, slot_elems]
