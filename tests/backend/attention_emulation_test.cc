@@ -302,6 +302,9 @@ struct PathCase {
   int ring = 1;           // int4_kivi: 1 + window blocks
   bool sink = false;      // int4_kivi: each sequence's block 0 is a sink block
   bool hadamard = false;  // int4_kivi v2: pool values in the Hadamard domain
+  // int4_kivi: elements past a sink block's before the next one starts (as when the sinks are
+  // runs of pool blocks, KvCacheConfig::sink_base_block): PagedAttentionArgs::sink_stride.
+  int sink_pad = 0;
 };
 
 uint16_t to16(float x, bool bf16) { return bf16 ? float_to_bf16(x) : float_to_fp16(x); }
@@ -367,7 +370,8 @@ struct Scene {
     } else {
       layout = *kv::Int4KiviLayout::create(B, kHeadDim, kPathGv);
       pool = random_pool(layout, static_cast<size_t>(num_pool * kPathKv), rng);
-      fill16(sink, static_cast<size_t>(num_seqs * 2 * B * kv_dim));
+      sink_stride = 2 * B * kv_dim + pc.sink_pad;
+      fill16(sink, static_cast<size_t>(num_seqs * sink_stride));
       fill16(ring, static_cast<size_t>(num_seqs * 2 * pc.ring * B * kv_dim));
       fill16(stk, static_cast<size_t>(num_tokens * kv_dim));
       fill16(stv, static_cast<size_t>(num_tokens * kv_dim));
@@ -410,6 +414,7 @@ struct Scene {
       a.seat_stride = 2 * ring_v_offset(B, pc.ring, kv_dim);
       a.ring = pc.ring;
       a.sink = sink.data();
+      a.sink_stride = pc.sink_pad > 0 ? sink_stride : 0;
       a.staging_k = stk.data();
       a.staging_v = stv.data();
       a.pool_ends = pool_ends.data();
@@ -446,8 +451,8 @@ struct Scene {
     const int pool_end = pool_ends[static_cast<size_t>(s)];
     const uint16_t *k16 = nullptr, *v16 = nullptr;
     if (blk < pool_end && table[blk] >= num_pool) {  // the sink block
-      k16 = sink.data() + ((static_cast<size_t>(table[blk] - num_pool) * 2) * B + in) * kv_dim +
-            g * kHeadDim;
+      k16 = sink.data() + static_cast<size_t>(table[blk] - num_pool) * sink_stride +
+            static_cast<size_t>(in) * kv_dim + g * kHeadDim;
       v16 = k16 + B * kv_dim;
     } else if (blk < pool_end) {
       pool_position(
@@ -507,6 +512,7 @@ struct Scene {
   ForwardBatch b;
   std::vector<uint8_t> kc, vc;
   std::vector<uint16_t> sink, ring, stk, stv;
+  size_t sink_stride = 0;  // elements from one sink block to the next
   std::vector<std::byte> pool;
   kv::Int4KiviLayout layout;
   std::vector<int32_t> pool_ends, token_seq;
@@ -735,8 +741,8 @@ void run_cases(std::span<const PathCase> cases, uint32_t seed,
     const double worst = run(pc, seed++);
     std::printf("%s %s B %d ring %d%s%s: %s rows within %.2e relative L2\n",
                 std::string(kv::kv_cache_dtype_name(pc.cache)).c_str(), pc.bf16 ? "bf16" : "fp16",
-                pc.block_size, pc.ring, pc.sink ? " sink" : "", pc.hadamard ? " hadamard" : "",
-                what, worst);
+                pc.block_size, pc.ring, pc.sink ? (pc.sink_pad > 0 ? " sink runs" : " sink") : "",
+                pc.hadamard ? " hadamard" : "", what, worst);
   }
 }
 
@@ -748,6 +754,7 @@ TEST(DecodeAttentionEmulated, EveryFormatMatchesFp64) {
       {kv::KvCacheDtype::kInt4Kivi, true, 64, 2, true, true},
       {kv::KvCacheDtype::kInt4Kivi, false, 32, 2, true, true},
       {kv::KvCacheDtype::kInt4Kivi, true, 64, 1, false, false},
+      {kv::KvCacheDtype::kInt4Kivi, true, 64, 2, true, true, 4608},  // sinks in runs
   };
   run_cases(cases, 11, run_path, "decode");
 }
@@ -813,6 +820,7 @@ TEST(PrefillAttentionEmulated, EveryFormatMatchesFp64) {
       {kv::KvCacheDtype::kInt4Kivi, true, 64, 2, true, true},
       {kv::KvCacheDtype::kInt4Kivi, false, 32, 2, true, true},
       {kv::KvCacheDtype::kInt4Kivi, false, 128, 1, false, false},
+      {kv::KvCacheDtype::kInt4Kivi, true, 64, 2, true, true, 4608},  // sinks in runs
   };
   run_cases(cases, 21, run_prefill, "prefill");
 }

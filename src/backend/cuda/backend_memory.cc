@@ -79,7 +79,8 @@ KvParts kv_parts(const model::ModelConfig& c, const KvCacheConfig& kv,
   KvParts p;
   if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
     p.pool = L * int4_pool_blocks(kv, layout) * nkv * static_cast<int64_t>(layout.block_bytes);
-    p.sink = L * (kv.num_sink_blocks + 1) * 2 * B * kv_dim * 2;
+    // Sinks of their own memory, or (sink_base_block >= 0) runs of the pool's.
+    p.sink = kv.sink_base_block >= 0 ? 0 : L * (kv.num_sink_blocks + 1) * 2 * B * kv_dim * 2;
   } else {
     const int64_t es = kv.dtype == kv::KvCacheDtype::kFp8E4M3 ? 1 : 2;
     p.k = p.v = L * (kv.num_blocks + 1) * B * kv_dim * es;

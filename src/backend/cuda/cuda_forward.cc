@@ -89,7 +89,12 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     at.residual = reinterpret_cast<const uint16_t*>(at.pool + kv_.ring_base() * block_stride);
     at.seat_stride = int4_ring_blocks(kv_, layout_) * block_stride / 2;
     at.ring = ring_;
-    at.sink = sink_ + layer * (kv_.num_sink_blocks + 1) * 2 * B * kv_dim_;
+    if (kv_.sink_base_block >= 0) {  // sink runs in the pool (backend.h)
+      at.sink = reinterpret_cast<const uint16_t*>(at.pool + kv_.sink_base_block * block_stride);
+      at.sink_stride = kv_.sink_run_blocks * block_stride / 2;
+    } else {
+      at.sink = sink_ + layer * (kv_.num_sink_blocks + 1) * 2 * B * kv_dim_;
+    }
     at.staging_k = staging_k_;
     at.staging_v = staging_v_;
     at.seats = step_.res_slots;

@@ -45,7 +45,7 @@ struct RowLocator {
   // int4_kivi: the sink block's rows (blocks before pool_end), the seat's ring (before start),
   // this step's token (staging, row q_begin - start + p).
   int start = 0, pool_end = 0, ring_mask = 0;
-  int64_t num_pool = 0, sink_v = 0, ring_v = 0, stage_off = 0;
+  int64_t num_pool = 0, sink_bytes = 0, sink_v = 0, ring_v = 0, stage_off = 0;
   const unsigned char* ring_k = nullptr;
   const unsigned char* stage_k = nullptr;
   const unsigned char* stage_v = nullptr;
@@ -67,6 +67,7 @@ struct RowLocator {
     l.pool_end = a.pool_ends != nullptr ? a.pool_ends[seq] : 0;
     l.num_pool = a.num_pool_blocks;
     l.k0 = reinterpret_cast<const unsigned char*>(a.sink + g * kD);
+    l.sink_bytes = sink_stride_or_packed(a.sink_stride, b, kv_dim) * 2;
     l.sink_v = b * l.row_bytes;
     const int64_t seat = a.seats != nullptr ? a.seats[seq] : 0;
     l.ring_k = reinterpret_cast<const unsigned char*>(
@@ -88,8 +89,7 @@ struct RowLocator {
       k = k0 + off;
       v = v0 + off;
     } else if (blk < pool_end) {  // the sink block
-      const int64_t row = ((__ldg(table + blk) - num_pool) << (lb + 1)) | in_block;
-      k = k0 + row * row_bytes;
+      k = k0 + (__ldg(table + blk) - num_pool) * sink_bytes + in_block * row_bytes;
       v = k + sink_v;
     } else if (p < start) {  // the residual ring
       k = ring_k + static_cast<int64_t>(p & ring_mask) * row_bytes;

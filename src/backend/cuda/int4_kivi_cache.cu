@@ -49,8 +49,9 @@ __global__ void __launch_bounds__(kFillThreads)
     uint16_t *dk, *dv;
     if (f.dest < 0) {
       const int32_t id = batch.block_tables[f.seq * batch.max_blocks_per_seq + f.index];
-      dk = layer.sink + ((id - layer.num_pool_blocks) * 2 * static_cast<int64_t>(b) + t) * kv_dim +
-           i;
+      dk = layer.sink +
+           (id - layer.num_pool_blocks) * sink_stride_or_packed(layer.sink_stride, b, kv_dim) +
+           static_cast<int64_t>(t) * kv_dim + i;
       dv = dk + static_cast<int64_t>(b) * kv_dim;
     } else {
       const int64_t g = i / kD, c = i % kD;
@@ -158,6 +159,7 @@ Int4CacheLayer int4_cache_layer(const PagedAttentionArgs& at) {
   cl.residual = const_cast<uint16_t*>(at.residual);
   cl.seat_stride = at.seat_stride;
   cl.sink = const_cast<uint16_t*>(at.sink);
+  cl.sink_stride = at.sink_stride;
   cl.staging_k = at.staging_k;
   cl.staging_v = at.staging_v;
   cl.num_pool_blocks = at.num_pool_blocks;

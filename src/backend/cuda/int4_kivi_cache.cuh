@@ -43,7 +43,8 @@ struct Int4CacheBatch {
 struct Int4CacheLayer {
   uint16_t* residual = nullptr;  // [num_slots] rings of seat_stride elements, [2, ring * B, kv_dim]
   int64_t seat_stride = 0;       // elements between seats' rings (PagedAttentionArgs')
-  uint16_t* sink = nullptr;      // [num_sink, 2, B, kv_dim]
+  uint16_t* sink = nullptr;      // [num_sink] of sink_stride elements, each [2, B, kv_dim]
+  int64_t sink_stride = 0;       // 0: packed (PagedAttentionArgs')
   const uint16_t* staging_k = nullptr;  // [num_tokens, kv_dim]
   const uint16_t* staging_v = nullptr;
   int64_t num_pool_blocks = 0;  // sink block ids start here

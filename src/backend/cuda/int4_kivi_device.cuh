@@ -60,4 +60,10 @@ __device__ inline bool ring_keeps(int64_t p, int64_t seq_len, int b, int ring) {
   return p >= (kept_blocks > 0 ? kept_blocks : 0) * b;
 }
 
+// Elements from one sink block to the next (PagedAttentionArgs::sink_stride; 0: packed).
+__host__ __device__ inline int64_t sink_stride_or_packed(int64_t sink_stride, int b,
+                                                         int64_t kv_dim) {
+  return sink_stride > 0 ? sink_stride : 2 * static_cast<int64_t>(b) * kv_dim;
+}
+
 }  // namespace s4kv::backend::cuda

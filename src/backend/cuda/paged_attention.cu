@@ -63,9 +63,10 @@ __device__ inline bool load_kv(const PagedAttentionArgs& a, const SeqView& sv, i
   if (blk < sv.from_pool_end) {
     const int id = sv.table[blk];
     if (id >= a.num_pool_blocks) {  // a sink block: 16-bit
-      const uint16_t* base =
-          a.sink + ((static_cast<int64_t>(id - a.num_pool_blocks) * 2) * b + p % b) * kv_dim +
-          g * kD;
+      const uint16_t* base = a.sink +
+                             static_cast<int64_t>(id - a.num_pool_blocks) *
+                                 sink_stride_or_packed(a.sink_stride, b, kv_dim) +
+                             static_cast<int64_t>(p % b) * kv_dim + g * kD;
       load_16bit_row(base, lane, a.bf16, k);
       load_16bit_row(base + static_cast<int64_t>(b) * kv_dim, lane, a.bf16, v);
       return false;

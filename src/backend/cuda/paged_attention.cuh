@@ -60,7 +60,10 @@ struct PagedAttentionArgs {
   const uint16_t* residual = nullptr;
   int64_t seat_stride = 0;
   int ring = 1;
-  const uint16_t* sink = nullptr;       // [num_sink, 2, B, num_kv_heads * 128]
+  // [num_sink] sink blocks sink_stride elements apart (0: 2 * B * num_kv_heads * 128, packed),
+  // each [2, B, num_kv_heads * 128] (KvCacheConfig::sink_base_block: runs of pool blocks)
+  const uint16_t* sink = nullptr;
+  int64_t sink_stride = 0;
   const uint16_t* staging_k = nullptr;  // [num_tokens, num_kv_heads * 128]
   const uint16_t* staging_v = nullptr;
   const int32_t* pool_ends = nullptr;    // [num_seqs] DecodePlan::pool_ends

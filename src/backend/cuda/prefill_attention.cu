@@ -129,8 +129,9 @@ __device__ inline void rows16(const PagedAttentionArgs& a, const Ctx& c, int p, 
   }
   if (blk < c.pool_end) {
     k = a.sink +
-        ((static_cast<int64_t>(c.table[blk] - a.num_pool_blocks) * 2) * b + p % b) * kv_dim +
-        c.g * kD;
+        static_cast<int64_t>(c.table[blk] - a.num_pool_blocks) *
+            sink_stride_or_packed(a.sink_stride, b, kv_dim) +
+        static_cast<int64_t>(p % b) * kv_dim + c.g * kD;
     v = k + static_cast<int64_t>(b) * kv_dim;
     return;
   }
