@@ -198,7 +198,7 @@ case $step in
   capacity)
     # KV capacity of every format on the full Qwen2.5-7B and Llama-3.1-8B configs (dummy weights).
     S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/s4kv/BUILD_INFO) \
-      python3 bench/gpu_capacity.py --bin /tmp/s4kv/bin/s4kv --out $res/capacity_h200.json
+      python3 bench/gpu_capacity.py --bin /tmp/s4kv/bin/s4kv --out $res/capacity_h200${CAPACITY_TAG:-}.json
     ;;
   perf)
     # s4kv bench latency / throughput of every format on the full Qwen2.5-7B config (dummy

@@ -140,8 +140,27 @@ Status check_kv_cache_shape(const KvCacheConfig& kv, int64_t head_dim) {
           " take " + std::to_string(rings) + " blocks, not the " +
           std::to_string(kv.num_blocks - kv.ring_base_block) + " up to num_blocks");
     }
-  } else if (kv.ring_base_block >= 0) {
-    return invalid_argument("ring_base_block is for int4_kivi");
+    // Sink runs: each long enough for a 16-bit block, all of them (the dummy block's too)
+    // below the seats' rings.
+    if (kv.sink_base_block >= 0) {
+      const int64_t end = kv.sink_base_block + (kv.num_sink_blocks + 1) * kv.sink_run_blocks;
+      if (kv.num_sink_blocks == 0) {
+        return invalid_argument("int4_kivi: sink_base_block without sink blocks");
+      }
+      if (kv.sink_run_blocks < layout->ring_blocks(1)) {
+        return invalid_argument("int4_kivi: sink runs of " + std::to_string(kv.sink_run_blocks) +
+                                " blocks; a 16-bit block needs " +
+                                std::to_string(layout->ring_blocks(1)));
+      }
+      if (end > kv.ring_base()) {
+        return invalid_argument("int4_kivi: the sink runs from block " +
+                                std::to_string(kv.sink_base_block) + " end at " +
+                                std::to_string(end) + ", past the seats' rings at " +
+                                std::to_string(kv.ring_base()));
+      }
+    }
+  } else if (kv.ring_base_block >= 0 || kv.sink_base_block >= 0) {
+    return invalid_argument("ring_base_block and sink_base_block are for int4_kivi");
   }
   if (kv.block_size <= 0) {
     return invalid_argument("block_size must be positive (got " + std::to_string(kv.block_size) +

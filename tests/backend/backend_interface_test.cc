@@ -143,6 +143,40 @@ TEST(CpuBackendStartUp, UnsupportedThenProfileThenInitOnce) {
   EXPECT_FALSE(backend->init_kv_cache(good).is_ok()) << "a second init_kv_cache";
 }
 
+// Sink runs (KvCacheConfig::sink_base_block): int4_kivi with sink blocks only, each run holding
+// a 16-bit block, all of them (the dummy block's too) below the seats' rings.
+TEST(KvCacheShape, SinkRunsHoldABlockAndStayBelowTheRings) {
+  KvCacheConfig kv;
+  kv.block_size = 64;
+  kv.dtype = kv::KvCacheDtype::kInt4Kivi;
+  kv.num_seats = 4;
+  kv.num_sink_blocks = 4;
+  kv.num_window_blocks = 1;
+  kv.int4_value_hadamard = true;
+  auto layout = kv::Int4KiviLayout::create(64, 128, 128);
+  ASSERT_TRUE(layout.is_ok());
+  const int64_t run = layout->ring_blocks(1), ring = layout->ring_blocks(2);
+  kv.sink_run_blocks = run;
+  kv.sink_base_block = 100;
+  kv.ring_base_block = 100 + 5 * run;
+  kv.num_blocks = kv.ring_base_block + 4 * ring;
+  EXPECT_TRUE(check_kv_cache_shape(kv, 128).is_ok()) << check_kv_cache_shape(kv, 128).message();
+  kv.sink_base_block = 101;  // the dummy block's run would overlap the first ring
+  EXPECT_NE(check_kv_cache_shape(kv, 128).message().find("past the seats' rings"),
+            std::string::npos);
+  kv.sink_base_block = 100;
+  kv.sink_run_blocks = run - 1;
+  EXPECT_NE(check_kv_cache_shape(kv, 128).message().find("a 16-bit block needs"),
+            std::string::npos);
+  kv.sink_run_blocks = run;
+  kv.num_sink_blocks = 0;
+  EXPECT_NE(check_kv_cache_shape(kv, 128).message().find("without sink blocks"),
+            std::string::npos);
+  kv.num_sink_blocks = 4;
+  kv.dtype = kv::KvCacheDtype::k16Bit;
+  EXPECT_FALSE(check_kv_cache_shape(kv, 128).is_ok());
+}
+
 // A padding sequence (dummy seat, dummy block: backend.h) beside a real one changes nothing the
 // real one computes, for every dtype, through fills and commits of the dummy block.
 class Padding : public ::testing::TestWithParam<kv::KvCacheDtype> {};

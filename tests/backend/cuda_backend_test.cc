@@ -39,6 +39,7 @@ struct Format {
   int64_t block_size;
   int64_t gv = 128;
   bool v2 = false;  // sink + window + Hadamard values
+  bool sink_runs = false;  // v2's sink blocks in runs of pool blocks (the engine's layout)
 };
 
 constexpr Format kFormats[] = {
@@ -47,6 +48,7 @@ constexpr Format kFormats[] = {
     {"fp8_b32", kv::KvCacheDtype::kFp8E4M3, 32},
     {"fp8_b128", kv::KvCacheDtype::kFp8E4M3, 128},
     {"int4_v2_b64_gv128", kv::KvCacheDtype::kInt4Kivi, 64, 128, true},
+    {"int4_v2_b64_gv128_runs", kv::KvCacheDtype::kInt4Kivi, 64, 128, true, true},
     {"int4_v2_b32_gv32", kv::KvCacheDtype::kInt4Kivi, 32, 32, true},
     {"int4_v2_b128_gv64", kv::KvCacheDtype::kInt4Kivi, 128, 64, true},
     {"int4_v1_b64_gv128", kv::KvCacheDtype::kInt4Kivi, 64, 128, false},
@@ -85,6 +87,11 @@ class Scenario {
       // them (backend.h ring_base_block); the dummy seat's after num_blocks.
       auto layout = kv::Int4KiviLayout::create(f.block_size, 128, f.gv);
       S4KV_CHECK(layout.is_ok(), layout.status().message());
+      if (f.sink_runs) {  // the sink runs (the dummy block's last) below the rings
+        sink_run_blocks_ = layout->ring_blocks(1);
+        sink_base_ = num_blocks_;
+        num_blocks_ += (kMaxSeqs + 1) * sink_run_blocks_;
+      }
       ring_base_ = num_blocks_;
       num_blocks_ += kMaxSeqs * layout->ring_blocks(f.v2 ? 2 : 1);
     }
@@ -122,6 +129,8 @@ class Scenario {
         kv.num_sink_blocks = kMaxSeqs;
         kv.num_window_blocks = 1;
         kv.int4_value_hadamard = true;
+        kv.sink_base_block = sink_base_;
+        kv.sink_run_blocks = sink_run_blocks_;
       }
     }
     return kv;
@@ -170,7 +179,8 @@ class Scenario {
   Format f_;
   std::mt19937 rng_;
   std::vector<Seq> seqs_;
-  int64_t blocks_per_seq_ = 0, num_blocks_ = 0, ring_base_ = -1;
+  int64_t blocks_per_seq_ = 0, num_blocks_ = 0, ring_base_ = -1, sink_base_ = -1;
+  int64_t sink_run_blocks_ = 0;
   int step_ = 0;
 };
 
@@ -200,8 +210,12 @@ TEST_P(CudaBackendEquivalence, LogitsMatchTheCpuBackendEveryStep) {
   const BackendLimits limits{kMaxTokens, kMaxSeqs, kMaxModelLen};
   auto cpu = make_started_backend("cpu", DType::kF32, *config, *weights, kv, limits);
   ASSERT_TRUE(cpu.is_ok()) << cpu.status().message();
-  auto gpu = make_started_backend("cuda", DType::kF32, *config, *weights, kv, limits);
+  // The GPU backend started as the engine starts it: its profiling step (its own small cache,
+  // the dummy block and seat) before the cache.
+  auto gpu = make_backend("cuda", DType::kF32, *config, *weights, kv, limits);
   ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
+  ASSERT_TRUE((*gpu)->profile().is_ok());
+  ASSERT_TRUE((*gpu)->init_kv_cache(kv).is_ok());
 
   const int64_t vocab = config->vocab_size;
   ForwardBatchBuilder b(f.block_size, scenario.blocks_per_seq());

@@ -188,6 +188,11 @@ Status CudaBackend::init_kv_cache(const KvCacheConfig& kv) {
 void CudaBackend::allocate_cache(const KvCacheConfig& kv, std::vector<DeviceBuffer>& into) {
   const KvParts parts = kv_parts(config_, kv, layout_);
   if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
+    S4KV_CHECK(kv.sink_base_block < 0 || kv.sink_base_block + (kv.num_sink_blocks + 1) *
+                                                                  kv.sink_run_blocks <=
+                                             kv.ring_base(),
+               "cuda backend: the sink runs from block ", kv.sink_base_block,
+               " pass the seats' rings at block ", kv.ring_base());
     pool_ = static_cast<std::byte*>(alloc(static_cast<size_t>(parts.pool), into));
     sink_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(parts.sink), into));
     slot_used_.assign(static_cast<size_t>(kv.num_seats + 1), 0);
@@ -208,6 +213,8 @@ void CudaBackend::profiling_step() {
   kv.num_blocks = 0;
   kv.num_seats = 0;
   kv.ring_base_block = -1;  // the dummy seat's ring, the pool's only blocks
+  kv.sink_base_block = -1;  // and the sinks in memory of their own (the pool has no runs)
+  kv.sink_run_blocks = 0;
   std::vector<DeviceBuffer> cache;
   allocate_cache(kv, cache);
   const KvCacheConfig shape = kv_;
