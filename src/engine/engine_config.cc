@@ -49,12 +49,21 @@ Result<kv::KvCacheDtype> parse_kv_cache_dtype(std::string_view name) {
                           " (supported: auto, fp16, bf16, fp8_e4m3, int4_kivi)");
 }
 
+bool is_large_gpu(int64_t device_memory_bytes, std::string_view device_name) {
+  return device_memory_bytes >= (int64_t{70} << 30) &&
+         device_name.find("A100") == std::string_view::npos;
+}
+
+int default_max_num_seqs(std::string_view device, int64_t device_memory_bytes,
+                         std::string_view device_name) {
+  if (device != "cuda") return kDefaultMaxNumSeqsCpu;
+  return is_large_gpu(device_memory_bytes, device_name) ? 1024 : 256;
+}
+
 int64_t default_max_num_batched_tokens(std::string_view device, bool offline,
                                        int64_t device_memory_bytes, std::string_view device_name) {
   if (device != "cuda") return kDefaultMaxNumBatchedTokens;
-  const bool large = device_memory_bytes >= (int64_t{70} << 30) &&
-                     device_name.find("A100") == std::string_view::npos;
-  if (large) return offline ? 16384 : 8192;
+  if (is_large_gpu(device_memory_bytes, device_name)) return offline ? 16384 : 8192;
   return offline ? 8192 : kDefaultMaxNumBatchedTokens;
 }
 

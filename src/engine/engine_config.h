@@ -22,8 +22,14 @@ namespace s4kv::engine {
 // --max-num-seqs default on CPU (vLLM's GPU default is 256; a CPU step is far slower, and
 // each running sequence of an int4_kivi cache holds a 16-bit residual block).
 inline constexpr int kDefaultMaxNumSeqsCpu = 64;
-inline constexpr int kDefaultMaxNumSeqsGpu = 256;             // vLLM's
 inline constexpr int64_t kDefaultMaxNumBatchedTokens = 2048;  // cpu, and small GPUs' server
+
+// vLLM's larger defaults go to GPUs of at least 70 GiB, an A100 excepted.
+bool is_large_gpu(int64_t device_memory_bytes, std::string_view device_name);
+
+// --max-num-seqs 0 resolved as vLLM does on cuda: 1024 on a large GPU, else 256; 64 on cpu.
+int default_max_num_seqs(std::string_view device, int64_t device_memory_bytes,
+                         std::string_view device_name);
 
 // --max-num-batched-tokens 0 resolved as vLLM does: 2048 on cpu; on cuda, for GPUs of at least
 // 70 GiB (an A100 excepted) 8192 for a server and 16384 offline (generate, bench: vLLM's LLM
@@ -33,7 +39,7 @@ int64_t default_max_num_batched_tokens(std::string_view device, bool offline,
 
 struct EngineConfig {
   int64_t max_model_len = 0;  // 0: min(max_position_embeddings, tokens the KV cache holds)
-  int max_num_seqs = 0;       // 0: kDefaultMaxNumSeqsCpu
+  int max_num_seqs = 0;  // 0: default_max_num_seqs() for the device (load_llm_engine), else 64
   // 0: default_max_num_batched_tokens() for the device (load_llm_engine), else 2048
   int64_t max_num_batched_tokens = 0;
   bool offline = false;  // generate / bench rather than serve (vLLM's usage context)

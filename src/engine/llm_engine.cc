@@ -33,11 +33,15 @@ Result<LlmEngine> load_llm_engine(const EngineArgs& args) {
   S4KV_ASSIGN_OR_RETURN(const DType compute_dtype,
                         backend::resolve_dtype(args.dtype, e.device, mc));
   EngineConfig config = args.config;
-  if (e.device == "cuda" && config.max_num_seqs == 0) config.max_num_seqs = kDefaultMaxNumSeqsGpu;
-  if (config.max_num_batched_tokens == 0) {
+  if (config.max_num_seqs == 0 || config.max_num_batched_tokens == 0) {
     const backend::DeviceInfo info = backend::device_info(e.device);
-    config.max_num_batched_tokens = default_max_num_batched_tokens(
-        e.device, config.offline, info.total_memory_bytes, info.name);
+    if (config.max_num_seqs == 0) {
+      config.max_num_seqs = default_max_num_seqs(e.device, info.total_memory_bytes, info.name);
+    }
+    if (config.max_num_batched_tokens == 0) {
+      config.max_num_batched_tokens = default_max_num_batched_tokens(
+          e.device, config.offline, info.total_memory_bytes, info.name);
+    }
   }
   const bool auto_memory = config.kv_cache_memory_bytes == 0;
   // The flags resolved once before anything is loaded (errors come first): with --kv-cache-memory

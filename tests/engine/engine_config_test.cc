@@ -13,6 +13,17 @@ namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
+TEST(EngineConfigDefaults, MaxNumSeqsFollowsDevice) {
+  EXPECT_EQ(default_max_num_seqs("cpu", 0, ""), 64);
+  EXPECT_EQ(default_max_num_seqs("cpu", 139 * kGiB, "NVIDIA H200"), 64);
+  // A GPU of >= 70 GiB other than an A100: 1024, as vLLM; else 256.
+  EXPECT_EQ(default_max_num_seqs("cuda", 139 * kGiB, "NVIDIA H200"), 1024);
+  EXPECT_EQ(default_max_num_seqs("cuda", 70 * kGiB, "NVIDIA H100 80GB HBM3"), 1024);
+  EXPECT_EQ(default_max_num_seqs("cuda", 70 * kGiB - 1, "NVIDIA H100"), 256);
+  EXPECT_EQ(default_max_num_seqs("cuda", 44 * kGiB, "NVIDIA L40S"), 256);
+  EXPECT_EQ(default_max_num_seqs("cuda", 79 * kGiB, "NVIDIA A100-SXM4-80GB"), 256);
+}
+
 TEST(EngineConfigDefaults, MaxNumBatchedTokensFollowsDeviceAndUse) {
   EXPECT_EQ(default_max_num_batched_tokens("cpu", false, 0, ""), 2048);
   EXPECT_EQ(default_max_num_batched_tokens("cpu", true, 0, ""), 2048);
