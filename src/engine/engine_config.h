@@ -39,7 +39,7 @@ int64_t default_max_num_batched_tokens(std::string_view device, bool offline,
 
 struct EngineConfig {
   int64_t max_model_len = 0;  // 0: min(max_position_embeddings, tokens the KV cache holds)
-  int max_num_seqs = 0;  // 0: default_max_num_seqs() for the device (load_llm_engine), else 64
+  int max_num_seqs = 0;       // 0: default_max_num_seqs() for the device (load_llm_engine), else 64
   // 0: default_max_num_batched_tokens() for the device (load_llm_engine), else 2048
   int64_t max_num_batched_tokens = 0;
   bool offline = false;  // generate / bench rather than serve (vLLM's usage context)

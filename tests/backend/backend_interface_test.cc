@@ -170,8 +170,7 @@ TEST(KvCacheShape, SinkRunsHoldABlockAndStayBelowTheRings) {
             std::string::npos);
   kv.sink_run_blocks = run;
   kv.num_sink_blocks = 0;
-  EXPECT_NE(check_kv_cache_shape(kv, 128).message().find("without sink blocks"),
-            std::string::npos);
+  EXPECT_NE(check_kv_cache_shape(kv, 128).message().find("without sink blocks"), std::string::npos);
   kv.num_sink_blocks = 4;
   kv.dtype = kv::KvCacheDtype::k16Bit;
   EXPECT_FALSE(check_kv_cache_shape(kv, 128).is_ok());

@@ -38,7 +38,7 @@ struct Format {
   kv::KvCacheDtype dtype;
   int64_t block_size;
   int64_t gv = 128;
-  bool v2 = false;  // sink + window + Hadamard values
+  bool v2 = false;         // sink + window + Hadamard values
   bool sink_runs = false;  // v2's sink blocks in runs of pool blocks (the engine's layout)
 };
 
