@@ -1,5 +1,7 @@
 // Decode attention on the GPU, every KV format: a batch x context grid of q_len 1 rows over a
-// paged cache, timed with CUDA events (median of --reps launches after warm-up), with the bytes
+// paged cache, timed with CUDA events (median of --reps launches after warm-up; "us" launched
+// one by one from the host, "us_graph" replayed from a CUDA graph as the server's decode steps
+// run, so without the host's launch gaps between the kernels), with the bytes
 // each launch must read and the device-to-device copy bandwidth measured in the same run.
 // bench/attention_bench.py runs this program and times torch SDPA (fp16, contiguous) on the
 // same shapes as the outside anchor.
@@ -303,6 +305,12 @@ int run(int argc, char** argv) {
               check_only || !fused_merge
                   ? Result{0, 0, 0}
                   : time_it([&] { launch_decode_attention(at, dl_fused, nullptr, &fork); }, reps);
+          // The same launch replayed from a CUDA graph, as a decode step runs it in the server.
+          const Result rg =
+              check_only
+                  ? Result{0, 0, 0}
+                  : time_graph([&](cudaStream_t s) { launch_decode_attention(at, dl, s, &fork); },
+                               reps);
           Result ref{0, 0, 0};
           if (reference) {
             ref = time_it([&] { launch_paged_attention(at, nullptr); }, std::max(3, reps / 4));
@@ -323,15 +331,17 @@ int run(int argc, char** argv) {
           kv_bytes *= sh.kv_heads;
           const double bytes = kv_bytes + double(batch) * sh.heads * kD * (4 + 2);
           const double gbps = r.us_median > 0 ? bytes / (r.us_median * 1e3) : 0.0;
+          const double gbps_graph = rg.us_median > 0 ? bytes / (rg.us_median * 1e3) : 0.0;
           std::printf(
               "%s    {\"format\": \"%s\", \"heads\": %d, \"kv_heads\": %d, \"batch\": %d, "
               "\"context\": %d, \"items\": %zu, \"int4_items\": %d, \"us\": %.2f, \"us_min\": "
               "%.2f, \"us_max\": %.2f, "
               "\"bytes\": %.0f, \"gbps\": %.1f, \"pct_copy\": %.1f, \"reference_us\": %.2f, "
-              "\"check_rel_l2\": %.3g",
+              "\"check_rel_l2\": %.3g, \"us_graph\": %.2f, \"pct_copy_graph\": %.1f",
               first_row ? "" : ",\n", fmt.c_str(), sh.heads, sh.kv_heads, batch, ctx,
               plan.items.size(), plan.num_int4_items, r.us_median, r.us_min, r.us_max, bytes, gbps,
-              100.0 * gbps / copy_gbps, ref.us_median, check);
+              100.0 * gbps / copy_gbps, ref.us_median, check, rg.us_median,
+              100.0 * gbps_graph / copy_gbps);
           if (fused_merge) {
             const double gf = rf.us_median > 0 ? bytes / (rf.us_median * 1e3) : 0.0;
             std::printf(

@@ -100,6 +100,43 @@ Result time_it(F&& launch, int reps) {
   return {t[t.size() / 2], t.front(), t.back()};
 }
 
+// The launches of launch(stream) captured once into a CUDA graph and replayed (as the server
+// replays its decode steps): the same median of reps, without the host's launch gaps between
+// the kernels.
+template <typename F>
+Result time_graph(F&& launch, int reps) {
+  cudaStream_t s = nullptr;
+  S4KV_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  S4KV_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  launch(s);
+  S4KV_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  S4KV_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t a, b;
+  S4KV_CUDA_CHECK(cudaEventCreate(&a));
+  S4KV_CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) S4KV_CUDA_CHECK(cudaGraphLaunch(exec, s));
+  S4KV_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    S4KV_CUDA_CHECK(cudaEventRecord(a, s));
+    S4KV_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    S4KV_CUDA_CHECK(cudaEventRecord(b, s));
+    S4KV_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    S4KV_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000.0);
+  }
+  std::sort(t.begin(), t.end());
+  S4KV_CUDA_CHECK(cudaEventDestroy(a));
+  S4KV_CUDA_CHECK(cudaEventDestroy(b));
+  S4KV_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  S4KV_CUDA_CHECK(cudaGraphDestroy(graph));
+  S4KV_CUDA_CHECK(cudaStreamDestroy(s));
+  return {t[t.size() / 2], t.front(), t.back()};
+}
+
 // "28/4,32/8" -> head shapes.
 inline std::vector<Shape> parse_shapes(const std::string& s) {
   std::vector<Shape> out;
