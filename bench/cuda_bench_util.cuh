@@ -77,8 +77,10 @@ struct Result {
   double us_median, us_min, us_max;
 };
 
+// launch() enqueued on `stream` 3 times to warm up, then reps times, each between two events
+// and waited for: the median, least and most microseconds.
 template <typename F>
-Result time_it(F&& launch, int reps) {
+Result time_on(F&& launch, cudaStream_t stream, int reps) {
   cudaEvent_t a, b;
   S4KV_CUDA_CHECK(cudaEventCreate(&a));
   S4KV_CUDA_CHECK(cudaEventCreate(&b));
@@ -86,9 +88,9 @@ Result time_it(F&& launch, int reps) {
   S4KV_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
-    S4KV_CUDA_CHECK(cudaEventRecord(a));
+    S4KV_CUDA_CHECK(cudaEventRecord(a, stream));
     launch();
-    S4KV_CUDA_CHECK(cudaEventRecord(b));
+    S4KV_CUDA_CHECK(cudaEventRecord(b, stream));
     S4KV_CUDA_CHECK(cudaEventSynchronize(b));
     float ms = 0;
     S4KV_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
@@ -98,6 +100,12 @@ Result time_it(F&& launch, int reps) {
   S4KV_CUDA_CHECK(cudaEventDestroy(a));
   S4KV_CUDA_CHECK(cudaEventDestroy(b));
   return {t[t.size() / 2], t.front(), t.back()};
+}
+
+// launch() on the default stream, each rep launched from the host.
+template <typename F>
+Result time_it(F&& launch, int reps) {
+  return time_on(launch, nullptr, reps);
 }
 
 // The launches of launch(stream) captured once into a CUDA graph and replayed (as the server
@@ -113,28 +121,11 @@ Result time_graph(F&& launch, int reps) {
   launch(s);
   S4KV_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
   S4KV_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t a, b;
-  S4KV_CUDA_CHECK(cudaEventCreate(&a));
-  S4KV_CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) S4KV_CUDA_CHECK(cudaGraphLaunch(exec, s));
-  S4KV_CUDA_CHECK(cudaStreamSynchronize(s));
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    S4KV_CUDA_CHECK(cudaEventRecord(a, s));
-    S4KV_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    S4KV_CUDA_CHECK(cudaEventRecord(b, s));
-    S4KV_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    S4KV_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000.0);
-  }
-  std::sort(t.begin(), t.end());
-  S4KV_CUDA_CHECK(cudaEventDestroy(a));
-  S4KV_CUDA_CHECK(cudaEventDestroy(b));
+  const Result r = time_on([&] { S4KV_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, s, reps);
   S4KV_CUDA_CHECK(cudaGraphExecDestroy(exec));
   S4KV_CUDA_CHECK(cudaGraphDestroy(graph));
   S4KV_CUDA_CHECK(cudaStreamDestroy(s));
-  return {t[t.size() / 2], t.front(), t.back()};
+  return r;
 }
 
 // "28/4,32/8" -> head shapes.
