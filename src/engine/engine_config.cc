@@ -72,7 +72,7 @@ Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
   S4KV_RETURN_IF_ERROR(check_limits(c));
   ResolvedEngineConfig r;
   r.seed = c.seed;
-  const int max_num_seqs = c.max_num_seqs > 0 ? c.max_num_seqs : kDefaultMaxNumSeqsCpu;
+  int max_num_seqs = c.max_num_seqs > 0 ? c.max_num_seqs : kDefaultMaxNumSeqsCpu;
   const int64_t max_num_batched_tokens =
       c.max_num_batched_tokens > 0 ? c.max_num_batched_tokens : kDefaultMaxNumBatchedTokens;
   const bool int4 = c.kv_cache_dtype == kv::KvCacheDtype::kInt4Kivi;
@@ -102,6 +102,14 @@ Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
     }
     r.capacity.num_blocks -= r.ring_blocks;
     r.capacity.num_tokens = r.capacity.num_blocks * c.block_size;
+    // A defaulted --max-num-seqs gives way to a small cache: no more seats than their rings and
+    // sink runs (the dummy block's too) fit in (vLLM's default runs on any cache that holds
+    // one sequence; an explicit value too large is an error below).
+    if (c.max_num_seqs_is_default) {
+      const int64_t fit =
+          (r.capacity.num_blocks - r.sink_run_blocks) / (r.ring_blocks + r.sink_run_blocks);
+      max_num_seqs = static_cast<int>(std::clamp<int64_t>(fit, 1, max_num_seqs));
+    }
   }
   S4KV_ASSIGN_OR_RETURN(const int64_t max_model_len, resolve_max_model_len(c, m, r.capacity));
 

@@ -19,8 +19,8 @@
 
 namespace s4kv::engine {
 
-// --max-num-seqs default on CPU (vLLM's GPU default is 256; a CPU step is far slower, and
-// each running sequence of an int4_kivi cache holds a 16-bit residual block).
+// --max-num-seqs default on CPU (vLLM's GPU defaults are 256 and 1024; a CPU step is far slower,
+// and each running sequence of an int4_kivi cache holds 16-bit residual and sink blocks).
 inline constexpr int kDefaultMaxNumSeqsCpu = 64;
 inline constexpr int64_t kDefaultMaxNumBatchedTokens = 2048;  // cpu, and small GPUs' server
 
@@ -40,6 +40,9 @@ int64_t default_max_num_batched_tokens(std::string_view device, bool offline,
 struct EngineConfig {
   int64_t max_model_len = 0;  // 0: min(max_position_embeddings, tokens the KV cache holds)
   int max_num_seqs = 0;       // 0: default_max_num_seqs() for the device (load_llm_engine), else 64
+  // Set where max_num_seqs is the device's default (load_llm_engine): int4_kivi then takes no
+  // more seats than the cache has room for (resolve_engine_config), rather than refusing to start.
+  bool max_num_seqs_is_default = false;
   // 0: default_max_num_batched_tokens() for the device (load_llm_engine), else 2048
   int64_t max_num_batched_tokens = 0;
   bool offline = false;  // generate / bench rather than serve (vLLM's usage context)

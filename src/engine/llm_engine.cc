@@ -37,6 +37,7 @@ Result<LlmEngine> load_llm_engine(const EngineArgs& args) {
     const backend::DeviceInfo info = backend::device_info(e.device);
     if (config.max_num_seqs == 0) {
       config.max_num_seqs = default_max_num_seqs(e.device, info.total_memory_bytes, info.name);
+      config.max_num_seqs_is_default = true;
     }
     if (config.max_num_batched_tokens == 0) {
       config.max_num_batched_tokens = default_max_num_batched_tokens(

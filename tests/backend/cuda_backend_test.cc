@@ -211,8 +211,17 @@ TEST_P(CudaBackendEquivalence, LogitsMatchTheCpuBackendEveryStep) {
   auto cpu = make_started_backend("cpu", DType::kF32, *config, *weights, kv, limits);
   ASSERT_TRUE(cpu.is_ok()) << cpu.status().message();
   // The GPU backend started as the engine starts it: its profiling step (its own small cache,
-  // the dummy block and seat) before the cache.
-  auto gpu = make_backend("cuda", DType::kF32, *config, *weights, kv, limits);
+  // the dummy block and seat) before the cache. With sink runs it is built, as the engine's
+  // provisional shape may be, for twice the seats and sink blocks it then gets (a defaulted
+  // --max-num-seqs that the cache lowers), placed the plain way.
+  KvCacheConfig built = kv;
+  if (f.sink_runs) {
+    built.num_seats *= 2;
+    built.num_sink_blocks *= 2;
+    built.ring_base_block = built.sink_base_block = -1;
+    built.sink_run_blocks = 0;
+  }
+  auto gpu = make_backend("cuda", DType::kF32, *config, *weights, built, limits);
   ASSERT_TRUE(gpu.is_ok()) << gpu.status().message();
   ASSERT_TRUE((*gpu)->profile().is_ok());
   ASSERT_TRUE((*gpu)->init_kv_cache(kv).is_ok());

@@ -159,5 +159,32 @@ TEST(EngineConfigCapacity, RingsOfEverySeatMustFit) {
   EXPECT_NE(r.status().message().find("residual rings"), std::string::npos) << r.status().message();
 }
 
+// A defaulted --max-num-seqs (vLLM's 1024 on a large GPU) gives way instead: as many seats as
+// their rings and sink runs fit in, the dummy block's run too; an explicit one is refused as
+// above, and a cache with room for all of them keeps the default.
+TEST(EngineConfigCapacity, ADefaultedMaxNumSeqsTakesTheSeatsThatFit) {
+  const model::ModelConfig m = fixture("qwen2.5-7b-instruct");
+  EngineConfig c;
+  c.kv_cache_dtype = kv::KvCacheDtype::kInt4Kivi;
+  c.max_num_seqs = 1024;
+  c.max_model_len = 4096;
+  c.kv_cache_memory_bytes = int64_t{6} << 30;  // 6,411 blocks: 1,024 seats need 12,292
+  EXPECT_FALSE(resolve_engine_config(c, m).is_ok());
+  c.max_num_seqs_is_default = true;
+  const auto r = resolve_engine_config(c, m);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  const int64_t blocks = r->cache.num_blocks, seats = r->scheduler.max_num_seqs;
+  EXPECT_LT(seats, 1024);
+  EXPECT_LE(seats * 8 + (seats + 1) * 4, blocks);
+  EXPECT_GT((seats + 1) * 8 + (seats + 2) * 4, blocks) << "one more seat would fit";
+  EXPECT_EQ(r->kv.num_seats, seats);
+  EXPECT_EQ(r->cache.num_sink_blocks, seats);
+  EXPECT_GE(r->kv.sink_base_block, 0);
+  c.kv_cache_memory_bytes = int64_t{52} << 30;
+  const auto big = resolve_engine_config(c, m);
+  ASSERT_TRUE(big.is_ok()) << big.status().message();
+  EXPECT_EQ(big->scheduler.max_num_seqs, 1024);
+}
+
 }  // namespace
 }  // namespace s4kv::engine

@@ -47,10 +47,13 @@ std::vector<std::string> unsupported_reasons(const KvCacheConfig& kv) {
   return r;
 }
 
-// Equal but for num_blocks.
+// The cache a (init_kv_cache's) of the shape b (the one the backend was built for) but for
+// num_blocks and its placement, with at most b's seats and sink blocks (a defaulted
+// --max-num-seqs that a small cache lowers, engine_config.h): nothing is sized by them before
+// the cache is allocated.
 bool same_shape(const KvCacheConfig& a, const KvCacheConfig& b) {
-  return a.block_size == b.block_size && a.dtype == b.dtype && a.num_seats == b.num_seats &&
-         a.value_group_size == b.value_group_size && a.num_sink_blocks == b.num_sink_blocks &&
+  return a.block_size == b.block_size && a.dtype == b.dtype && a.num_seats <= b.num_seats &&
+         a.value_group_size == b.value_group_size && a.num_sink_blocks <= b.num_sink_blocks &&
          a.num_window_blocks == b.num_window_blocks &&
          a.int4_value_hadamard == b.int4_value_hadamard &&
          a.int4_keys_post_rope == b.int4_keys_post_rope;
