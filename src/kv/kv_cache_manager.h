@@ -176,8 +176,8 @@ class KvCacheManager {
   int block_size_;
   uint64_t salt_;
   int num_seats_, blocks_per_seat_, sink_run_blocks_;
-  int64_t seat_base_;               // num_blocks - num_seats * blocks_per_seat
-  int64_t sink_base_;               // seat_base_ - num_sink_blocks * sink_run_blocks
+  int64_t seat_base_;  // num_blocks - num_seats * blocks_per_seat
+  int64_t sink_base_;  // seat_base_ - (num_sink_blocks + 1) * sink_run_blocks (the dummy run last)
   std::vector<uint8_t> seat_held_;  // [num_seats]
   std::unordered_map<RequestId, RequestBlocks> requests_;
 };
