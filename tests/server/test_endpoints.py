@@ -3,8 +3,10 @@
 # S4KV_API_KEY; vllm serve's logging and parallelism flags.
 import http.client
 import os
+import re
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
@@ -134,3 +136,26 @@ def test_sagemaker_ping_and_invocations(server, model):
     reply = server.request("POST", "/invocations", {"model": model, "input": "hi"})
     err = assert_error_shape(reply, 400)
     assert "messages" in err["message"] and "prompt" in err["message"], err
+
+
+def test_a_default_max_num_seqs_gives_way_to_a_small_int4_cache(start_server):
+    # vLLM's --max-num-seqs default starts on any cache that holds one sequence. int4_kivi's
+    # seats each take a 16-bit ring and a sink run of the cache (12 blocks at block size 64):
+    # a default too large for the cache becomes the seats that fit (the start-up line says how
+    # many) and requests past them wait their turn; the same value given is refused.
+    if "--max-num-seqs" in os.environ.get("S4KV_SERVE_ARGS", ""):
+        pytest.skip("S4KV_SERVE_ARGS gives every server --max-num-seqs")
+    args = ["--kv-cache-memory", "8MiB", "--max-model-len", "256"]
+    proc = subprocess.run([s4kv_binary(), "serve", MODEL, "--port", "0", "--max-num-seqs", "64"]
+                          + args, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc
+    assert "lower --max-num-seqs" in proc.stderr, proc.stderr
+    srv = start_server(args)
+    line = [x for x in srv.log_tail(100000).splitlines() if "[engine] KV cache:" in x]
+    seats = re.search(r"max_num_seqs (\d+);", line[0]) if line else None
+    assert seats and 1 <= int(seats.group(1)) < 64, srv.log_tail()
+    client = srv.client()
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        done = list(pool.map(lambda i: client.completions.create(
+            model=srv.model, prompt=f"The city {i}", max_tokens=4, temperature=0), range(12)))
+    assert all(r.choices[0].finish_reason in ("stop", "length") for r in done)
