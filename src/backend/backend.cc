@@ -143,7 +143,7 @@ Status check_kv_cache_shape(const KvCacheConfig& kv, int64_t head_dim) {
     // Sink runs: each long enough for a 16-bit block, all of them (the dummy block's too)
     // below the seats' rings.
     if (kv.sink_base_block >= 0) {
-      const int64_t end = kv.sink_base_block + (kv.num_sink_blocks + 1) * kv.sink_run_blocks;
+      const int64_t end = kv.sink_runs_end();
       if (kv.num_sink_blocks == 0) {
         return invalid_argument("int4_kivi: sink_base_block without sink blocks");
       }

@@ -60,6 +60,10 @@ struct KvCacheConfig {
   // while the sink is in use or cached (kv_cache_manager.h "Sink runs"). -1: memory of their own.
   int64_t sink_base_block = -1;
   int64_t sink_run_blocks = 0;
+  // The block after the last sink run (the dummy block's): at most ring_base().
+  int64_t sink_runs_end() const {
+    return sink_base_block + (num_sink_blocks + 1) * sink_run_blocks;
+  }
   // Padding (a step of fixed shape with fewer real sequences, as CUDA graphs replay): one more
   // block and one more seat than the counts above, which backends allocate and the engine never
   // hands out. A padding sequence has seat dummy_seat() (or, without seats, dummy_block() first)

@@ -122,7 +122,7 @@ Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
   r.cache.enable_prefix_caching = c.enable_prefix_caching;
   r.cache.num_sink_blocks = int4 ? max_num_seqs * v2.sink_blocks : 0;
   r.cache.blocks_per_seat = static_cast<int>(r.ring_blocks);
-  r.cache.sink_run_blocks = r.cache.num_sink_blocks > 0 ? static_cast<int>(r.sink_run_blocks) : 0;
+  r.cache.sink_run_blocks = static_cast<int>(r.sink_run_blocks);  // 0 but for int4_kivi
   S4KV_RETURN_IF_ERROR(Scheduler::validate(r.scheduler, r.cache));
 
   r.kv.num_blocks = r.capacity.num_blocks;

@@ -25,13 +25,13 @@ Status Scheduler::validate(const SchedulerConfig& config, const CacheConfig& cac
   if (cache.num_blocks < 1) return bad("num_blocks", cache.num_blocks, "must be >= 1");
   // Pool blocks for one sequence of max_model_len (and its seat's); its first block comes from
   // the sink pool when there is one.
+  const bool sinks = cache.num_sink_blocks > 0;
+  const int64_t sink_run = sinks ? cache.sink_run_blocks : 0;  // a sequence's sink's run
   const int64_t blocks_needed = (config.max_model_len + cache.block_size - 1) / cache.block_size -
-                                (cache.num_sink_blocks > 0 ? 1 : 0) + cache.blocks_per_seat +
-                                (cache.num_sink_blocks > 0 ? cache.sink_run_blocks : 0);
+                                (sinks ? 1 : 0) + cache.blocks_per_seat + sink_run;
   // The seats' runs and the sink runs (the dummy block's among them) at the top of the pool.
-  const int64_t run_blocks =
-      int64_t{config.max_num_seqs} * cache.blocks_per_seat +
-      (cache.num_sink_blocks > 0 ? int64_t{cache.num_sink_blocks + 1} * cache.sink_run_blocks : 0);
+  const int64_t run_blocks = int64_t{config.max_num_seqs} * cache.blocks_per_seat +
+                             int64_t{cache.num_sink_blocks + 1} * sink_run;
   if (cache.num_sink_blocks < 0)
     return bad("num_sink_blocks", cache.num_sink_blocks, "must be >= 0");
   if (cache.blocks_per_seat < 0)
@@ -47,10 +47,8 @@ Status Scheduler::validate(const SchedulerConfig& config, const CacheConfig& cac
                    "(--kv-cache-memory, or --gpu-memory-utilization on cuda)");
   }
   if (blocks_needed > cache.num_blocks) {
-    const int64_t tokens =
-        (cache.num_blocks - cache.blocks_per_seat + (cache.num_sink_blocks > 0 ? 1 : 0) -
-         (cache.num_sink_blocks > 0 ? cache.sink_run_blocks : 0)) *
-        int64_t{cache.block_size};
+    const int64_t tokens = (cache.num_blocks - cache.blocks_per_seat + (sinks ? 1 : 0) - sink_run) *
+                           int64_t{cache.block_size};
     return bad("max_model_len", config.max_model_len,
                "one sequence of this length needs " + std::to_string(blocks_needed) +
                    " KV blocks of " + std::to_string(cache.block_size) +

@@ -48,7 +48,7 @@ Int4KiviKvCache::Int4KiviKvCache(const KvCacheConfig& config, const CpuKvCacheSh
   } else {  // sink runs in the pool (backend.h): each holds a sink block, all inside the pool
     S4KV_CHECK(static_cast<size_t>(sink_run_ * num_kv_heads_) * layout.block_bytes >=
                        static_cast<size_t>(2 * block_size_ * slot_elems_) * sizeof(uint16_t) &&
-                   sink_base_ + num_sink_ * sink_run_ <= pool_blocks_,
+                   config.sink_runs_end() <= pool_blocks_,
                "Int4KiviKvCache: sink runs of ", sink_run_, " blocks from block ", sink_base_);
   }
   S4KV_CHECK(!value_hadamard_ || (head_dim_ & (head_dim_ - 1)) == 0,
