@@ -88,6 +88,17 @@ KvParts kv_parts(const model::ModelConfig& c, const KvCacheConfig& kv,
   return p;
 }
 
+KvCacheConfig profiling_kv_config(const KvCacheConfig& kv) {
+  KvCacheConfig p = kv;
+  p.num_blocks = 0;
+  p.num_seats = 0;
+  p.ring_base_block = -1;  // the dummy seat's ring, the pool's only blocks
+  p.sink_base_block = -1;  // the sinks in memory of their own (the pool has no runs)
+  p.sink_run_blocks = 0;
+  p.num_sink_blocks = std::min<int64_t>(kv.num_sink_blocks, 1);
+  return p;
+}
+
 int64_t weight_bytes(const model::ModelConfig& c, DType compute_dtype) {
   const int64_t as = act_size(compute_dtype);
   const int64_t matrices =

@@ -61,4 +61,11 @@ struct KvParts {
 KvParts kv_parts(const model::ModelConfig& c, const KvCacheConfig& kv,
                  const kv::Int4KiviLayout& layout);
 
+// The cache of the profiling step (CudaBackend::profiling_step): the dummy block and seat alone,
+// the sinks (int4_kivi v2) in memory of their own. One sink block stands for the cache's
+// num_sink_blocks (padding's tables hold nothing but the dummy block, the sink past them), so
+// the step's sink memory is two 16-bit blocks a layer, not num_sink_blocks + 1 (3.7 GB for
+// Qwen2.5-7B at 1,024 sequences, 8.6 GB for Llama-3.1-8B, before the weights were measured).
+KvCacheConfig profiling_kv_config(const KvCacheConfig& kv);
+
 }  // namespace s4kv::backend::cuda

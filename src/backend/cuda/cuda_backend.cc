@@ -210,12 +210,7 @@ void CudaBackend::allocate_cache(const KvCacheConfig& kv, std::vector<DeviceBuff
 // whatever the runtime allocates when a step first runs (kernel modules, library state) is in
 // use when profile() measures.
 void CudaBackend::profiling_step() {
-  KvCacheConfig kv = kv_;
-  kv.num_blocks = 0;
-  kv.num_seats = 0;
-  kv.ring_base_block = -1;  // the dummy seat's ring, the pool's only blocks
-  kv.sink_base_block = -1;  // and the sinks in memory of their own (the pool has no runs)
-  kv.sink_run_blocks = 0;
+  const KvCacheConfig kv = profiling_kv_config(kv_);
   std::vector<DeviceBuffer> cache;
   allocate_cache(kv, cache);
   const KvCacheConfig shape = kv_;

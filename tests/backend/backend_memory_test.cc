@@ -1,0 +1,98 @@
+// What the CUDA backend allocates, as arithmetic (backend_memory.h), which needs no device: the
+// profiling step's cache (profiling_kv_config) holds the dummy block and seat alone, whatever
+// the cache it stands for, and its sink memory is two 16-bit blocks a layer.
+#include <gtest/gtest.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/backend_memory.h"
+#include "kv/int4_kivi_layout.h"
+#include "model/model_config.h"
+
+namespace s4kv::backend::cuda {
+namespace {
+
+model::ModelConfig qwen25_7b_shape() {  // the KV cache's dimensions of Qwen2.5-7B
+  model::ModelConfig c;
+  c.hidden_size = 3584;
+  c.num_hidden_layers = 28;
+  c.num_attention_heads = 28;
+  c.num_key_value_heads = 4;
+  c.head_dim = 128;
+  return c;
+}
+
+// An int4_kivi v2 cache as the engine gives it: 1,024 seats, their rings and the sinks' runs
+// in the pool (the runs under the rings, the dummy sink's run too).
+KvCacheConfig int4_v2_cache(const kv::Int4KiviLayout& layout) {
+  KvCacheConfig kv;
+  kv.dtype = kv::KvCacheDtype::kInt4Kivi;
+  kv.block_size = 64;
+  kv.value_group_size = 128;
+  kv.num_blocks = 200000;
+  kv.num_seats = 1024;
+  kv.num_sink_blocks = 1024;
+  kv.num_window_blocks = 1;
+  kv.int4_value_hadamard = true;
+  kv.sink_run_blocks = 4;
+  const int64_t ring = int4_ring_blocks(kv, layout);
+  kv.ring_base_block = kv.num_blocks - ring * kv.num_seats;
+  kv.sink_base_block = kv.ring_base_block - (kv.num_sink_blocks + 1) * kv.sink_run_blocks;
+  return kv;
+}
+
+TEST(ProfilingCache, Int4KiviHoldsTheDummyBlockSeatAndOneSink) {
+  const model::ModelConfig c = qwen25_7b_shape();
+  const kv::Int4KiviLayout layout = *kv::Int4KiviLayout::create(64, 128, 128);
+  const KvCacheConfig kv = int4_v2_cache(layout);
+  const KvCacheConfig p = profiling_kv_config(kv);
+  EXPECT_EQ(p.num_blocks, 0);
+  EXPECT_EQ(p.num_seats, 0);
+  EXPECT_EQ(p.ring_base_block, -1);
+  EXPECT_EQ(p.sink_base_block, -1);  // the sinks in memory of their own
+  EXPECT_EQ(p.sink_run_blocks, 0);
+  EXPECT_EQ(p.num_sink_blocks, 1);  // still a v2 cache: every table's first block a sink
+  EXPECT_EQ(p.dummy_block(), 1);    // past the pool: the sink memory's second block
+  EXPECT_EQ(p.dtype, kv.dtype);
+  EXPECT_EQ(p.block_size, kv.block_size);
+  EXPECT_EQ(p.value_group_size, kv.value_group_size);
+  EXPECT_EQ(p.num_window_blocks, kv.num_window_blocks);
+  EXPECT_EQ(p.int4_value_hadamard, kv.int4_value_hadamard);
+  const KvParts parts = kv_parts(c, p, layout);
+  const int64_t sink_block_bytes = 2 * 64 * 4 * 128 * 2;  // K and V, 16-bit
+  EXPECT_EQ(parts.sink, 28 * 2 * sink_block_bytes);       // 7.3 MB, not 3.7 GB
+  // The pool: the dummy seat's ring alone.
+  EXPECT_EQ(parts.pool,
+            28 * int4_ring_blocks(kv, layout) * 4 * static_cast<int64_t>(layout.block_bytes));
+  EXPECT_EQ(parts.k + parts.v, 0);
+  // The cache it stands for keeps its sinks in the pool's runs.
+  EXPECT_EQ(kv_parts(c, kv, layout).sink, 0);
+}
+
+TEST(ProfilingCache, V1AndPagedCachesHaveNoSinks) {
+  const model::ModelConfig c = qwen25_7b_shape();
+  const kv::Int4KiviLayout layout = *kv::Int4KiviLayout::create(64, 128, 128);
+  KvCacheConfig v1 = int4_v2_cache(layout);
+  v1.num_sink_blocks = 0;
+  v1.sink_base_block = -1;
+  v1.sink_run_blocks = 0;
+  const KvCacheConfig p1 = profiling_kv_config(v1);
+  EXPECT_EQ(p1.num_sink_blocks, 0);
+  EXPECT_EQ(p1.dummy_block(), 0);
+  EXPECT_EQ(kv_parts(c, p1, layout).sink, 28 * 2 * 64 * 4 * 128 * 2);  // the dummy block's
+
+  KvCacheConfig paged;
+  paged.dtype = kv::KvCacheDtype::k16Bit;
+  paged.block_size = 16;
+  paged.num_blocks = 50000;
+  paged.num_seats = 256;
+  const KvCacheConfig p = profiling_kv_config(paged);
+  EXPECT_EQ(p.num_blocks, 0);
+  EXPECT_EQ(p.num_sink_blocks, 0);
+  const KvParts parts = kv_parts(c, p, layout);
+  EXPECT_EQ(parts.k, 28 * 16 * 4 * 128 * 2);  // the dummy block alone
+  EXPECT_EQ(parts.v, parts.k);
+  EXPECT_EQ(parts.pool + parts.sink, 0);
+}
+
+}  // namespace
+}  // namespace s4kv::backend::cuda
