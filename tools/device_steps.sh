@@ -221,7 +221,8 @@ case $step in
   serve_bench)
     # bench/serve_bench.py against `s4kv serve --device cuda` on the full Qwen2.5-7B config
     # (dummy weights), one server per format: SERVE_BENCH_FORMATS, SERVE_BENCH_ARGS (serve_bench
-    # flags), SERVE_BENCH_SERVE_ARGS (more serve flags, e.g. --async-scheduling).
+    # flags), SERVE_BENCH_SERVE_ARGS (more serve flags, e.g. --async-scheduling); SERVE_BENCH_TAG
+    # names the outputs (serve_bench$SERVE_BENCH_TAG_<format>.json / .txt).
     d=$(python3 -c "import sys, tempfile; sys.path.insert(0, 'bench'); import gpu_capacity; \
 print(gpu_capacity.model_dir(tempfile.mkdtemp(), 'qwen2.5-7b-instruct'))")
     for fmt in $(echo "${SERVE_BENCH_FORMATS:-16bit,int4_kivi}" | tr ',' ' '); do
@@ -229,17 +230,18 @@ print(gpu_capacity.model_dir(tempfile.mkdtemp(), 'qwen2.5-7b-instruct'))")
       python3 bench/serve_bench.py --serve "/tmp/s4kv/bin/s4kv serve $d --load-format dummy \
 --device cuda --kv-cache-dtype $kv ${SERVE_BENCH_SERVE_ARGS:-}" \
         ${SERVE_BENCH_ARGS:---concurrency 1,16,64 --input-len 1024 --output-len 128 --num-prompts 64} \
-        --json $res/serve_bench_$fmt.json > $res/serve_bench_$fmt.txt 2>&1 || {
-        tail -n 20 $res/serve_bench_$fmt.txt; exit 1; }
+        --json $res/serve_bench${SERVE_BENCH_TAG:-}_$fmt.json \
+        > $res/serve_bench${SERVE_BENCH_TAG:-}_$fmt.txt 2>&1 || {
+        tail -n 20 $res/serve_bench${SERVE_BENCH_TAG:-}_$fmt.txt; exit 1; }
       # Card, build and settings into the JSON (the machine has no git history to stamp from).
       python3 -c "import json, os, subprocess, sys, time; p = sys.argv[1]; d = json.load(open(p)); \
 d['provenance'] = {'command': 'tools/device_steps.sh serve_bench: ' + ' '.join(sys.argv[2:]), \
 'commit': open('/tmp/s4kv/BUILD_INFO').read().split()[2], 'date': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), \
 'gpu': subprocess.run(['nvidia-smi', '--query-gpu=name,memory.total,driver_version', '--format=csv,noheader'], \
 capture_output=True, text=True).stdout.strip()}; json.dump(d, open(p, 'w'), indent=1)" \
-        $res/serve_bench_$fmt.json "SERVE_BENCH_ARGS=${SERVE_BENCH_ARGS:-}" \
+        $res/serve_bench${SERVE_BENCH_TAG:-}_$fmt.json "SERVE_BENCH_ARGS=${SERVE_BENCH_ARGS:-}" \
         "SERVE_BENCH_SERVE_ARGS=${SERVE_BENCH_SERVE_ARGS:-}" "kv=$kv"
-      echo "== $fmt" && cat $res/serve_bench_$fmt.txt
+      echo "== $fmt" && cat $res/serve_bench${SERVE_BENCH_TAG:-}_$fmt.txt
     done
     ;;
   attention)
