@@ -65,7 +65,7 @@ KvParts kv_parts(const model::ModelConfig& c, const KvCacheConfig& kv,
 // the sinks (int4_kivi v2) in memory of their own. One sink block stands for the cache's
 // num_sink_blocks (padding's tables hold nothing but the dummy block, the sink past them), so
 // the step's sink memory is two 16-bit blocks a layer, not num_sink_blocks + 1 (3.7 GB for
-// Qwen2.5-7B at 1,024 sequences, 8.6 GB for Llama-3.1-8B, before the weights were measured).
+// Qwen2.5-7B at 1,024 sequences, 8.6 GB for Llama-3.1-8B, held while the step ran).
 KvCacheConfig profiling_kv_config(const KvCacheConfig& kv);
 
 }  // namespace s4kv::backend::cuda
