@@ -134,11 +134,13 @@ Result<ResolvedEngineConfig> resolve_engine_config(const EngineConfig& c,
   r.kv.num_window_blocks = int4 ? v2.window_blocks : 0;
   r.kv.int4_value_hadamard = int4 && v2.value_hadamard;
   // The real seats' rings at the top of the blocks the engine hands out, the dummy seat's after.
-  r.kv.ring_base_block = int4 ? r.kv.num_blocks - int64_t{max_num_seqs} * r.ring_blocks : -1;
+  r.kv.ring_base_block =
+      int4 ? kv::KvCacheManager::seat_runs_begin(r.kv.num_blocks, max_num_seqs, r.ring_blocks) : -1;
   // The sink blocks' runs below the seats' (the dummy block's last), as the manager has them.
   if (r.cache.sink_run_blocks > 0) {
     r.kv.sink_run_blocks = r.cache.sink_run_blocks;
-    r.kv.sink_base_block = r.kv.ring_base_block - (r.kv.num_sink_blocks + 1) * r.kv.sink_run_blocks;
+    r.kv.sink_base_block = kv::KvCacheManager::sink_runs_begin(
+        r.kv.ring_base_block, r.kv.num_sink_blocks, r.kv.sink_run_blocks);
   }
   r.runner = ModelRunnerConfig{max_num_seqs, max_num_batched_tokens, max_model_len};
   return r;
@@ -155,10 +157,7 @@ std::string describe_capacity(const ResolvedEngineConfig& r) {
   double concurrency =
       static_cast<double>(r.capacity.num_tokens) / static_cast<double>(r.scheduler.max_model_len);
   if (r.ring_blocks > 0) {
-    const int64_t B = r.capacity.block_size;
-    const int64_t per_request = (r.scheduler.max_model_len + B - 1) / B -
-                                (r.cache.num_sink_blocks > 0 ? 1 : 0) + r.ring_blocks +
-                                r.cache.sink_run_blocks;
+    const int64_t per_request = Scheduler::blocks_per_sequence(r.scheduler.max_model_len, r.cache);
     concurrency = static_cast<double>(r.capacity.num_blocks) / static_cast<double>(per_request);
   }
   os << "; maximum concurrency for " << r.scheduler.max_model_len

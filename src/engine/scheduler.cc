@@ -27,8 +27,7 @@ Status Scheduler::validate(const SchedulerConfig& config, const CacheConfig& cac
   // the sink pool when there is one.
   const bool sinks = cache.num_sink_blocks > 0;
   const int64_t sink_run = sinks ? cache.sink_run_blocks : 0;  // a sequence's sink's run
-  const int64_t blocks_needed = (config.max_model_len + cache.block_size - 1) / cache.block_size -
-                                (sinks ? 1 : 0) + cache.blocks_per_seat + sink_run;
+  const int64_t blocks_needed = blocks_per_sequence(config.max_model_len, cache);
   // The seats' runs and the sink runs (the dummy block's among them) at the top of the pool.
   const int64_t run_blocks = int64_t{config.max_num_seqs} * cache.blocks_per_seat +
                              int64_t{cache.num_sink_blocks + 1} * sink_run;
@@ -63,6 +62,12 @@ Status Scheduler::validate(const SchedulerConfig& config, const CacheConfig& cac
                    std::to_string(config.max_model_len) + ")");
   }
   return Status::ok();
+}
+
+int64_t Scheduler::blocks_per_sequence(int64_t tokens, const CacheConfig& cache) {
+  const bool sinks = cache.num_sink_blocks > 0;
+  return (tokens + cache.block_size - 1) / cache.block_size - (sinks ? 1 : 0) +
+         cache.blocks_per_seat + (sinks ? cache.sink_run_blocks : 0);
 }
 
 Scheduler::Scheduler(const SchedulerConfig& config, const CacheConfig& cache)

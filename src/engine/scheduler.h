@@ -125,6 +125,9 @@ class Scheduler {
   // whole KV cache (otherwise a lone request could need more blocks than exist and be preempted
   // forever), and without chunked prefill one step must hold a whole max_model_len prompt.
   static Status validate(const SchedulerConfig& config, const CacheConfig& cache);
+  // Main-pool blocks one sequence of `tokens` holds while it runs: its blocks but a sink block
+  // (the sink pool's), its seat's run and its sink's run.
+  static int64_t blocks_per_sequence(int64_t tokens, const CacheConfig& cache);
 
   // The configs must pass validate() (S4KV_CHECK: the engine validates at start-up).
   Scheduler(const SchedulerConfig& config, const CacheConfig& cache);

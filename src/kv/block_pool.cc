@@ -130,6 +130,7 @@ void BlockPool::push_back_free(BlockId block) {
   b.in_free_list = true;
   ++num_free_in_[list];
   ++num_free_;
+  if (b.hash.has_value()) ++num_free_cached_;
 }
 
 void BlockPool::unlink_free(BlockId block) {
@@ -150,6 +151,7 @@ void BlockPool::unlink_free(BlockId block) {
   b.in_free_list = false;
   --num_free_in_[list];
   --num_free_;
+  if (b.hash.has_value()) --num_free_cached_;
 }
 
 void BlockPool::evict_hash(BlockId block) {
@@ -158,6 +160,7 @@ void BlockPool::evict_hash(BlockId block) {
   const size_t erased = cached_blocks_.erase(*b.hash);
   S4KV_CHECK(erased == 1, "block ", block, " had a hash missing from the map");
   b.hash.reset();
+  if (b.in_free_list) --num_free_cached_;
 }
 
 void BlockPool::check_invariants() const {
@@ -168,6 +171,7 @@ void BlockPool::check_invariants() const {
              num_free_in_[1], " != ", num_free_);
   int num_in_use = 0;
   int num_hashed = 0;
+  int num_free_cached = 0;
   for (BlockId id = 0; id < num_blocks(); ++id) {
     const Block& b = at(id);
     S4KV_CHECK(b.ref_count >= 0, "block ", id, " ref_count ", b.ref_count);
@@ -182,6 +186,7 @@ void BlockPool::check_invariants() const {
     }
     if (b.hash.has_value()) {
       ++num_hashed;
+      if (b.in_free_list) ++num_free_cached;
       const auto it = cached_blocks_.find(*b.hash);
       S4KV_CHECK(it != cached_blocks_.end() && it->second == id, "block ", id,
                  " hash not mapped to it");
@@ -191,6 +196,8 @@ void BlockPool::check_invariants() const {
              " != ", num_blocks());
   S4KV_CHECK(static_cast<size_t>(num_hashed) == cached_blocks_.size(), "hashed blocks ", num_hashed,
              " != map size ", cached_blocks_.size());
+  S4KV_CHECK(num_free_cached == num_free_cached_, "free cached blocks ", num_free_cached,
+             " != the count ", num_free_cached_);
   check_hash_map();
 }
 

@@ -10,7 +10,8 @@
 //     requests leave those blocks free while they can);
 //   - a free block may keep its hash and stay findable by lookup() (a prefix-cache hit revives it
 //     with touch()) until allocate() hands it out again, which evicts the hash;
-//   - the hash map is a bijection between cached hashes and the blocks carrying them.
+//   - the hash map is a bijection between cached hashes and the blocks carrying them;
+//   - num_free_cached_blocks() counts the free blocks that carry a hash.
 // This is vLLM v1's block pool design, written for this project.
 //
 // Thread ownership: engine thread only. Nothing here locks.
@@ -66,6 +67,8 @@ class BlockPool {
 
   int num_blocks() const { return static_cast<int>(blocks_.size()); }
   int num_free_blocks() const { return num_free_; }
+  // Free blocks that still carry a hash (cached: a prefix hit may take them back), O(1).
+  int num_free_cached_blocks() const { return num_free_cached_; }
   // Fraction of blocks in use, 0..1 (vllm:kv_cache_usage_perc).
   double usage() const;
   bool prefix_caching_enabled() const { return enable_prefix_caching_; }
@@ -113,6 +116,7 @@ class BlockPool {
   BlockId tail_[2] = {kNone, kNone};
   int num_free_in_[2] = {0, 0};
   int num_free_ = 0;
+  int num_free_cached_ = 0;  // free blocks with a hash
   bool enable_prefix_caching_;
   std::unordered_map<BlockHash, BlockId> cached_blocks_;
   int64_t prefix_cache_queries_ = 0;

@@ -21,9 +21,8 @@ KvCacheManager::KvCacheManager(int num_blocks, int block_size, bool enable_prefi
       num_seats_(num_seats),
       blocks_per_seat_(blocks_per_seat),
       sink_run_blocks_(num_sink_blocks > 0 ? sink_run_blocks : 0),
-      seat_base_(int64_t{num_blocks} - int64_t{num_seats} * blocks_per_seat),
-      sink_base_(seat_base_ -
-                 int64_t{num_sink_blocks + (sink_run_blocks_ > 0 ? 1 : 0)} * sink_run_blocks_),
+      seat_base_(seat_runs_begin(num_blocks, num_seats, blocks_per_seat)),
+      sink_base_(sink_runs_begin(seat_base_, num_sink_blocks, sink_run_blocks_)),
       seat_held_(static_cast<size_t>(std::max(0, num_seats)), 0) {
   S4KV_CHECK(block_size > 0 && num_sink_blocks >= 0 && num_seats >= 0 && blocks_per_seat >= 0 &&
                  sink_run_blocks >= 0 && sink_base_ >= 0,
@@ -91,8 +90,9 @@ double KvCacheManager::usage() const {
 }
 
 int64_t KvCacheManager::num_available_blocks() const {
-  return pool_.num_free_blocks() +
-         static_cast<int64_t>(reclaimable_sinks(-1, -1).size()) * sink_run_blocks_;
+  // A free sink block holds its run exactly when it is cached (sink_held): O(1), twice a step.
+  const int64_t reclaimable = sink_run_blocks_ > 0 ? sink_pool_->num_free_cached_blocks() : 0;
+  return pool_.num_free_blocks() + reclaimable * sink_run_blocks_;
 }
 
 std::vector<BlockId> KvCacheManager::seat_run(int seat) const {
@@ -105,15 +105,10 @@ std::vector<BlockId> KvCacheManager::seat_run(int seat) const {
 
 int KvCacheManager::find_seat(std::span<const BlockId> computed) const {
   for (int s = 0; s < num_seats_; ++s) {
-    if (seat_held_[static_cast<size_t>(s)]) continue;
-    const int64_t lo = seat_block(s), hi = lo + blocks_per_seat_;
-    bool free = true;
-    for (int64_t b = lo; b < hi && free; ++b) free = pool_.ref_count(static_cast<BlockId>(b)) == 0;
-    for (size_t i = 0; i < computed.size() && free; ++i) {
-      // Table index 0 may be a sink id (not the main pool); the others are main-pool ids.
-      free = in_sink(i) || computed[i] < lo || computed[i] >= hi;
+    if (!seat_held_[static_cast<size_t>(s)] &&
+        run_free(seat_block(s), seat_block(s) + blocks_per_seat_, computed)) {
+      return s;
     }
-    if (free) return s;
   }
   return -1;
 }

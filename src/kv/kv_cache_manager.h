@@ -101,6 +101,16 @@ class KvCacheManager {
   int num_seats() const { return num_seats_; }
   // The first main-pool block of sink block k's run (sink runs only).
   int64_t sink_block(int k) const { return sink_base_ + int64_t{k} * sink_run_blocks_; }
+  // Where the runs sit in a pool of num_blocks (what backends get as KvCacheConfig's
+  // ring_base_block and sink_base_block): the seats' at the top, the sinks' (the dummy block's
+  // last) just below them.
+  static int64_t seat_runs_begin(int64_t num_blocks, int64_t num_seats, int64_t blocks_per_seat) {
+    return num_blocks - num_seats * blocks_per_seat;
+  }
+  static int64_t sink_runs_begin(int64_t seat_runs_begin, int64_t num_sink_blocks,
+                                 int64_t sink_run_blocks) {
+    return seat_runs_begin - (num_sink_blocks + 1) * sink_run_blocks;
+  }
   // Main-pool blocks an allocation can have: the free ones and those of cached free sink runs.
   int64_t num_available_blocks() const;
   // Main-pool blocks a table can ever have: all but the dummy block's sink run.
@@ -156,11 +166,12 @@ class KvCacheManager {
   // about to be taken), or -1.
   int find_seat(std::span<const BlockId> computed) const;
   std::vector<BlockId> seat_run(int seat) const;
+  // Whether main-pool blocks [lo, hi) (a seat's or a sink's run) are all free and none is among
+  // `computed`.
+  bool run_free(int64_t lo, int64_t hi, std::span<const BlockId> computed) const;
   // Sink runs: sink block k's main-pool run; whether it holds a sink (in use or cached).
   std::vector<BlockId> sink_run(int k) const;
   bool sink_held(int k) const;
-  // Whether main-pool blocks [lo, hi) are all free and none is among `computed`.
-  bool run_free(int64_t lo, int64_t hi, std::span<const BlockId> computed) const;
   // The sink block a new request takes (-1: none) and whether its run must be taken.
   struct SinkChoice {
     int slot = -1;
