@@ -5,6 +5,10 @@
 # .devcarry/attention_bench.xz, small enough for one call to carry beside the tree. There:
 #   bash tools/device_attention.sh run [cuda_attention_bench args]  # the grid beside SDPA, under $OUT
 #   bash tools/device_attention.sh ncu [cuda_attention_bench args] # one launch of each kernel
+#   bash tools/device_attention.sh stalls [cuda_attention_bench args]  # where the int4_kivi
+#       kernel's warps wait: one launch under ncu's warp-stall sampling, its SASS source page in
+#       $OUT/stalls_sass.csv and tools/ncu_stalls.py's ledger (whole kernel, each loop) in
+#       $OUT/stalls.txt / .json; e.g. --formats int4 --batches 64 --contexts 32768 --heads 28/4
 #   bash tools/device_attention.sh check   # the decode kernels against the exact kernel: every
 #       int4_kivi layout (B 32/64/128 x Gv 32/64/128, v1 and v2), 16-bit and fp8 at B 16/128,
 #       each with the merge kernel and fused (--fused-merge); fails past 2e-2 relative L2 (bf16
@@ -63,7 +67,7 @@ case "${1:-}" in
     done
     exit $status
     ;;
-  run | ncu | check | prefill)
+  run | ncu | check | prefill | stalls)
     : "${OUT:?run on the GPU machine, where the device tool sets OUT}"
     mode=$1 && shift
     attn=/tmp/attn${ATTN_TAG:+_$ATTN_TAG}
@@ -76,6 +80,17 @@ case "${1:-}" in
       cat "$OUT/prefill.txt"
       [ "$status" = 0 ] || { echo "FAILED: exit status $status"; exit 1; }
       if grep -q FAILED "$OUT/prefill.txt"; then echo "FAILED: a check past 2e-2"; exit 1; fi
+    elif [ "$mode" = stalls ]; then
+      # The first int4 launch of the case (the checks and warm-up launch the same kernel).
+      ncu --clock-control none --section SourceCounters --section WarpStateStats \
+        --section SchedulerStats --section Occupancy -k regex:decode_int4 -c 1 -f \
+        -o "$OUT/stalls" "$attn"/cuda_attention_bench --reps 1 "$@" > "$OUT/stalls_ncu.txt" 2>&1 || true
+      ncu -i "$OUT/stalls.ncu-rep" --page source --csv --print-source sass \
+        > "$OUT/stalls_sass.csv" 2>> "$OUT/stalls_ncu.txt" || true
+      ncu -i "$OUT/stalls.ncu-rep" --page details >> "$OUT/stalls_ncu.txt" 2>&1 || true
+      python3 tools/ncu_stalls.py "$OUT/stalls_sass.csv" --loops 64 --json "$OUT/stalls.json" \
+        > "$OUT/stalls.txt" 2>&1 || { tail -20 "$OUT/stalls_ncu.txt"; }
+      cat "$OUT/stalls.txt"
     elif [ "$mode" = check ]; then
       bin="$attn"/cuda_attention_bench
       # shellcheck disable=SC2054  # the commas are the bench's list syntax
@@ -112,5 +127,5 @@ case "${1:-}" in
         "$OUT/ncu.txt" | head -120
     fi
     ;;
-  *) echo "usage: $0 build|run|ncu|check|prefill|ab ..." >&2; exit 2 ;;
+  *) echo "usage: $0 build|run|ncu|stalls|check|prefill|ab ..." >&2; exit 2 ;;
 esac
