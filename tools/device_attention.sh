@@ -70,6 +70,7 @@ case "${1:-}" in
   run | ncu | check | prefill | stalls)
     : "${OUT:?run on the GPU machine, where the device tool sets OUT}"
     mode=$1 && shift
+    mkdir -p "$OUT"
     attn=/tmp/attn${ATTN_TAG:+_$ATTN_TAG}
     mkdir -p "$attn" && xz -dc ".devcarry/attention_bench${ATTN_TAG:+_$ATTN_TAG}.xz" | tar -C "$attn" -xf -
     cat "$attn/BUILD_INFO"
