@@ -8,8 +8,8 @@
 // one has called it. Captured into CUDA graphs as programmatic edges. On sm_90 and later the
 // few-row GEMMs launch so by default (their first weight loads are issued before the wait, under
 // the small kernel before them: the batch-1 decode step 0.03 ms shorter on the H200);
-// S4KV_PDL=1 makes every such launch dependent (measured slower: docs/performance.md, "GPU end
-// to end"), S4KV_PDL=0 none.
+// S4KV_PDL=1 makes every such launch dependent (measured slower: docs/gpu_end_to_end.md),
+// S4KV_PDL=0 none.
 #pragma once
 
 #include <cuda_runtime.h>
