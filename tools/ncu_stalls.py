@@ -12,8 +12,9 @@ price, not at what reads plausible (docs/gpu_kernels.md).
 
 --range keeps the instructions at those addresses (a loop from tools/sass_loops.py, the same
 offsets in the function); --loops N gives a ledger for each loop of at least N instructions the
-page's own branches show (tools/sass_loops.py's rule), besides the whole function's. Columns read: Address, Source, the all-samples and not-issued-samples
-totals and every per-reason column (stall_*); the others are ignored.
+page's own branches show (tools/sass_loops.py's rule), besides the whole function's. Columns
+read: Address, Source, the all-samples and not-issued-samples totals and every per-reason column
+(stall_*); the others are ignored.
 """
 import argparse
 import collections
@@ -111,7 +112,8 @@ def render(result):
              f"({100.0 * result['not_issued_samples'] / total:.1f} % not issued)"]
     if result["by_reason"]:
         lines.append("by reason: " + ", ".join(
-            f"{name} {100.0 * v / total:.1f} %" for name, v in result["by_reason"].items() if v > 0))
+            f"{name} {100.0 * v / total:.1f} %"
+            for name, v in result["by_reason"].items() if v > 0))
     lines.append("by opcode: " + ", ".join(
         f"{op} {100.0 * d['samples'] / total:.1f} % ({d['instructions']})"
         for op, d in result["by_opcode"].items() if d["samples"] > 0))
@@ -132,7 +134,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("csv")
     p.add_argument("--range", help="addresses LO-HI (hex), both kept")
-    p.add_argument("--loops", type=int, help="a ledger for each loop of at least this many instructions")
+    p.add_argument("--loops", type=int,
+                   help="a ledger for each loop of at least this many instructions")
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--json")
     args = p.parse_args(argv)

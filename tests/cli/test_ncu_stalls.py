@@ -72,7 +72,8 @@ def test_cli_prints_and_writes_json(tmp_path):
                         "--json", str(out)], capture_output=True, text=True, check=True)
     assert r.stdout.startswith("5 instructions, 1300 samples (84.2 % not issued)")
     assert "short_scoreboard 72.3 %" in r.stdout
-    assert "0x1ce0  92.3 %  HFMA2 R71, R71, R53, R65  [short_scoreboard 900, barrier 100]" in r.stdout
+    assert ("0x1ce0  92.3 %  HFMA2 R71, R71, R53, R65  [short_scoreboard 900, barrier 100]"
+            in r.stdout)
     assert json.loads(out.read_text())["samples"] == 1300.0
 
 
