@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/backend_memory.h"
 #include "kv/int4_kivi_layout.h"
+#include "kv/kv_cache_manager.h"
 #include "model/model_config.h"
 
 namespace s4kv::backend::cuda {
@@ -34,9 +35,10 @@ KvCacheConfig int4_v2_cache(const kv::Int4KiviLayout& layout) {
   kv.num_window_blocks = 1;
   kv.int4_value_hadamard = true;
   kv.sink_run_blocks = 4;
-  const int64_t ring = int4_ring_blocks(kv, layout);
-  kv.ring_base_block = kv.num_blocks - ring * kv.num_seats;
-  kv.sink_base_block = kv.ring_base_block - (kv.num_sink_blocks + 1) * kv.sink_run_blocks;
+  kv.ring_base_block = kv::KvCacheManager::seat_runs_begin(kv.num_blocks, kv.num_seats,
+                                                           int4_ring_blocks(kv, layout));
+  kv.sink_base_block = kv::KvCacheManager::sink_runs_begin(kv.ring_base_block, kv.num_sink_blocks,
+                                                           kv.sink_run_blocks);
   return kv;
 }
 

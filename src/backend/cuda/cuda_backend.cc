@@ -191,9 +191,6 @@ Status CudaBackend::init_kv_cache(const KvCacheConfig& kv) {
 void CudaBackend::allocate_cache(const KvCacheConfig& kv, std::vector<DeviceBuffer>& into) {
   const KvParts parts = kv_parts(config_, kv, layout_);
   if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
-    S4KV_CHECK(kv.sink_base_block < 0 || kv.sink_runs_end() <= kv.ring_base(),
-               "cuda backend: the sink runs from block ", kv.sink_base_block,
-               " pass the seats' rings at block ", kv.ring_base());
     pool_ = static_cast<std::byte*>(alloc(static_cast<size_t>(parts.pool), into));
     sink_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(parts.sink), into));
     slot_used_.assign(static_cast<size_t>(kv.num_seats + 1), 0);
