@@ -8,12 +8,13 @@
 //
 //   cuda_attention_bench --prefill [--heads 28/4,32/8] [--formats 16bit,fp8,int4]
 //       [--cases 1x1024,1x4096,1x8192,4x2048,2048@8192] [--reps 10] [--no-reference]
-//       [--block-size 64] [--value-group-size 128] [--int4-v1]   > results.json
+//       [--block-size 64] [--value-group-size 128] [--int4-v1] [--no-split]   > results.json
 // A case NxL is N sequences each prefilling an L-token prompt from position 0 (int4_kivi reads
 // all of it from staging); L@C is one chunk of L tokens at context C (positions C - L .. C - 1),
 // whose earlier context is in the cache (int4_kivi: sink block, pool blocks, window and tail in
 // the residual ring). Caches hold random values (no NaN); block tables are random walks over a
-// pool of four times the blocks a case needs.
+// pool of four times the blocks a case needs. Tiles are split over the context as the backend
+// splits them (split_prefill: a short chunk at a long context) unless --no-split.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -113,7 +114,7 @@ int run_prefill(int argc, char** argv) {
   CacheFlags flags;
   std::vector<PrefillCase> cases = parse_cases("1x1024,1x4096,1x8192,4x2048,2048@8192");
   int reps = 10;
-  bool reference = true;
+  bool reference = true, split = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -126,6 +127,8 @@ int run_prefill(int argc, char** argv) {
       reps = std::max(1, std::atoi(next().c_str()));
     } else if (a == "--no-reference") {
       reference = false;
+    } else if (a == "--no-split") {
+      split = false;
     } else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -195,8 +198,16 @@ int run_prefill(int argc, char** argv) {
           if (int4)
             pool_ends.push_back(static_cast<int32_t>(int4_pool_end(fb, s, B, ring, num_blocks)));
         }
+        const kv::KvCacheDtype cache = int4  ? kv::KvCacheDtype::kInt4Kivi
+                                       : fp8 ? kv::KvCacheDtype::kFp8E4M3
+                                             : kv::KvCacheDtype::k16Bit;
         std::vector<PrefillTile> tiles;
         plan_prefill(fb, 2, tiles);
+        std::vector<PrefillMerge> merges;
+        if (split) {
+          split_prefill(fb, sh.heads, int64_t{device_sm_count()} * prefill_blocks_per_sm(cache),
+                        tiles, merges);
+        }
 
         // The cache, random (no NaN).
         DeviceBuffer kc, vc, pool, sink, residual, staging_k, staging_v;
@@ -235,7 +246,13 @@ int run_prefill(int argc, char** argv) {
                      d_pos = put(fb.positions), d_tables = put(fb.block_tables),
                      d_seats = put(fb.seats), d_starts = put(fb.seat_starts),
                      d_pool_ends = put(pool_ends), d_token_seq = put(token_seq),
-                     d_tiles = put(tiles);
+                     d_tiles = put(tiles), d_merges = put(merges);
+        DeviceBuffer partials(static_cast<size_t>(kPrefillSplitSlots * kPrefillTileRows * sh.heads *
+                                                  kPrefillPartialFloats * 4));
+        PrefillSplitLaunch sl;
+        sl.partials = static_cast<float*>(partials.data());
+        sl.merges = static_cast<const PrefillMerge*>(d_merges.data());
+        sl.num_merges = static_cast<int32_t>(merges.size());
 
         PagedAttentionArgs at;
         at.q = static_cast<const float*>(q.data());
@@ -253,9 +270,7 @@ int run_prefill(int argc, char** argv) {
         at.seq_lens = static_cast<const int32_t*>(d_lens.data());
         at.block_tables = static_cast<const int32_t*>(d_tables.data());
         at.max_blocks_per_seq = blocks_per_seq;
-        at.cache = int4  ? kv::KvCacheDtype::kInt4Kivi
-                   : fp8 ? kv::KvCacheDtype::kFp8E4M3
-                         : kv::KvCacheDtype::k16Bit;
+        at.cache = cache;
         at.bf16 = true;
         if (int4) {
           at.pool = static_cast<const std::byte*>(pool.data());
@@ -279,7 +294,7 @@ int run_prefill(int argc, char** argv) {
         }
         const auto* tiles_dev = static_cast<const PrefillTile*>(d_tiles.data());
         const auto num_tiles = static_cast<int32_t>(tiles.size());
-        auto fast = [&] { launch_prefill_attention(at, tiles_dev, num_tiles, nullptr); };
+        auto fast = [&] { launch_prefill_attention(at, tiles_dev, num_tiles, nullptr, &sl); };
         auto slow = [&] { launch_paged_attention(at, nullptr); };
 
         // Check: every row against the reference in fp32.
@@ -301,18 +316,21 @@ int run_prefill(int argc, char** argv) {
         const double ref_tflops = ref.us_median > 0 ? flops / (ref.us_median * 1e6) : 0.0;
         std::printf(
             "%s    {\"format\": \"%s\", \"heads\": %d, \"kv_heads\": %d, \"case\": \"%s\", "
-            "\"seqs\": %d, \"q_len\": %d, \"context\": %d, \"tiles\": %d, \"us\": %.2f, "
+            "\"seqs\": %d, \"q_len\": %d, \"context\": %d, \"tiles\": %d, \"split_tiles\": %d, "
+            "\"us\": %.2f, "
             "\"us_min\": %.2f, \"us_max\": %.2f, \"tflops\": %.2f, \"reference_us\": %.2f, "
             "\"reference_tflops\": %.3f, \"speedup\": %.1f, \"check_rel_l2\": %.3g}",
             first_row ? "" : ",\n", fmt.c_str(), sh.heads, sh.kv_heads, pc.name.c_str(), pc.seqs,
-            pc.q_len, pc.context, num_tiles, t.us_median, t.us_min, t.us_max, tflops, ref.us_median,
-            ref_tflops, ref.us_median > 0 ? ref.us_median / t.us_median : 0.0, check);
+            pc.q_len, pc.context, num_tiles, static_cast<int>(merges.size()), t.us_median, t.us_min,
+            t.us_max, tflops, ref.us_median, ref_tflops,
+            ref.us_median > 0 ? ref.us_median / t.us_median : 0.0, check);
         std::fflush(stdout);
         std::fprintf(stderr,
-                     "prefill %-5s %2d/%d %-10s: %10.1f us %7.1f TFLOP/s | reference %11.1f us "
-                     "%6.2f TFLOP/s | check rel L2 %.3g%s\n",
+                     "prefill %-5s %2d/%d %-10s: %10.1f us %7.1f TFLOP/s (%d tiles, %d split) | "
+                     "reference %11.1f us %6.2f TFLOP/s | check rel L2 %.3g%s\n",
                      fmt.c_str(), sh.heads, sh.kv_heads, pc.name.c_str(), t.us_median, tflops,
-                     ref.us_median, ref_tflops, check, check <= 2e-2 ? "" : "  FAILED (> 2e-2)");
+                     num_tiles, static_cast<int>(merges.size()), ref.us_median, ref_tflops, check,
+                     check <= 2e-2 ? "" : "  FAILED (> 2e-2)");
         first_row = false;
       }
     }

@@ -761,34 +761,35 @@ TEST(DecodeAttentionEmulated, EveryFormatMatchesFp64) {
 
 // ---- prefill attention (prefill_attention.cu) ----------------------------------------------
 
-// Prefill rows through plan_prefill and launch_prefill_attention: a prompt from position 0, a
-// chunk starting mid-block (its earlier positions in the cache, for int4_kivi in the pool, sink
-// and ring), a chunk at a block boundary, a 2-token chunk, and a decode row (left to the other
-// kernels); every row a tile covers against Scene::reference (causal), the others unwritten.
+// Prefill rows of `seqs` ({seq_len, q_len}) through plan_prefill and launch_prefill_attention,
+// with split_prefill's split of the context when `wave_blocks` > 0 (its merges must be there
+// then); every row a tile covers against Scene::reference (causal), the others unwritten.
 // Returns the worst relative L2.
-double run_prefill(const PathCase& pc, uint32_t seed) {
-  const int B = pc.block_size;
-  std::mt19937 rng(seed);
-  auto pick = [&](int lo, int hi) {
-    return lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo + 1));
-  };
-  const int whole = pick(40, 90), mid = pick(2, 3) * B + pick(1, B - 1);
-  const std::vector<std::pair<int, int>> seqs = {{whole, whole},
-                                                 {mid + pick(20, 90), pick(20, 90)},
-                                                 {3 * B + 40, 40},
-                                                 {pick(B + 1, 3 * B), 2},
-                                                 {pick(B, 4 * B), 1}};
+double check_prefill(const PathCase& pc, const std::vector<std::pair<int, int>>& seqs,
+                     int64_t wave_blocks, uint32_t seed) {
   constexpr int kHeads = 4;  // a block a query head: fewer heads, fewer emulated blocks
-  Scene sc(pc, kHeads, seqs, seed + 2000);
+  Scene sc(pc, kHeads, seqs, seed);
   std::vector<PrefillTile> tiles;
   plan_prefill(sc.b, 2, tiles);
+  std::vector<PrefillMerge> merges;
+  std::vector<float> partials(
+      static_cast<size_t>(kPrefillSplitSlots) * kPrefillTileRows * kHeads * kPrefillPartialFloats,
+      NAN);
+  if (wave_blocks > 0) {
+    split_prefill(sc.b, kHeads, wave_blocks, tiles, merges);
+    EXPECT_FALSE(merges.empty()) << "no tile was split";
+  }
   const size_t row_elems = static_cast<size_t>(kHeads) * kHeadDim;
   std::vector<uint16_t> out(static_cast<size_t>(sc.b.num_tokens()) * row_elems, 0xffffu);  // NaN
   PagedAttentionArgs a = sc.a;
   a.out = out.data();
   a.out_dtype = pc.bf16 ? DType::kBF16 : DType::kF16;
   EXPECT_TRUE(prefill_kernels_support(kHeads, kPathKv, a));
-  launch_prefill_attention(a, tiles.data(), static_cast<int32_t>(tiles.size()), nullptr);
+  PrefillSplitLaunch split;
+  split.partials = partials.data();
+  split.merges = merges.data();
+  split.num_merges = static_cast<int32_t>(merges.size());
+  launch_prefill_attention(a, tiles.data(), static_cast<int32_t>(tiles.size()), nullptr, &split);
   // fp16 operands and output: 4e-3; bf16 taking part: 2e-2 (the GPU test's bounds).
   const double bound = pc.bf16 ? 2e-2 : 4e-3;
   double worst = 0.0;
@@ -812,6 +813,41 @@ double run_prefill(const PathCase& pc, uint32_t seed) {
   return worst;
 }
 
+// A prompt from position 0, a chunk starting mid-block (its earlier positions in the cache, for
+// int4_kivi in the pool, sink and ring), a chunk at a block boundary, a 2-token chunk, and a
+// decode row (left to the other kernels).
+double run_prefill(const PathCase& pc, uint32_t seed) {
+  const int B = pc.block_size;
+  std::mt19937 rng(seed);
+  auto pick = [&](int lo, int hi) {
+    return lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo + 1));
+  };
+  const int whole = pick(40, 90), mid = pick(2, 3) * B + pick(1, B - 1);
+  return check_prefill(pc,
+                       {{whole, whole},
+                        {mid + pick(20, 90), pick(20, 90)},
+                        {3 * B + 40, 40},
+                        {pick(B + 1, 3 * B), 2},
+                        {pick(B, 4 * B), 1}},
+                       0, seed + 2000);
+}
+
+// Split-KV (split_prefill): short chunks at contexts of 12-26 KV tiles, split into runs of at
+// least 4 tiles (the pool's, the sink block's and the tail's runs in one part or apart), a
+// 70-row chunk (two tiles, the second of 6 rows), a prompt too short to split, a decode row.
+double run_prefill_split(const PathCase& pc, uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto pick = [&](int lo, int hi) {
+    return lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo + 1));
+  };
+  return check_prefill(pc,
+                       {{pick(800, 1000), pick(2, 9)},
+                        {pick(1200, 1650), 70},
+                        {pick(60, 120), pick(30, 60)},
+                        {pick(400, 700), 1}},
+                       1000, seed + 3000);
+}
+
 TEST(PrefillAttentionEmulated, EveryFormatMatchesFp64) {
   const PathCase cases[] = {
       {kv::KvCacheDtype::k16Bit, true, 16},
@@ -823,6 +859,17 @@ TEST(PrefillAttentionEmulated, EveryFormatMatchesFp64) {
       {kv::KvCacheDtype::kInt4Kivi, true, 64, 2, true, true, 4608},  // sinks in runs
   };
   run_cases(cases, 21, run_prefill, "prefill");
+}
+
+TEST(PrefillAttentionEmulated, SplitContextsMatchFp64) {
+  const PathCase cases[] = {
+      {kv::KvCacheDtype::k16Bit, true, 16},
+      {kv::KvCacheDtype::kFp8E4M3, false, 64},
+      {kv::KvCacheDtype::kInt4Kivi, true, 64, 2, true, true},
+      {kv::KvCacheDtype::kInt4Kivi, false, 32, 2, true, true},
+      {kv::KvCacheDtype::kInt4Kivi, false, 128, 1, false, false},
+  };
+  run_cases(cases, 31, run_prefill_split, "split prefill");
 }
 
 }  // namespace

@@ -262,7 +262,7 @@ struct SeqSpec {
 
 struct Stats {
   double max_rel = 0;
-  int64_t rows = 0, tiles = 0, power_rows = 0;
+  int64_t rows = 0, tiles = 0, power_rows = 0, split_tiles = 0;
   std::vector<double> neighbour;  // the reference's row vs the next row of the sequence
 };
 
@@ -276,7 +276,9 @@ double rel_l2(const float* got, const float* ref) {
 }
 
 // One batch: the reference on every row, then the prefill kernels on the tiles of
-// plan_prefill(min_q_len) for min_q_len 2 (decode rows left out) and 1 (every row).
+// plan_prefill(min_q_len) for min_q_len 2 (decode rows left out) and 1 (every row), and for 2
+// with split_prefill's split contexts over a wave large enough to split every tile it may
+// (kPrefillSplitSlots slots, heaviest tiles first).
 void run_batch(Caches& c, const Heads& hs, const std::vector<SeqSpec>& specs, Normals& rnd,
                std::mt19937& rng, const RopeTable& rope, const DeviceBuffer& dcos,
                const DeviceBuffer& dsin, Stats& stats) {
@@ -458,14 +460,25 @@ void run_batch(Caches& c, const Heads& hs, const std::vector<SeqSpec>& specs, No
   a.out = d_out.data();
   const double bound = f.bf16 && !fp8 ? 2e-2 : f.out == DType::kBF16 ? 2e-2 : 4e-3;
   ASSERT_TRUE(prefill_kernels_support(hs.heads, hs.kv_heads, a));
-  for (const int min_q_len : {2, 1}) {
-    SCOPED_TRACE(testing::Message() << "min_q_len " << min_q_len);
+  DeviceBuffer d_partials(static_cast<size_t>(kPrefillSplitSlots * kPrefillTileRows * hs.heads *
+                                              kPrefillPartialFloats * 4));
+  for (const auto& [min_q_len, split] :
+       {std::pair{2, false}, std::pair{1, false}, std::pair{2, true}}) {
+    SCOPED_TRACE(testing::Message() << "min_q_len " << min_q_len << (split ? " split" : ""));
     std::vector<PrefillTile> tiles;
     plan_prefill(b, min_q_len, tiles);
+    std::vector<PrefillMerge> merges;
+    if (split) split_prefill(b, hs.heads, int64_t{1} << 30, tiles, merges);
     DeviceBuffer d_tiles = upload(tiles);
+    DeviceBuffer d_merges = upload(merges);
+    PrefillSplitLaunch sl;
+    sl.partials = static_cast<float*>(d_partials.data());
+    sl.merges = static_cast<const PrefillMerge*>(d_merges.data());
+    sl.num_merges = static_cast<int32_t>(merges.size());
+    stats.split_tiles += static_cast<int64_t>(merges.size());
     ASSERT_EQ(cudaMemset(d_out.data(), 0xff, out_elems * 2), cudaSuccess);  // NaN in bf16, fp16
     launch_prefill_attention(a, static_cast<const PrefillTile*>(d_tiles.data()),
-                             static_cast<int32_t>(tiles.size()), nullptr);
+                             static_cast<int32_t>(tiles.size()), nullptr, &sl);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::vector<uint16_t> bits(out_elems);
     d_out.copy_to_host(bits.data(), out_elems * 2);
@@ -474,7 +487,8 @@ void run_batch(Caches& c, const Heads& hs, const std::vector<SeqSpec>& specs, No
       got[i] = f.out == DType::kBF16 ? bf16_to_float(bits[i]) : fp16_to_float(bits[i]);
     }
     std::vector<int> covered(static_cast<size_t>(n), 0);
-    for (const PrefillTile& t : tiles) {
+    for (const PrefillTile& t : tiles) {  // a split tile's rows once, by its first part
+      if (t.part != 0) continue;
       for (int32_t r = t.q_begin; r < t.q_end; ++r) ++covered[static_cast<size_t>(r)];
     }
     int failures = 0;
@@ -559,12 +573,14 @@ TEST_P(CudaPrefillAttention, MatchesTheReferenceKernel) {
   std::sort(nb.begin(), nb.end());
   const double median = nb[nb.size() / 2], tenth = nb[nb.size() / 10];
   std::printf(
-      "[ prefill  ] %-28s %2d/%d  %lld tiles  %lld rows x heads  max rel L2 %.2e  neighbour rows "
-      "differ by >= %.2f (10th percentile), %.2f (median)\n",
+      "[ prefill  ] %-28s %2d/%d  %lld tiles (%lld split)  %lld rows x heads  max rel L2 %.2e  "
+      "neighbour rows differ by >= %.2f (10th percentile), %.2f (median)\n",
       f.name, hs.heads, hs.kv_heads, static_cast<long long>(stats.tiles),
-      static_cast<long long>(stats.rows), stats.max_rel, tenth, median);
+      static_cast<long long>(stats.split_tiles), static_cast<long long>(stats.rows), stats.max_rel,
+      tenth, median);
   // A one-row slip moves most rows far past the bound (so the comparison can fail).
   EXPECT_GT(tenth, 0.2);
+  EXPECT_GT(stats.split_tiles, 0) << "no tile was split: the split path went untested";
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaPrefillAttention,

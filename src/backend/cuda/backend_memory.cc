@@ -15,12 +15,16 @@ namespace {
 size_t arena_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_table, int64_t max_fills,
                    int64_t nkv, int64_t max_items) {
   const int64_t max_tiles = max_tokens / kPrefillTileRows + max_seqs;
+  // PrefillTile and PrefillMerge records in 32-bit words: split_prefill adds at most
+  // kPrefillSplitSlots tiles.
+  constexpr int64_t kTileWords = sizeof(PrefillTile) / 4, kMergeWords = sizeof(PrefillMerge) / 4;
   // The plan's records in 32-bit words (DecodeItem, DecodeSeq).
   constexpr int64_t kItemWords = sizeof(DecodeItem) / 4, kSeqWords = sizeof(DecodeSeq) / 4;
   static_assert(sizeof(DecodeItem) % 4 == 0 && sizeof(DecodeSeq) % 4 == 0, "32-bit words");
   const int64_t i32 = 4 * max_tokens + 4 * max_seqs + 1 + max_table + max_fills * nkv +
                       kItemWords * max_items + kSeqWords * max_seqs + max_tokens + max_seqs +
-                      kStepLiveWords + 3 * max_tiles;
+                      kStepLiveWords + kTileWords * (max_tiles + kPrefillSplitSlots) +
+                      kMergeWords * max_tiles;
   const int64_t i64 = max_tokens + max_fills * nkv;
   return static_cast<size_t>(i32 * 4 + i64 * 8 + max_fills * 12 + 20 * 16 + 4096);
 }
@@ -46,7 +50,11 @@ Sizes::Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBac
   max_blocks_per_seq = ceil_div(o.max_model_len, kv.block_size) + 1;
   max_fills = o.max_num_tokens / kv.block_size + o.max_num_seqs;
   decode_items = max_decode_items(o.max_num_seqs, decode_shape(c, kv, device_sm_count()));
-  partials = decode_items * c.num_attention_heads * kDecodePartialFloats * 4;
+  // The decode items' partial sums, or a step's split prefill tiles' (split_prefill), which the
+  // prefill merge has combined before the decode items run.
+  static_assert(kPrefillPartialFloats == kDecodePartialFloats);
+  partials = std::max<int64_t>(decode_items, int64_t{kPrefillSplitSlots} * kPrefillTileRows) *
+             c.num_attention_heads * kDecodePartialFloats * 4;
   merge_counts = o.max_num_seqs * nkv * 4;  // DecodeLaunch::merge_counts
   arena = static_cast<int64_t>(arena_bytes(T, o.max_num_seqs, o.max_num_seqs * max_blocks_per_seq,
                                            max_fills, nkv, decode_items));

@@ -134,6 +134,7 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
     prefill_kernels_ = act_ != DType::kF32 &&
                        prefill_kernels_support(static_cast<int>(config.num_attention_heads),
                                                static_cast<int>(config.num_key_value_heads), probe);
+    if (prefill_kernels_) prefill_wave_ = int64_t{num_sms_} * prefill_blocks_per_sm(kv.dtype);
   }
   x_ = static_cast<float*>(alloc(static_cast<size_t>(z.x)));
   h_ = alloc(static_cast<size_t>(z.h));
@@ -484,8 +485,11 @@ void CudaBackend::stage(const ForwardBatch& b, int64_t size) {
   decode_shape_ = decode_shape(config_, kv_, num_sms_);
   plan_attention(b, decode_shape_, decode_kernels_, attention_plan_);
   prefill_tiles_.clear();
+  prefill_merges_.clear();
   if (prefill_kernels_ && !attention_plan_.other_tokens.empty()) {
     plan_prefill(b, 2, prefill_tiles_);
+    split_prefill(b, static_cast<int>(config_.num_attention_heads), prefill_wave_, prefill_tiles_,
+                  prefill_merges_);
     remove_prefill_rows(b, 2, attention_plan_.other_tokens);
   }
   const DecodePlan& plan = attention_plan_;
@@ -535,6 +539,7 @@ void CudaBackend::stage(const ForwardBatch& b, int64_t size) {
   step_.decode_seqs = arena_.put(plan.seqs.data(), plan.seqs.size());
   step_.live = arena_.put(live, kStepLiveWords);
   step_.prefill_tiles = arena_.put(prefill_tiles_.data(), prefill_tiles_.size());
+  step_.prefill_merges = arena_.put(prefill_merges_.data(), prefill_merges_.size());
   arena_.upload(stream_);
 }
 

@@ -148,7 +148,10 @@ class CudaBackend final : public Backend {
   DecodeShape decode_shape_;  // the step's, made by stage(): its plan and graph grids
   DecodePlan attention_plan_;
   std::vector<PrefillTile> prefill_tiles_;
-  float* partials_ = nullptr;        // [decode_items, num_heads, 130]
+  std::vector<PrefillMerge> prefill_merges_;  // split_prefill's; their partial sums in partials_
+  int64_t prefill_wave_ = 0;                  // the prefill kernel's resident blocks, all SMs
+  float* partials_ = nullptr;  // [decode_items, num_heads, 130]; a step's split prefill tiles'
+                               // partial sums first (Sizes::partials)
   int32_t* merge_counts_ = nullptr;  // S4KV_DECODE_MERGE=fused: [max_num_seqs, num_kv_heads]
 
   // Activations.
@@ -171,6 +174,7 @@ class CudaBackend final : public Backend {
     const int32_t *token_ids, *positions, *token_seq, *qsl, *seq_lens, *tables, *logits_rows,
         *res_slots, *res_starts, *first_pos, *other_tokens, *pool_ends, *live;
     const PrefillTile* prefill_tiles;
+    const PrefillMerge* prefill_merges;
     const int64_t *slots, *out_index;
     const Int4FillBlock* fills;
     const DecodeItem* items;

@@ -512,7 +512,7 @@ __device__ inline void attend_tile(const uint32_t (&qa)[8][4], const uint16_t* k
 
 template <Src S, bool kBf16>
 __global__ void __launch_bounds__(kThreads, S == Src::k16Bit ? 3 : 2)
-    prefill_attention_kernel(PagedAttentionArgs a, const PrefillTile* tiles) {
+    prefill_attention_kernel(PagedAttentionArgs a, const PrefillTile* tiles, float* partials) {
   S4KV_DYNAMIC_SHARED(smem);
   uint16_t* kbuf = reinterpret_cast<uint16_t*>(smem);  // [2][64][kLd]
   uint16_t* vbuf = kbuf + 2 * kStage;                  // [2][64][kLd]
@@ -540,6 +540,14 @@ __global__ void __launch_bounds__(kThreads, S == Src::k16Bit ? 3 : 2)
   c.n_pool = (c.pb - c.pa + kKv - 1) / kKv;
   c.n_sink = (c.pa + kKv - 1) / kKv;
   c.n_tiles = c.n_pool + c.n_sink + (c.kv_end - c.pb + kKv - 1) / kKv;
+  // A split tile's run of KV tiles (split_prefill); the pool's last tile within it, after which
+  // v2's Hadamard-domain sums turn back.
+  int k_begin = 0, k_end = c.n_tiles;
+  if (tile.parts > 1) {
+    k_begin = static_cast<int>(int64_t{c.n_tiles} * tile.part / tile.parts);
+    k_end = static_cast<int>(int64_t{c.n_tiles} * (tile.part + 1) / tile.parts);
+  }
+  const int pool_last = min(k_end, c.n_pool) - 1;
 
   auto issue = [&](int k) {
     const KvTile kt = kv_tile(c, k);
@@ -558,7 +566,7 @@ __global__ void __launch_bounds__(kThreads, S == Src::k16Bit ? 3 : 2)
     }
     cp_async_commit();
   };
-  issue(0);
+  if (k_begin < k_end) issue(k_begin);
 
   // Q rows 16 warp + gq (+ 8) as A fragments of k-steps 0..7, scaled into log2 units.
   uint32_t qa[8][4];
@@ -590,7 +598,7 @@ __global__ void __launch_bounds__(kThreads, S == Src::k16Bit ? 3 : 2)
   const int warp_pos = pos0 + 16 * warp;  // the position of the warp's first row
   const int row_pos[2] = {warp_pos + gq, warp_pos + gq + 8};
 
-  for (int k = 0; k < c.n_tiles; ++k) {
+  for (int k = k_begin; k < k_end; ++k) {
     const KvTile kt = kv_tile(c, k);
     const uint16_t* kb = kbuf + (k % 2) * kStage;
     const uint16_t* vb = vbuf + (k % 2) * kStage;
@@ -607,18 +615,19 @@ __global__ void __launch_bounds__(kThreads, S == Src::k16Bit ? 3 : 2)
         __syncthreads();
       }
     }
-    if (k + 1 < c.n_tiles) issue(k + 1);
+    if (k + 1 < k_end) issue(k + 1);
     const bool mask = kt.count < kKv || kt.p0 + kKv - 1 > warp_pos;
     attend_tile<kBf16>(qa, kb, vb, kt, row_pos, mask, st);
     if constexpr (S == Src::kInt4) {
       // v2: the pool's values were in the Hadamard domain; turn their sum back before the
       // sink block and the 16-bit tail add theirs.
-      if (a.value_hadamard && k == c.n_pool - 1) hadamard_rows(st.o);
+      if (a.value_hadamard && k == pool_last) hadamard_rows(st.o);
     }
   }
   cp_async_wait<0>();
 
-  // O / l, the rows of the tile.
+  // O / l, the rows of the tile; a split tile's partial sums instead: the row's max (log2
+  // units), sum and unnormalized output, for prefill_merge_kernel.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = st.l[r];
@@ -627,6 +636,20 @@ __global__ void __launch_bounds__(kThreads, S == Src::k16Bit ? 3 : 2)
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     const int row = 16 * warp + gq + 8 * r;
     if (row >= n_rows) continue;
+    if (tile.parts > 1) {
+      float* p = partials + ((static_cast<int64_t>(tile.slot) * kRows + row) * a.num_heads + head) *
+                                kPrefillPartialFloats;
+      if (tq == 0) {
+        p[0] = st.m[r];
+        p[1] = l;
+      }
+#pragma unroll
+      for (int n = 0; n < 16; ++n) {
+        p[2 + 8 * n + 2 * tq] = st.o[n][2 * r];
+        p[3 + 8 * n + 2 * tq] = st.o[n][2 * r + 1];
+      }
+      continue;
+    }
     const int64_t base =
         (static_cast<int64_t>(tile.q_begin + row) * a.num_heads + head) * kD + 2 * tq;
 #pragma unroll
@@ -643,9 +666,42 @@ __global__ void __launch_bounds__(kThreads, S == Src::k16Bit ? 3 : 2)
   }
 }
 
+// The rows of split tiles: grid (merges x kRows, heads), thread c the output channel c. Each
+// row's parts combine as the decode merge's items do: weights 2^(m_j - max m), the sums and the
+// outputs added in part order.
+__global__ void __launch_bounds__(kD)
+    prefill_merge_kernel(PagedAttentionArgs a, const float* partials, const PrefillMerge* merges) {
+  const PrefillMerge mg = merges[blockIdx.x / kRows];
+  const int row = static_cast<int>(blockIdx.x % kRows);
+  if (mg.q_begin + row >= mg.q_end) return;
+  const int head = static_cast<int>(blockIdx.y), c = static_cast<int>(threadIdx.x);
+  const int64_t slot_floats = int64_t{kRows} * a.num_heads * kPrefillPartialFloats;
+  const float* p0 =
+      partials + ((static_cast<int64_t>(mg.first_slot) * kRows + row) * a.num_heads + head) *
+                     kPrefillPartialFloats;
+  float m = -INFINITY;
+  for (int j = 0; j < mg.parts; ++j) m = fmaxf(m, p0[j * slot_floats]);
+  float l = 0.0f, o = 0.0f;
+  if (m != -INFINITY) {
+    for (int j = 0; j < mg.parts; ++j) {
+      const float* p = p0 + j * slot_floats;
+      const float w = exp2f(p[0] - m);  // 0 for a part that saw nothing (-inf)
+      l += w * p[1];
+      o += w * p[2 + c];
+    }
+  }
+  const float x = l > 0.0f ? o / l : 0.0f;
+  const int64_t at = (static_cast<int64_t>(mg.q_begin + row) * a.num_heads + head) * kD + c;
+  if (a.out_dtype == DType::kBF16) {
+    static_cast<__nv_bfloat16*>(a.out)[at] = __float2bfloat16_rn(x);
+  } else {
+    static_cast<__half*>(a.out)[at] = __float2half_rn(x);
+  }
+}
+
 template <Src S, bool kBf16>
 void launch(const PagedAttentionArgs& a, const PrefillTile* tiles, int32_t num_tiles,
-            cudaStream_t stream) {
+            float* partials, cudaStream_t stream) {
   constexpr int kSmem = smem_bytes<S>();
   static const bool attribute_set = [] {
     S4KV_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<S, kBf16>,
@@ -654,7 +710,8 @@ void launch(const PagedAttentionArgs& a, const PrefillTile* tiles, int32_t num_t
   }();
   (void)attribute_set;
   const auto blocks = static_cast<unsigned>(int64_t{num_tiles} * a.num_heads);
-  launch_plain(prefill_attention_kernel<S, kBf16>, blocks, kThreads, kSmem, stream, a, tiles);
+  launch_plain(prefill_attention_kernel<S, kBf16>, blocks, kThreads, kSmem, stream, a, tiles,
+               partials);
 }
 
 bool in_32_64_128(int x) { return x == 32 || x == 64 || x == 128; }
@@ -680,6 +737,41 @@ void plan_prefill(const ForwardBatch& b, int min_q_len, std::vector<PrefillTile>
     const int32_t cx = context(x), cy = context(y);
     return cx != cy ? cx > cy : x.q_begin < y.q_begin;
   });
+}
+
+void split_prefill(const ForwardBatch& b, int num_heads, int64_t wave_blocks,
+                   std::vector<PrefillTile>& tiles, std::vector<PrefillMerge>& merges) {
+  merges.clear();
+  const auto n = static_cast<int64_t>(tiles.size());
+  const int64_t blocks = n * num_heads;
+  if (n == 0 || num_heads <= 0 || 2 * blocks > wave_blocks) return;
+  const int64_t per_tile = wave_blocks / blocks;  // parts a tile may take for about one wave
+  std::vector<PrefillTile> out;
+  out.reserve(static_cast<size_t>(n + kPrefillSplitSlots));
+  int32_t used = 0;
+  for (const PrefillTile& t : tiles) {
+    // KV tiles of the tile's context: its last row's position + 1 positions, in tiles of 64
+    // (the kernel's runs may count one or two more where the sink block or the pool's end
+    // starts a tile: the parts then take a little more each).
+    const int64_t context = b.seq_lens[t.seq] - (b.query_start_loc[t.seq + 1] - t.q_end);
+    const int64_t kv_tiles = (context + 63) / 64;
+    const int64_t parts =
+        std::min({per_tile, kv_tiles / kPrefillMinRunTiles, int64_t{kPrefillSplitSlots - used}});
+    if (parts < 2) {
+      out.push_back(t);
+      continue;
+    }
+    merges.push_back({t.q_begin, t.q_end, used, static_cast<int32_t>(parts)});
+    for (int32_t j = 0; j < parts; ++j) {
+      PrefillTile p = t;
+      p.parts = static_cast<int32_t>(parts);
+      p.part = j;
+      p.slot = used + j;
+      out.push_back(p);
+    }
+    used += static_cast<int32_t>(parts);
+  }
+  tiles.swap(out);
 }
 
 bool prefill_covers(const ForwardBatch& b, int min_q_len, int32_t row) {
@@ -710,9 +802,14 @@ bool prefill_kernels_support(int num_heads, int num_kv_heads, const PagedAttenti
 }
 
 void launch_prefill_attention(const PagedAttentionArgs& a, const PrefillTile* tiles_device,
-                              int32_t num_tiles, cudaStream_t stream) {
+                              int32_t num_tiles, cudaStream_t stream,
+                              const PrefillSplitLaunch* split) {
   S4KV_CHECK(num_tiles >= 0, "prefill attention: ", num_tiles, " tiles");
   if (num_tiles == 0) return;
+  const bool merging = split != nullptr && split->num_merges > 0;
+  S4KV_CHECK(!merging || (split->partials != nullptr && split->merges != nullptr),
+             "prefill attention: split tiles without partial sums or merges");
+  float* partials = merging ? split->partials : nullptr;
   S4KV_CHECK(prefill_kernels_support(a.num_heads, a.num_kv_heads, a),
              "prefill attention: unsupported shape (heads ", a.num_heads, "/", a.num_kv_heads,
              ", block ", a.block_size, ", out ", dtype_name(a.out_dtype), ")");
@@ -733,19 +830,48 @@ void launch_prefill_attention(const PagedAttentionArgs& a, const PrefillTile* ti
     S4KV_CHECK(a.k_cache != nullptr && a.v_cache != nullptr, "prefill attention: null cache");
   }
   if (a.cache == kv::KvCacheDtype::kFp8E4M3) {
-    launch<Src::kFp8, false>(a, tiles_device, num_tiles, stream);
+    launch<Src::kFp8, false>(a, tiles_device, num_tiles, partials, stream);
   } else if (int4) {
     if (a.bf16) {
-      launch<Src::kInt4, true>(a, tiles_device, num_tiles, stream);
+      launch<Src::kInt4, true>(a, tiles_device, num_tiles, partials, stream);
     } else {
-      launch<Src::kInt4, false>(a, tiles_device, num_tiles, stream);
+      launch<Src::kInt4, false>(a, tiles_device, num_tiles, partials, stream);
     }
   } else if (a.bf16) {
-    launch<Src::k16Bit, true>(a, tiles_device, num_tiles, stream);
+    launch<Src::k16Bit, true>(a, tiles_device, num_tiles, partials, stream);
   } else {
-    launch<Src::k16Bit, false>(a, tiles_device, num_tiles, stream);
+    launch<Src::k16Bit, false>(a, tiles_device, num_tiles, partials, stream);
   }
   S4KV_CUDA_CHECK(cudaGetLastError());
+  if (merging) {
+    const dim3 grid(static_cast<unsigned>(int64_t{split->num_merges} * kRows),
+                    static_cast<unsigned>(a.num_heads));
+    launch_plain(prefill_merge_kernel, grid, kD, 0, stream, a,
+                 static_cast<const float*>(split->partials), split->merges);
+    S4KV_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+int prefill_blocks_per_sm(kv::KvCacheDtype cache) {
+#ifdef S4KV_CUDA_EMULATION
+  (void)cache;
+  return 2;
+#else
+  int n = 0;
+  auto query = [&](auto kernel, int smem) {
+    S4KV_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    S4KV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem));
+  };
+  if (cache == kv::KvCacheDtype::kFp8E4M3) {
+    query(prefill_attention_kernel<Src::kFp8, false>, smem_bytes<Src::kFp8>());
+  } else if (cache == kv::KvCacheDtype::kInt4Kivi) {
+    query(prefill_attention_kernel<Src::kInt4, true>, smem_bytes<Src::kInt4>());
+  } else {
+    query(prefill_attention_kernel<Src::k16Bit, true>, smem_bytes<Src::k16Bit>());
+  }
+  return std::max(1, n);
+#endif
 }
 
 }  // namespace s4kv::backend::cuda

@@ -44,15 +44,45 @@ inline constexpr int kPrefillTileRows = 64;
 
 // Query rows [q_begin, q_end) (token rows of the step, at most kPrefillTileRows) of sequence
 // `seq`; token j of the sequence has position seq_lens[seq] - q_len + j.
+// parts > 1 (split_prefill): the tile's context, in KV tiles of 64 positions, is split into
+// `parts` equal runs; this block takes run `part` and writes its rows' partial sums (max, sum,
+// unnormalized output) to partial slot `slot` for a merge (PrefillMerge) instead of the output.
 struct PrefillTile {
   int32_t seq = 0;
   int32_t q_begin = 0;
   int32_t q_end = 0;
+  int32_t parts = 1;
+  int32_t part = 0;
+  int32_t slot = -1;
 };
+
+// The rows of a split tile: partial slots [first_slot, first_slot + parts) combine into them.
+struct PrefillMerge {
+  int32_t q_begin = 0;
+  int32_t q_end = 0;
+  int32_t first_slot = 0;
+  int32_t parts = 0;
+};
+
+// The most partial slots a step's split tiles take (each kPrefillTileRows x num_heads x
+// kPrefillPartialFloats floats of the backend's partial sums).
+inline constexpr int kPrefillSplitSlots = 16;
+inline constexpr int64_t kPrefillPartialFloats = 130;  // max, sum, 128 output sums
+// A split run is at least this many KV tiles of 64 positions.
+inline constexpr int kPrefillMinRunTiles = 4;
 
 // Tiles for every row of every sequence with q_len >= min_q_len (>= 1), heaviest first (by the
 // context of the tile's last row). Host code; allocates nothing once `tiles` has capacity.
 void plan_prefill(const ForwardBatch& b, int min_q_len, std::vector<PrefillTile>& tiles);
+
+// Split-KV for steps whose tiles leave most of the device idle (a short chunk of a long
+// prompt: one or two tiles a head, each walking the whole context alone): when the tiles' thread
+// blocks (tiles x num_heads) fill at most half of `wave_blocks` (the prefill kernel's resident
+// blocks over the device), each tile whose context holds at least 2 kPrefillMinRunTiles KV tiles
+// becomes `parts` tiles (runs of at least kPrefillMinRunTiles KV tiles), about one wave in all,
+// taking at most kPrefillSplitSlots slots; `merges` gets one entry a split tile. Host code.
+void split_prefill(const ForwardBatch& b, int num_heads, int64_t wave_blocks,
+                   std::vector<PrefillTile>& tiles, std::vector<PrefillMerge>& merges);
 
 // Whether plan_prefill(b, min_q_len, ...) computes token row `row` (its sequence has
 // q_len >= min_q_len); and `rows` (e.g. DecodePlan::other_tokens) with those rows removed, the
@@ -65,9 +95,20 @@ void remove_prefill_rows(const ForwardBatch& b, int min_q_len, std::vector<int32
 // and B, Gv in 32 / 64 / 128.
 bool prefill_kernels_support(int num_heads, int num_kv_heads, const PagedAttentionArgs& a);
 
+// Resident thread blocks of the prefill kernel for this cache format on one multiprocessor.
+int prefill_blocks_per_sm(kv::KvCacheDtype cache);
+
+// Split tiles' partial sums and their merges (split_prefill), device copies.
+struct PrefillSplitLaunch {
+  float* partials = nullptr;  // [kPrefillSplitSlots, kPrefillTileRows, num_heads, 130]
+  const PrefillMerge* merges = nullptr;
+  int32_t num_merges = 0;
+};
+
 // The tiles' rows for every query head, into a.out (a.token_list is not used). tiles_device:
-// [num_tiles] device copies of plan_prefill's tiles.
+// [num_tiles] device copies of plan_prefill's tiles (split_prefill's, with `split` then).
 void launch_prefill_attention(const PagedAttentionArgs& a, const PrefillTile* tiles_device,
-                              int32_t num_tiles, cudaStream_t stream);
+                              int32_t num_tiles, cudaStream_t stream,
+                              const PrefillSplitLaunch* split = nullptr);
 
 }  // namespace s4kv::backend::cuda

@@ -1,0 +1,134 @@
+// The split of prefill tiles over their contexts (prefill_attention.cuh: split_prefill), host
+// code that needs no device: on random batches, the split tiles still cover every row of the
+// plan once (by their first parts), a split tile's parts are consecutive entries 0..parts-1 with
+// consecutive slots below kPrefillSplitSlots and one merge naming them, every part has at least
+// kPrefillMinRunTiles KV tiles of its context, the split only happens where the tiles' thread
+// blocks fill at most half the wave and then stays within about one wave.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/prefill_attention.cuh"
+#include "backend/forward_batch_builder.h"
+
+namespace s4kv::backend::cuda {
+namespace {
+
+TEST(PrefillSplit, PartsCoverTheTilesRowsOnceWithinTheWave) {
+  std::mt19937 rng(17);
+  int64_t split_batches = 0, unsplit_batches = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t B = 16 << (trial % 4), max_blocks = 20000 / B + 1;
+    ForwardBatchBuilder builder(B, max_blocks);
+    std::uniform_int_distribution<int> len(0, 16000), q(2, 200), coin(0, 3), seqs(1, 4);
+    const int num_seqs = seqs(rng);
+    const std::vector<int32_t> table(static_cast<size_t>(max_blocks), 0);
+    for (int s = 0; s < num_seqs; ++s) {
+      const int q_len = coin(rng) == 0 ? 1 : q(rng);
+      const std::vector<int32_t> tokens(static_cast<size_t>(q_len), 1);
+      const int computed = len(rng);
+      builder.add(tokens, computed,
+                  std::span(table).first(static_cast<size_t>((computed + q_len + B - 1) / B)));
+    }
+    const ForwardBatch b = builder.batch();
+    const int heads = trial % 3 == 0 ? 28 : trial % 3 == 1 ? 32 : 4;
+    const int64_t wave = int64_t{132} * (1 + trial % 3);
+    std::vector<PrefillTile> plan;
+    plan_prefill(b, 2, plan);
+    std::vector<PrefillTile> tiles = plan;
+    std::vector<PrefillMerge> merges;
+    split_prefill(b, heads, wave, tiles, merges);
+    SCOPED_TRACE(testing::Message() << "trial " << trial << ", " << plan.size() << " tiles, "
+                                    << heads << " heads, wave " << wave);
+    if (2 * static_cast<int64_t>(plan.size()) * heads > wave) {
+      ASSERT_TRUE(merges.empty()) << "split where the tiles fill more than half the wave";
+      ASSERT_EQ(tiles.size(), plan.size());
+    }
+    (merges.empty() ? unsplit_batches : split_batches) += 1;
+    // The first parts (and the unsplit tiles), in order, are the plan's tiles.
+    std::vector<PrefillTile> firsts;
+    for (const PrefillTile& t : tiles) {
+      if (t.part == 0) firsts.push_back(t);
+    }
+    ASSERT_EQ(firsts.size(), plan.size());
+    for (size_t i = 0; i < plan.size(); ++i) {
+      ASSERT_EQ(firsts[i].seq, plan[i].seq);
+      ASSERT_EQ(firsts[i].q_begin, plan[i].q_begin);
+      ASSERT_EQ(firsts[i].q_end, plan[i].q_end);
+    }
+    // A split tile: parts consecutive entries, consecutive slots, one merge.
+    size_t m = 0;
+    int32_t next_slot = 0;
+    for (size_t i = 0; i < tiles.size();) {
+      const PrefillTile& t = tiles[i];
+      if (t.parts == 1) {
+        ASSERT_EQ(t.part, 0);
+        ASSERT_EQ(t.slot, -1);
+        ++i;
+        continue;
+      }
+      ASSERT_GE(t.parts, 2);
+      ASSERT_LT(m, merges.size());
+      const PrefillMerge& mg = merges[m++];
+      ASSERT_EQ(mg.q_begin, t.q_begin);
+      ASSERT_EQ(mg.q_end, t.q_end);
+      ASSERT_EQ(mg.parts, t.parts);
+      ASSERT_EQ(mg.first_slot, next_slot);
+      const int64_t context = b.seq_lens[t.seq] - (b.query_start_loc[t.seq + 1] - t.q_end);
+      ASSERT_GE((context + 63) / 64, int64_t{kPrefillMinRunTiles} * t.parts)
+          << "a part of fewer than kPrefillMinRunTiles KV tiles";
+      for (int32_t j = 0; j < t.parts; ++j) {
+        ASSERT_LT(i + static_cast<size_t>(j), tiles.size());
+        const PrefillTile& p = tiles[i + static_cast<size_t>(j)];
+        ASSERT_EQ(p.seq, t.seq);
+        ASSERT_EQ(p.q_begin, t.q_begin);
+        ASSERT_EQ(p.q_end, t.q_end);
+        ASSERT_EQ(p.parts, t.parts);
+        ASSERT_EQ(p.part, j);
+        ASSERT_EQ(p.slot, next_slot + j);
+      }
+      next_slot += t.parts;
+      i += static_cast<size_t>(t.parts);
+    }
+    ASSERT_EQ(m, merges.size());
+    ASSERT_LE(next_slot, kPrefillSplitSlots);
+    // About one wave: each tile takes at most wave / (tiles x heads) parts.
+    ASSERT_LE(static_cast<int64_t>(tiles.size()) * heads,
+              wave + static_cast<int64_t>(plan.size()) * heads);
+  }
+  // Both outcomes occurred (the test exercised the split).
+  EXPECT_GT(split_batches, 20);
+  EXPECT_GT(unsplit_batches, 20);
+}
+
+TEST(PrefillSplit, AShortChunkAtALongContextFillsAboutAWave) {
+  // One prompt's 64-row tail chunk at context 8,192, Qwen2.5-7B's 28 heads, 132 SMs x 2 blocks:
+  // one tile of 28 blocks becomes 9 parts (252 blocks) of 14-15 KV tiles each.
+  ForwardBatchBuilder builder(64, 130);
+  const std::vector<int32_t> table(130, 0), tokens(64, 1);
+  builder.add(tokens, 8192 - 64, std::span(table).first(128));
+  const ForwardBatch b = builder.batch();
+  std::vector<PrefillTile> tiles;
+  plan_prefill(b, 2, tiles);
+  ASSERT_EQ(tiles.size(), 1u);
+  std::vector<PrefillMerge> merges;
+  split_prefill(b, 28, 264, tiles, merges);
+  ASSERT_EQ(merges.size(), 1u);
+  EXPECT_EQ(merges[0].parts, 9);
+  EXPECT_EQ(tiles.size(), 9u);
+  // A whole 8,192-token prompt (128 tiles) is left as it is.
+  ForwardBatchBuilder whole(64, 130);
+  const std::vector<int32_t> prompt(8192, 1);
+  whole.add(prompt, 0, std::span(table).first(128));
+  const ForwardBatch w = whole.batch();
+  plan_prefill(w, 2, tiles);
+  split_prefill(w, 28, 264, tiles, merges);
+  EXPECT_TRUE(merges.empty());
+  EXPECT_EQ(tiles.size(), 128u);
+}
+
+}  // namespace
+}  // namespace s4kv::backend::cuda
