@@ -33,29 +33,6 @@ namespace s4kv::backend::cuda::decode_detail {
 constexpr int kD = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Two 4-bit codes of x as an fp16 pair of exact integers 0..15: those in bits 0..3 and 16..19
-// under the exponent of 1024 (0x6400, where those bits weigh 1..8), or those in bits 4..7 and
-// 20..23 under the exponent of 64 (0x5400), minus the exponent's value.
-template <uint32_t kMask, uint32_t kMagic>
-__device__ inline uint32_t codes_under_f16x2(uint32_t x) {
-  uint32_t y;
-  const uint32_t magic = kMagic;
-#ifdef S4KV_CUDA_EMULATION
-  y = (x & kMask) | magic;  // LOP3's 0xea
-#else
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(y) : "r"(x), "r"(kMask), "r"(magic));
-#endif
-  const __half2 h =
-      __hsub2(*reinterpret_cast<const __half2*>(&y), *reinterpret_cast<const __half2*>(&magic));
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-__device__ inline uint32_t codes_to_f16x2(uint32_t x) {
-  return codes_under_f16x2<0x000f000fu, 0x64006400u>(x);
-}
-__device__ inline uint32_t codes_hi_to_f16x2(uint32_t x) {
-  return codes_under_f16x2<0x00f000f0u, 0x54005400u>(x);
-}
-
 // The cache channel of PV m-tile mt, row rho (0..15), for the fp8 rows' value fragments.
 __device__ inline int phys_channel(int mt, int rho) {
   const int g = mt / 2, h = mt % 2, rr = rho % 8, hi = rho / 8;

@@ -1,6 +1,7 @@
 // Device helpers that read the cache's element formats, shared by the kernels that read int4_kivi
 // blocks and 16-bit rows (dequantize, commit, attention): each the CPU reference's arithmetic,
-// rounded step by step (no FMA contraction).
+// rounded step by step (no FMA contraction), but the codes as exact fp16 integers (for the
+// attention kernels' fp16 arithmetic).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -26,6 +27,37 @@ __device__ inline float dequant_int4(const uint32_t* words, int c, float scale, 
   const int j = c % 8;
   const uint32_t q = (words[c / 8] >> (4 * ((j % 2) * 4 + j / 2))) & 0xfu;
   return __fadd_rn(__fmul_rn(static_cast<float>(q), scale), zero);
+}
+
+// Two 4-bit codes of x as an fp16 pair of exact integers 0..15: those in bits 0..3 and 16..19
+// under the exponent of 1024 (0x6400, where those bits weigh 1..8), or those in bits 4..7 and
+// 20..23 under the exponent of 64 (0x5400), minus the exponent's value.
+template <uint32_t kMask, uint32_t kMagic>
+__device__ inline uint32_t codes_under_f16x2(uint32_t x) {
+  uint32_t y;
+  const uint32_t magic = kMagic;
+#ifdef S4KV_CUDA_EMULATION
+  y = (x & kMask) | magic;  // LOP3's 0xea
+#else
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(y) : "r"(x), "r"(kMask), "r"(magic));
+#endif
+  const __half2 h =
+      __hsub2(*reinterpret_cast<const __half2*>(&y), *reinterpret_cast<const __half2*>(&magic));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ inline uint32_t codes_to_f16x2(uint32_t x) {
+  return codes_under_f16x2<0x000f000fu, 0x64006400u>(x);
+}
+__device__ inline uint32_t codes_hi_to_f16x2(uint32_t x) {
+  return codes_under_f16x2<0x00f000f0u, 0x54005400u>(x);
+}
+// The eight codes of a code word (elements 0, 2, 4, 6, 1, 3, 5, 7 from its least significant
+// nibble: the format's order) as exact fp16 pairs of elements (0, 1), (2, 3), (4, 5), (6, 7).
+__device__ inline void codes8_to_f16x2(uint32_t w, uint32_t (&out)[4]) {
+  out[0] = codes_to_f16x2(w);
+  out[1] = codes_hi_to_f16x2(w);
+  out[2] = codes_to_f16x2(w >> 8);
+  out[3] = codes_hi_to_f16x2(w >> 8);
 }
 
 // The residual ring's row of position p: ring blocks of b rows, position p in block p / b % ring.

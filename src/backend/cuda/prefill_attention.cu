@@ -287,25 +287,24 @@ __device__ inline void issue_int4(const PagedAttentionArgs& a, const Ctx& c, con
   }
 }
 
-// Code e (0..7) of a word as an exact fp32 (the format's nibble order): 2^23 + q, minus 2^23.
-__device__ inline float code_f32(uint32_t w, int e) {
-  const uint32_t q = (w >> (4 * ((e % 2) * 4 + e / 2))) & 0xfu;
-  return __fsub_rn(__uint_as_float(0x4b000000u | q), 8388608.0f);
-}
-__device__ inline float half_at(const uint4& v, int e) {
-  const uint32_t w = e < 2 ? v.x : e < 4 ? v.y : e < 6 ? v.z : v.w;
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(w >> (16 * (e % 2)))));
-}
-
+// An fp16 pair as the operand type's pair (bf16: rounded a second time).
 template <bool kBf16>
-__device__ inline uint4 pack8(const float (&x)[8]) {
-  return make_uint4(pack2<kBf16>(x[0], x[1]), pack2<kBf16>(x[2], x[3]), pack2<kBf16>(x[4], x[5]),
-                    pack2<kBf16>(x[6], x[7]));
+__device__ inline uint32_t f16x2_operand(__half2 x) {
+  if constexpr (kBf16) {
+    const float2 f = __half22float2(x);
+    return pack2<true>(f.x, f.y);
+  } else {
+    return *reinterpret_cast<const uint32_t*>(&x);
+  }
 }
 
-// The staged pool tile dequantized into the stage: float(q) * scale + zero in fp32 (the
-// reference's multiply then add), keys rotated by their position's RoPE row (x1 c - x2 s,
-// x2 c + x1 s, each product rounded), then one rounding to the operand type.
+// The staged pool tile dequantized into the stage in fp16 pairs of channels, as the decode
+// kernel reads its blocks: the codes as exact fp16 integers, scale and zero in one fp16 FMA
+// (q * scale + zero rounded once: the reference's value except where fp32's rounding of the sum
+// differed), keys rotated by their position's RoPE row rounded to fp16 (x1 c - x2 s, x2 c + x1 s:
+// a product and an FMA, two more roundings), then the operand type (bf16: one more rounding).
+// About half the instructions of fp32 arithmetic a channel; within the kernel's bounds against the
+// reference (cuda_prefill_attention_test, attention_emulation_test).
 template <bool kBf16>
 __device__ inline void dequant_int4(const PagedAttentionArgs& a, const KvTile& kt,
                                     const unsigned char* raw, uint16_t* kb, uint16_t* vb) {
@@ -333,11 +332,13 @@ __device__ inline void dequant_int4(const PagedAttentionArgs& a, const KvTile& k
                        *reinterpret_cast<const uint4*>(kc + 32 + 16 * h)};
   const uint4 vw[2] = {*reinterpret_cast<const uint4*>(vc + 16 * h),
                        *reinterpret_cast<const uint4*>(vc + 32 + 16 * h)};
+  auto word = [](const uint4& v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+  };
+  auto h2 = [](uint32_t w) { return *reinterpret_cast<const __half2*>(&w); };
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int cl = 32 * h + 8 * j;  // channels cl .. cl + 7 and their partners cl + 64 ..
-    const uint32_t wl = j == 0 ? kw[0].x : j == 1 ? kw[0].y : j == 2 ? kw[0].z : kw[0].w;
-    const uint32_t wh = j == 0 ? kw[1].x : j == 1 ? kw[1].y : j == 2 ? kw[1].z : kw[1].w;
     const uint4 sl = *reinterpret_cast<const uint4*>(kp + 2 * cl);
     const uint4 zl = *reinterpret_cast<const uint4*>(kp + 2 * kD + 2 * cl);
     const uint4 sh = *reinterpret_cast<const uint4*>(kp + 2 * (cl + 64));
@@ -347,29 +348,33 @@ __device__ inline void dequant_int4(const PagedAttentionArgs& a, const KvTile& k
     *reinterpret_cast<float4*>(co + 4) = __ldg(reinterpret_cast<const float4*>(cos_row + cl + 4));
     *reinterpret_cast<float4*>(si) = __ldg(reinterpret_cast<const float4*>(sin_row + cl));
     *reinterpret_cast<float4*>(si + 4) = __ldg(reinterpret_cast<const float4*>(sin_row + cl + 4));
-    float lo[8], hi[8];
+    uint32_t ql[4], qh[4];  // channel pairs (cl + 2m, cl + 2m + 1) and their partners
+    codes8_to_f16x2(word(kw[0], j), ql);
+    codes8_to_f16x2(word(kw[1], j), qh);
+    uint32_t lo[4], hi[4];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float x1 = __fadd_rn(__fmul_rn(code_f32(wl, e), half_at(sl, e)), half_at(zl, e));
-      const float x2 = __fadd_rn(__fmul_rn(code_f32(wh, e), half_at(sh, e)), half_at(zh, e));
-      lo[e] = __fsub_rn(__fmul_rn(x1, co[e]), __fmul_rn(x2, si[e]));
-      hi[e] = __fadd_rn(__fmul_rn(x2, co[e]), __fmul_rn(x1, si[e]));
+    for (int m = 0; m < 4; ++m) {
+      const __half2 x1 = __hfma2(h2(ql[m]), h2(word(sl, m)), h2(word(zl, m)));
+      const __half2 x2 = __hfma2(h2(qh[m]), h2(word(sh, m)), h2(word(zh, m)));
+      const __half2 c2 = __floats2half2_rn(co[2 * m], co[2 * m + 1]);
+      const __half2 s2 = __floats2half2_rn(si[2 * m], si[2 * m + 1]);
+      lo[m] = f16x2_operand<kBf16>(__hfma2(x1, c2, __hneg2(__hmul2(x2, s2))));
+      hi[m] = f16x2_operand<kBf16>(__hfma2(x2, c2, __hmul2(x1, s2)));
     }
-    *reinterpret_cast<uint4*>(kd + cl) = pack8<kBf16>(lo);
-    *reinterpret_cast<uint4*>(kd + cl + 64) = pack8<kBf16>(hi);
+    *reinterpret_cast<uint4*>(kd + cl) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    *reinterpret_cast<uint4*>(kd + cl + 64) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
   }
   const auto* vscale = reinterpret_cast<const __half*>(raw + kRawVScale) + t * groups;
   const auto* vzero = reinterpret_cast<const __half*>(raw + kRawVZero) + t * groups;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int cb = 64 * (j / 4) + 32 * h + 8 * (j % 4);
-    const uint4& w4 = vw[j / 4];
-    const uint32_t w = j % 4 == 0 ? w4.x : j % 4 == 1 ? w4.y : j % 4 == 2 ? w4.z : w4.w;
-    const float s = __half2float(vscale[cb / gv]), z = __half2float(vzero[cb / gv]);
-    float x[8];
+    const __half2 s2 = __half2half2(vscale[cb / gv]), z2 = __half2half2(vzero[cb / gv]);
+    uint32_t q[4], x[4];
+    codes8_to_f16x2(word(vw[j / 4], j % 4), q);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) x[e] = __fadd_rn(__fmul_rn(code_f32(w, e), s), z);
-    *reinterpret_cast<uint4*>(vd + cb) = pack8<kBf16>(x);
+    for (int m = 0; m < 4; ++m) x[m] = f16x2_operand<kBf16>(__hfma2(h2(q[m]), s2, z2));
+    *reinterpret_cast<uint4*>(vd + cb) = make_uint4(x[0], x[1], x[2], x[3]);
   }
 }
 

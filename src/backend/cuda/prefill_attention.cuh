@@ -19,9 +19,10 @@
 // The MMA part is one code path; the formats differ only in how a tile reaches shared memory:
 //   16-bit cache, int4_kivi's sink block / residual ring / staging: rows copied as they are;
 //   fp8_e4m3: bytes staged, then widened to fp16 (exact);
-//   int4_kivi pool blocks: code words and parameters staged, then dequantized in fp32 like the
-//     reference (float(q) * scale, then + zero), keys rotated from pre-RoPE with the RoPE table
-//     row of their own position (the reference's arithmetic), each rounded once to 16-bit.
+//   int4_kivi pool blocks: code words and parameters staged, then dequantized in fp16 pairs as
+//     the decode kernel does (exact codes, q * scale + zero in one FMA), keys rotated from
+//     pre-RoPE with the RoPE table row of their own position rounded to fp16, then the operand
+//     type.
 // Operands: fp16 for fp8 caches, else the cache's 16-bit type (PagedAttentionArgs::bf16); the
 // output in out_dtype (bf16 or fp16). int4_kivi v2's Hadamard-domain pool values: the pool's
 // KV tiles come first and, after the last of them, the accumulator is rotated back (the
