@@ -45,6 +45,7 @@
 #include "common/half.h"
 #include "kv/fp8_e4m3.h"
 #include "kv/int4_kivi_layout.h"
+#include "random_batch.h"
 
 namespace s4kv::backend::cuda {
 namespace {
@@ -58,18 +59,8 @@ constexpr int kMaxSeqs = 8;
 TEST(PrefillPlan, TilesCoverEachLongRowOnce) {
   std::mt19937 rng(5);
   for (int trial = 0; trial < 200; ++trial) {
-    const int64_t B = 16 << (trial % 4), max_blocks = 4000 / B + 1;
-    ForwardBatchBuilder builder(B, max_blocks);
-    std::uniform_int_distribution<int> len(0, 3000), q(1, 400), coin(0, 2);
-    const int num_seqs = 1 + trial % 9;
-    const std::vector<int32_t> table(static_cast<size_t>(max_blocks), 0);
-    for (int s = 0; s < num_seqs; ++s) {
-      const int q_len = coin(rng) == 0 ? 1 : q(rng);
-      const std::vector<int32_t> tokens(static_cast<size_t>(q_len), 1);
-      const int computed = len(rng);
-      builder.add(tokens, computed,
-                  std::span(table).first(static_cast<size_t>((computed + q_len + B - 1) / B)));
-    }
+    const int64_t B = 16 << (trial % 4);
+    ForwardBatchBuilder builder = random_prefill_rows(rng, B, 1 + trial % 9, 3000, 1, 400, 3);
     const ForwardBatch b = builder.batch();
     for (const int min_q_len : {1, 2, 65}) {
       SCOPED_TRACE(testing::Message() << "trial " << trial << " min_q_len " << min_q_len);

@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/prefill_attention.cuh"
 #include "backend/forward_batch_builder.h"
+#include "random_batch.h"
 
 namespace s4kv::backend::cuda {
 namespace {
@@ -21,18 +22,9 @@ TEST(PrefillSplit, PartsCoverTheTilesRowsOnceWithinTheWave) {
   std::mt19937 rng(17);
   int64_t split_batches = 0, unsplit_batches = 0;
   for (int trial = 0; trial < 400; ++trial) {
-    const int64_t B = 16 << (trial % 4), max_blocks = 20000 / B + 1;
-    ForwardBatchBuilder builder(B, max_blocks);
-    std::uniform_int_distribution<int> len(0, 16000), q(2, 200), coin(0, 3), seqs(1, 4);
-    const int num_seqs = seqs(rng);
-    const std::vector<int32_t> table(static_cast<size_t>(max_blocks), 0);
-    for (int s = 0; s < num_seqs; ++s) {
-      const int q_len = coin(rng) == 0 ? 1 : q(rng);
-      const std::vector<int32_t> tokens(static_cast<size_t>(q_len), 1);
-      const int computed = len(rng);
-      builder.add(tokens, computed,
-                  std::span(table).first(static_cast<size_t>((computed + q_len + B - 1) / B)));
-    }
+    const int64_t B = 16 << (trial % 4);
+    const int num_seqs = std::uniform_int_distribution<int>(1, 4)(rng);
+    ForwardBatchBuilder builder = random_prefill_rows(rng, B, num_seqs, 16000, 2, 200, 4);
     const ForwardBatch b = builder.batch();
     const int heads = trial % 3 == 0 ? 28 : trial % 3 == 1 ? 32 : 4;
     const int64_t wave = int64_t{132} * (1 + trial % 3);
