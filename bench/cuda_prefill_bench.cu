@@ -247,12 +247,10 @@ int run_prefill(int argc, char** argv) {
                      d_seats = put(fb.seats), d_starts = put(fb.seat_starts),
                      d_pool_ends = put(pool_ends), d_token_seq = put(token_seq),
                      d_tiles = put(tiles), d_merges = put(merges);
-        DeviceBuffer partials(static_cast<size_t>(kPrefillSplitSlots * kPrefillTileRows * sh.heads *
-                                                  kPrefillPartialFloats * 4));
-        PrefillSplitLaunch sl;
-        sl.partials = static_cast<float*>(partials.data());
-        sl.merges = static_cast<const PrefillMerge*>(d_merges.data());
-        sl.num_merges = static_cast<int32_t>(merges.size());
+        DeviceBuffer partials(static_cast<size_t>(prefill_split_partial_floats(sh.heads) * 4));
+        const PrefillSplitLaunch sl{static_cast<float*>(partials.data()),
+                                    static_cast<const PrefillMerge*>(d_merges.data()),
+                                    static_cast<int32_t>(merges.size())};
 
         PagedAttentionArgs at;
         at.q = static_cast<const float*>(q.data());

@@ -18,11 +18,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 moved=../device-slim-moved
-paths=(tests/golden/tokenizers tests/golden/chat tests/fixtures/tokenizers/qwen3/tokenizer.json.xz
-  bench/data/heldout.txt.xz bench/results)
-[ "${SLIM_TOKENIZERS:-0}" != 1 ] ||
-  paths=(tests/golden/tokenizers tests/golden/chat tests/fixtures/tokenizers bench/data/heldout.txt.xz
-    bench/results)
+tokenizers=tests/fixtures/tokenizers/qwen3/tokenizer.json.xz
+[ "${SLIM_TOKENIZERS:-0}" != 1 ] || tokenizers=tests/fixtures/tokenizers
+paths=(tests/golden/tokenizers tests/golden/chat "$tokenizers" bench/data/heldout.txt.xz bench/results)
 limit=$((64 * 1024 * 1024))
 case "${1:-}" in
   size)

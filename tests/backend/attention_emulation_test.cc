@@ -772,9 +772,7 @@ double check_prefill(const PathCase& pc, const std::vector<std::pair<int, int>>&
   std::vector<PrefillTile> tiles;
   plan_prefill(sc.b, 2, tiles);
   std::vector<PrefillMerge> merges;
-  std::vector<float> partials(
-      static_cast<size_t>(kPrefillSplitSlots) * kPrefillTileRows * kHeads * kPrefillPartialFloats,
-      NAN);
+  std::vector<float> partials(static_cast<size_t>(prefill_split_partial_floats(kHeads)), NAN);
   if (wave_blocks > 0) {
     split_prefill(sc.b, kHeads, wave_blocks, tiles, merges);
     EXPECT_FALSE(merges.empty()) << "no tile was split";
@@ -785,10 +783,8 @@ double check_prefill(const PathCase& pc, const std::vector<std::pair<int, int>>&
   a.out = out.data();
   a.out_dtype = pc.bf16 ? DType::kBF16 : DType::kF16;
   EXPECT_TRUE(prefill_kernels_support(kHeads, kPathKv, a));
-  PrefillSplitLaunch split;
-  split.partials = partials.data();
-  split.merges = merges.data();
-  split.num_merges = static_cast<int32_t>(merges.size());
+  const PrefillSplitLaunch split{partials.data(), merges.data(),
+                                 static_cast<int32_t>(merges.size())};
   launch_prefill_attention(a, tiles.data(), static_cast<int32_t>(tiles.size()), nullptr, &split);
   // fp16 operands and output: 4e-3; bf16 taking part: 2e-2 (the GPU test's bounds).
   const double bound = pc.bf16 ? 2e-2 : 4e-3;
@@ -813,15 +809,21 @@ double check_prefill(const PathCase& pc, const std::vector<std::pair<int, int>>&
   return worst;
 }
 
+// Uniform integers in [lo, hi] from a seeded generator (the prefill cases' shapes).
+struct Picker {
+  explicit Picker(uint32_t seed) : rng(seed) {}
+  int operator()(int lo, int hi) {
+    return lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo + 1));
+  }
+  std::mt19937 rng;
+};
+
 // A prompt from position 0, a chunk starting mid-block (its earlier positions in the cache, for
 // int4_kivi in the pool, sink and ring), a chunk at a block boundary, a 2-token chunk, and a
 // decode row (left to the other kernels).
 double run_prefill(const PathCase& pc, uint32_t seed) {
   const int B = pc.block_size;
-  std::mt19937 rng(seed);
-  auto pick = [&](int lo, int hi) {
-    return lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo + 1));
-  };
+  Picker pick(seed);
   const int whole = pick(40, 90), mid = pick(2, 3) * B + pick(1, B - 1);
   return check_prefill(pc,
                        {{whole, whole},
@@ -836,10 +838,7 @@ double run_prefill(const PathCase& pc, uint32_t seed) {
 // least 4 tiles (the pool's, the sink block's and the tail's runs in one part or apart), a
 // 70-row chunk (two tiles, the second of 6 rows), a prompt too short to split, a decode row.
 double run_prefill_split(const PathCase& pc, uint32_t seed) {
-  std::mt19937 rng(seed);
-  auto pick = [&](int lo, int hi) {
-    return lo + static_cast<int>(rng() % static_cast<unsigned>(hi - lo + 1));
-  };
+  Picker pick(seed);
   return check_prefill(pc,
                        {{pick(800, 1000), pick(2, 9)},
                         {pick(1200, 1650), 70},

@@ -451,8 +451,7 @@ void run_batch(Caches& c, const Heads& hs, const std::vector<SeqSpec>& specs, No
   a.out = d_out.data();
   const double bound = f.bf16 && !fp8 ? 2e-2 : f.out == DType::kBF16 ? 2e-2 : 4e-3;
   ASSERT_TRUE(prefill_kernels_support(hs.heads, hs.kv_heads, a));
-  DeviceBuffer d_partials(static_cast<size_t>(kPrefillSplitSlots * kPrefillTileRows * hs.heads *
-                                              kPrefillPartialFloats * 4));
+  DeviceBuffer d_partials(static_cast<size_t>(prefill_split_partial_floats(hs.heads) * 4));
   for (const auto& [min_q_len, split] :
        {std::pair{2, false}, std::pair{1, false}, std::pair{2, true}}) {
     SCOPED_TRACE(testing::Message() << "min_q_len " << min_q_len << (split ? " split" : ""));
@@ -462,10 +461,9 @@ void run_batch(Caches& c, const Heads& hs, const std::vector<SeqSpec>& specs, No
     if (split) split_prefill(b, hs.heads, int64_t{1} << 30, tiles, merges);
     DeviceBuffer d_tiles = upload(tiles);
     DeviceBuffer d_merges = upload(merges);
-    PrefillSplitLaunch sl;
-    sl.partials = static_cast<float*>(d_partials.data());
-    sl.merges = static_cast<const PrefillMerge*>(d_merges.data());
-    sl.num_merges = static_cast<int32_t>(merges.size());
+    const PrefillSplitLaunch sl{static_cast<float*>(d_partials.data()),
+                                static_cast<const PrefillMerge*>(d_merges.data()),
+                                static_cast<int32_t>(merges.size())};
     stats.split_tiles += static_cast<int64_t>(merges.size());
     ASSERT_EQ(cudaMemset(d_out.data(), 0xff, out_elems * 2), cudaSuccess);  // NaN in bf16, fp16
     launch_prefill_attention(a, static_cast<const PrefillTile*>(d_tiles.data()),

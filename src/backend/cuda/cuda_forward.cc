@@ -112,10 +112,9 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
   // int4_kivi: a decode-only step's tokens go into the residual ring in the decode merge.
   const bool ring_in_merge = int4 && static_cast<int64_t>(plan.seqs.size()) == n;
   if (!prefill_tiles_.empty()) {
-    PrefillSplitLaunch split;  // its partial sums merged before the decode items use them
-    split.partials = partials_;
-    split.merges = step_.prefill_merges;
-    split.num_merges = static_cast<int32_t>(prefill_merges_.size());
+    // Split tiles' partial sums, merged before the decode items use the buffer.
+    const PrefillSplitLaunch split{partials_, step_.prefill_merges,
+                                   static_cast<int32_t>(prefill_merges_.size())};
     launch_prefill_attention(at, step_.prefill_tiles, static_cast<int32_t>(prefill_tiles_.size()),
                              stream_, &split);
   }

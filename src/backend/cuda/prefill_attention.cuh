@@ -71,6 +71,10 @@ inline constexpr int kPrefillSplitSlots = 16;
 inline constexpr int64_t kPrefillPartialFloats = 130;  // max, sum, 128 output sums
 // A split run is at least this many KV tiles of 64 positions.
 inline constexpr int kPrefillMinRunTiles = 4;
+// The floats of the partial sums that a step's split tiles may write (PrefillSplitLaunch).
+inline constexpr int64_t prefill_split_partial_floats(int64_t num_heads) {
+  return int64_t{kPrefillSplitSlots} * kPrefillTileRows * num_heads * kPrefillPartialFloats;
+}
 
 // Tiles for every row of every sequence with q_len >= min_q_len (>= 1), heaviest first (by the
 // context of the tile's last row). Host code; allocates nothing once `tiles` has capacity.
