@@ -96,6 +96,7 @@ case "${1:-}" in
   run)
     shift
     : "${OUT:?run on the GPU machine, where the device tool sets OUT}"
+    mkdir -p "$OUT"  # a call may point OUT at a folder of its own under the tool's
     res=/tmp/s4kv-results && rm -rf $res && mkdir -p $res
     # unpack PARTS_DIR SUMS_DIR: a pack's parts checked against its sums and unpacked into
     # /tmp/s4kv (the first pack's parts are those stashed by earlier calls plus this call's).
