@@ -65,6 +65,20 @@ struct WarpSoftmax {
   // s: the C fragment, scores (log2 units) of [position r][head 2i], [r][2i + 1], [r + 8][2i],
   // [r + 8][2i + 1]; turns them into probabilities and rescales the sums.
   __device__ void update(float (&s)[4]) {
+    // No score of the warp above its head's running max (after a context's first blocks, nearly
+    // every block): the max stays, so the shuffles that find the block's max and the rescale are
+    // skipped; the arithmetic is the path below's with m_new = m and corr = 1 (the same bits).
+    const bool above = !(fmaxf(s[0], s[2]) <= m[0] && m[0] > -INFINITY) ||
+                       !(fmaxf(s[1], s[3]) <= m[1] && m[1] > -INFINITY);
+    if (!__any_sync(0xffffffffu, above)) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[e] = fast_exp2(s[e] - m[e]);
+        s[e + 2] = fast_exp2(s[e + 2] - m[e]);
+        l[e] = l[e] + (s[e] + s[e + 2]);
+      }
+      return;
+    }
     float corr[2];
     bool moved = false;
 #pragma unroll

@@ -299,6 +299,11 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   const int k_code_lo = held(Blk::k_codes + 8 * (tk0 * 8 + 2 * ((i / 2) ^ ksw) + i % 2));
   const int k_code_hi = held(Blk::k_codes + 8 * (tk0 * 8 + 2 * ((2 + i / 2) ^ ksw) + i % 2));
   const int k_param = held(Blk::k_scale + 32 * i);
+  // The lane's rotations at the same offset every block (held: ptxas recomputed it from the
+  // thread index at every block).
+  const uint4* rot_lane =
+      reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned char*>(turned) +
+                                     2 * 16 * 32 * 4 + held((warp * 2 * 4 * 32 + lane) * 16));
   const int v_param = held(Blk::v_scale + 2 * kG * tk0);
   // The lane's turned-query chunks: chunk j of buffer 0 at turn_lane[32 j] (buffer 1 16 x 32
   // words on).
@@ -354,7 +359,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {  // R(t) on pair m = 4 jj + e and its partner m + 8
-          const uint4 cs4 = rot[(nt * 4 + 2 * jj + e / 2) * 32];
+          const uint4 cs4 = rot_lane[(nt * 4 + 2 * jj + e / 2) * 32];
           const uint32_t cw = e % 2 == 0 ? cs4.x : cs4.z, sw2 = e % 2 == 0 ? cs4.y : cs4.w;
           const __half2 c2 = *reinterpret_cast<const __half2*>(&cw);
           const __half2 s2 = *reinterpret_cast<const __half2*>(&sw2);
