@@ -278,8 +278,11 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     v_lane[c] = static_cast<uint32_t>(Blk::v_codes + 64 * t + 16 * (g ^ ((t >> 1) & 3)));
   }
   // R(t) for the lane's key positions and frequency pairs 8i + m (half2 cos, sin), kept in
-  // shared memory in lane order ([warp][nt][m][lane]) to spare 32 registers.
-  uint4* rot = reinterpret_cast<uint4*>(turned + 2 * 16 * 32) + warp * 2 * 4 * 32 + lane;
+  // shared memory in lane order ([warp][nt][m][lane]) to spare 32 registers; rot_lane below
+  // reads them in the loop.
+  unsigned char* const rot_base = reinterpret_cast<unsigned char*>(turned + 2 * 16 * 32);
+  const int rot_at = (warp * 2 * 4 * 32 + lane) * 16;  // the lane's byte offset in them
+  uint4* rot = reinterpret_cast<uint4*>(rot_base + rot_at);
 #pragma unroll
   for (int nt = 0; nt < 2; ++nt) {
     const int64_t row = static_cast<int64_t>(nt == 0 ? tk0 : tk1) * (kD / 2) + 16 * i;
@@ -299,11 +302,9 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   const int k_code_lo = held(Blk::k_codes + 8 * (tk0 * 8 + 2 * ((i / 2) ^ ksw) + i % 2));
   const int k_code_hi = held(Blk::k_codes + 8 * (tk0 * 8 + 2 * ((2 + i / 2) ^ ksw) + i % 2));
   const int k_param = held(Blk::k_scale + 32 * i);
-  // The lane's rotations at the same offset every block (held: ptxas recomputed it from the
-  // thread index at every block).
-  const uint4* rot_lane =
-      reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned char*>(turned) +
-                                     2 * 16 * 32 * 4 + held((warp * 2 * 4 * 32 + lane) * 16));
+  // The lane's rotations, its offset held (ptxas recomputed it from the thread index at every
+  // block).
+  const uint4* rot_lane = reinterpret_cast<const uint4*>(rot_base + held(rot_at));
   const int v_param = held(Blk::v_scale + 2 * kG * tk0);
   // The lane's turned-query chunks: chunk j of buffer 0 at turn_lane[32 j] (buffer 1 16 x 32
   // words on).
