@@ -16,7 +16,8 @@ size_t arena_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_table, int6
                    int64_t nkv, int64_t max_items) {
   const int64_t max_tiles = max_tokens / kPrefillTileRows + max_seqs;
   // PrefillTile and PrefillMerge records in 32-bit words: split_prefill adds at most
-  // kPrefillSplitSlots tiles.
+  // kPrefillSplitSlots tiles and makes at most kPrefillSplitSlots / 2 merges (two slots or more
+  // each).
   constexpr int64_t kTileWords = sizeof(PrefillTile) / 4, kMergeWords = sizeof(PrefillMerge) / 4;
   // The plan's records in 32-bit words (DecodeItem, DecodeSeq).
   constexpr int64_t kItemWords = sizeof(DecodeItem) / 4, kSeqWords = sizeof(DecodeSeq) / 4;
@@ -24,7 +25,7 @@ size_t arena_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_table, int6
   const int64_t i32 = 4 * max_tokens + 4 * max_seqs + 1 + max_table + max_fills * nkv +
                       kItemWords * max_items + kSeqWords * max_seqs + max_tokens + max_seqs +
                       kStepLiveWords + kTileWords * (max_tiles + kPrefillSplitSlots) +
-                      kMergeWords * max_tiles;
+                      kMergeWords * (kPrefillSplitSlots / 2);
   const int64_t i64 = max_tokens + max_fills * nkv;
   return static_cast<size_t>(i32 * 4 + i64 * 8 + max_fills * 12 + 20 * 16 + 4096);
 }
@@ -53,8 +54,9 @@ Sizes::Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBac
   // The decode items' partial sums, or a step's split prefill tiles' (split_prefill), which the
   // prefill merge has combined before the decode items run.
   static_assert(kPrefillPartialFloats == kDecodePartialFloats);
-  partials = std::max<int64_t>(decode_items, int64_t{kPrefillSplitSlots} * kPrefillTileRows) *
-             c.num_attention_heads * kDecodePartialFloats * 4;
+  partials = std::max(decode_items * c.num_attention_heads * kDecodePartialFloats,
+                      prefill_split_partial_floats(c.num_attention_heads)) *
+             4;
   merge_counts = o.max_num_seqs * nkv * 4;  // DecodeLaunch::merge_counts
   arena = static_cast<int64_t>(arena_bytes(T, o.max_num_seqs, o.max_num_seqs * max_blocks_per_seq,
                                            max_fills, nkv, decode_items));

@@ -704,18 +704,25 @@ __global__ void __launch_bounds__(kD)
   }
 }
 
+// The kernel for S and kBf16 with its shared memory attribute set (once), for launches and
+// occupancy queries.
 template <Src S, bool kBf16>
-void launch(const PagedAttentionArgs& a, const PrefillTile* tiles, int32_t num_tiles,
-            float* partials, cudaStream_t stream) {
-  constexpr int kSmem = smem_bytes<S>();
+auto configured_kernel() {
   static const bool attribute_set = [] {
     S4KV_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<S, kBf16>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         smem_bytes<S>()));
     return true;
   }();
   (void)attribute_set;
+  return prefill_attention_kernel<S, kBf16>;
+}
+
+template <Src S, bool kBf16>
+void launch(const PagedAttentionArgs& a, const PrefillTile* tiles, int32_t num_tiles,
+            float* partials, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>(int64_t{num_tiles} * a.num_heads);
-  launch_plain(prefill_attention_kernel<S, kBf16>, blocks, kThreads, kSmem, stream, a, tiles,
+  launch_plain(configured_kernel<S, kBf16>(), blocks, kThreads, smem_bytes<S>(), stream, a, tiles,
                partials);
 }
 
@@ -751,32 +758,37 @@ void split_prefill(const ForwardBatch& b, int num_heads, int64_t wave_blocks,
   const int64_t blocks = n * num_heads;
   if (n == 0 || num_heads <= 0 || 2 * blocks > wave_blocks) return;
   const int64_t per_tile = wave_blocks / blocks;  // parts a tile may take for about one wave
-  std::vector<PrefillTile> out;
-  out.reserve(static_cast<size_t>(n + kPrefillSplitSlots));
+  // Each tile's parts and first slot, in the plan's order (the heaviest tiles take the slots
+  // first) ...
   int32_t used = 0;
-  for (const PrefillTile& t : tiles) {
+  for (PrefillTile& t : tiles) {
     // KV tiles of the tile's context: its last row's position + 1 positions, in tiles of 64
     // (the kernel's runs may count one or two more where the sink block or the pool's end
     // starts a tile: the parts then take a little more each).
     const int64_t context = b.seq_lens[t.seq] - (b.query_start_loc[t.seq + 1] - t.q_end);
     const int64_t kv_tiles = (context + 63) / 64;
-    const int64_t parts =
-        std::min({per_tile, kv_tiles / kPrefillMinRunTiles, int64_t{kPrefillSplitSlots - used}});
-    if (parts < 2) {
-      out.push_back(t);
-      continue;
-    }
-    merges.push_back({t.q_begin, t.q_end, used, static_cast<int32_t>(parts)});
-    for (int32_t j = 0; j < parts; ++j) {
-      PrefillTile p = t;
-      p.parts = static_cast<int32_t>(parts);
-      p.part = j;
-      p.slot = used + j;
-      out.push_back(p);
-    }
-    used += static_cast<int32_t>(parts);
+    const auto parts = static_cast<int32_t>(
+        std::min({per_tile, kv_tiles / kPrefillMinRunTiles, int64_t{kPrefillSplitSlots - used}}));
+    if (parts < 2) continue;
+    t.parts = parts;
+    t.slot = used;
+    merges.push_back({t.q_begin, t.q_end, used, parts});
+    used += parts;
   }
-  tiles.swap(out);
+  if (merges.empty()) return;
+  // ... then the split tiles' parts written out in place from the back (an entry is read before
+  // any part is written over it), so nothing is allocated once `tiles` has the capacity.
+  auto to = static_cast<size_t>(n + used - static_cast<int64_t>(merges.size()));
+  tiles.resize(to);
+  for (auto from = static_cast<size_t>(n); from-- > 0;) {
+    const PrefillTile t = tiles[from];
+    for (int32_t j = t.parts - 1; j >= 0; --j) {
+      PrefillTile& p = tiles[--to];
+      p = t;
+      p.part = j;
+      if (t.parts > 1) p.slot = t.slot + j;
+    }
+  }
 }
 
 bool prefill_covers(const ForwardBatch& b, int min_q_len, int32_t row) {
@@ -864,16 +876,14 @@ int prefill_blocks_per_sm(kv::KvCacheDtype cache) {
 #else
   int n = 0;
   auto query = [&](auto kernel, int smem) {
-    S4KV_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     S4KV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem));
   };
   if (cache == kv::KvCacheDtype::kFp8E4M3) {
-    query(prefill_attention_kernel<Src::kFp8, false>, smem_bytes<Src::kFp8>());
+    query(configured_kernel<Src::kFp8, false>(), smem_bytes<Src::kFp8>());
   } else if (cache == kv::KvCacheDtype::kInt4Kivi) {
-    query(prefill_attention_kernel<Src::kInt4, true>, smem_bytes<Src::kInt4>());
+    query(configured_kernel<Src::kInt4, true>(), smem_bytes<Src::kInt4>());
   } else {
-    query(prefill_attention_kernel<Src::k16Bit, true>, smem_bytes<Src::k16Bit>());
+    query(configured_kernel<Src::k16Bit, true>(), smem_bytes<Src::k16Bit>());
   }
   return std::max(1, n);
 #endif

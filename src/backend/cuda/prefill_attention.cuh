@@ -85,7 +85,8 @@ void plan_prefill(const ForwardBatch& b, int min_q_len, std::vector<PrefillTile>
 // blocks (tiles x num_heads) fill at most half of `wave_blocks` (the prefill kernel's resident
 // blocks over the device), each tile whose context holds at least 2 kPrefillMinRunTiles KV tiles
 // becomes `parts` tiles (runs of at least kPrefillMinRunTiles KV tiles), about one wave in all,
-// taking at most kPrefillSplitSlots slots; `merges` gets one entry a split tile. Host code.
+// taking at most kPrefillSplitSlots slots; `merges` gets one entry a split tile. Host code;
+// allocates nothing once `tiles` and `merges` have capacity.
 void split_prefill(const ForwardBatch& b, int num_heads, int64_t wave_blocks,
                    std::vector<PrefillTile>& tiles, std::vector<PrefillMerge>& merges);
 
