@@ -35,13 +35,11 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cpu/rope.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/device.h"
 #include "backend/cuda/paged_attention.cuh"
 #include "backend/forward_batch_builder.h"
-#include "backend/rope_table.h"
 #include "cuda_bench_util.cuh"
 #include "kv/int4_kivi_layout.h"
 
@@ -83,20 +81,9 @@ int run(int argc, char** argv) {
   const std::vector<std::string>& formats = flags.formats;
   const int B = flags.block_size, Gv = flags.value_group_size;
   const bool int4_v1 = flags.int4_v1;
-  if (device_count() == 0) {
-    std::fprintf(stderr, "no CUDA device\n");
-    return 2;
-  }
-  const int num_sms = device_sm_count();
   kv::Int4KiviLayout layout;
-  if (std::find(formats.begin(), formats.end(), "int4") != formats.end()) {
-    const auto made = kv::Int4KiviLayout::create(B, kD, Gv);
-    if (!made.is_ok()) {
-      std::fprintf(stderr, "%s\n", made.status().message().c_str());
-      return 2;
-    }
-    layout = *made;
-  }
+  if (!flags.prepare(&layout)) return 2;
+  const int num_sms = device_sm_count();
   const int ring = int4_v1 ? 1 : 2;
   // The backend's fork: int4_kivi's row items beside its int4 items.
   DecodeFork fork;
@@ -121,12 +108,7 @@ int run(int argc, char** argv) {
   // Pools: 12 GiB of 16-bit blocks (fp8 and int4 use their share of it).
   const int64_t pool_bytes = int64_t{12} << 30;
   DeviceBuffer pool(static_cast<size_t>(pool_bytes));
-  RopeTable rope(cpu::rope_inv_freq(kD, 1000000.0, model::RopeScaling{}));
-  const int max_ctx = *std::max_element(contexts.begin(), contexts.end());
-  rope.ensure(max_ctx + B);
-  DeviceBuffer cos(rope.cos_table().size_bytes()), sin(rope.sin_table().size_bytes());
-  cos.copy_from_host(rope.cos_table().data(), rope.cos_table().size_bytes());
-  sin.copy_from_host(rope.sin_table().data(), rope.sin_table().size_bytes());
+  const DeviceRope rope(*std::max_element(contexts.begin(), contexts.end()) + B);
 
   std::printf(
       "{\n  \"gpu\": \"%s\",\n  \"copy_gbps\": %.1f,\n  \"block_size\": %d,\n"
@@ -246,8 +228,8 @@ int run(int argc, char** argv) {
             at.seats = static_cast<const int32_t*>(d_seats.data());
             at.seat_starts = static_cast<const int32_t*>(d_starts.data());
             at.pool_ends = static_cast<const int32_t*>(d_pool_ends.data());
-            at.rope_cos = static_cast<const float*>(cos.data());
-            at.rope_sin = static_cast<const float*>(sin.data());
+            at.rope_cos = static_cast<const float*>(rope.cos.data());
+            at.rope_sin = static_cast<const float*>(rope.sin.data());
             at.value_hadamard = !int4_v1;
           } else {
             at.k_cache = base;

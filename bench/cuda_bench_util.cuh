@@ -9,12 +9,16 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/rope.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device.h"
+#include "backend/rope_table.h"
 #include "kv/int4_kivi_layout.h"
 
 namespace s4kv::backend::cuda {
@@ -168,6 +172,37 @@ struct CacheFlags {
       return false;
     }
     return true;
+  }
+  // After parsing: false (the reason on stderr) where no CUDA device is seen or the int4_kivi
+  // layout of these flags cannot be made (where "int4" is among the formats; *layout is set).
+  bool prepare(kv::Int4KiviLayout* layout) const {
+    if (device_count() == 0) {
+      std::fprintf(stderr, "no CUDA device\n");
+      return false;
+    }
+    if (std::find(formats.begin(), formats.end(), "int4") != formats.end()) {
+      const auto made = kv::Int4KiviLayout::create(block_size, kD, value_group_size);
+      if (!made.is_ok()) {
+        std::fprintf(stderr, "%s\n", made.status().message().c_str());
+        return false;
+      }
+      *layout = *made;
+    }
+    return true;
+  }
+};
+
+// The RoPE cos and sin tables (theta 1e6, head_dim kD) of positions 0 .. positions - 1 (at
+// least) on the device.
+struct DeviceRope {
+  DeviceBuffer cos, sin;
+  explicit DeviceRope(int64_t positions) {
+    RopeTable rope(cpu::rope_inv_freq(kD, 1000000.0, model::RopeScaling{}));
+    rope.ensure(positions);
+    cos = DeviceBuffer(rope.cos_table().size_bytes());
+    sin = DeviceBuffer(rope.sin_table().size_bytes());
+    cos.copy_from_host(rope.cos_table().data(), rope.cos_table().size_bytes());
+    sin.copy_from_host(rope.sin_table().data(), rope.sin_table().size_bytes());
   }
 };
 

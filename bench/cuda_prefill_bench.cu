@@ -29,13 +29,11 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cpu/rope.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/paged_attention.cuh"
 #include "backend/cuda/prefill_attention.cuh"
 #include "backend/forward_batch_builder.h"
-#include "backend/rope_table.h"
 #include "cuda_bench_util.cuh"
 #include "kv/int4_kivi_layout.h"
 
@@ -138,25 +136,12 @@ int run_prefill(int argc, char** argv) {
   const std::vector<std::string>& formats = flags.formats;
   const int B = flags.block_size, Gv = flags.value_group_size;
   const bool int4_v1 = flags.int4_v1;
-  if (device_count() == 0) {
-    std::fprintf(stderr, "no CUDA device\n");
-    return 2;
-  }
   kv::Int4KiviLayout layout;
-  if (std::find(formats.begin(), formats.end(), "int4") != formats.end()) {
-    const auto made = kv::Int4KiviLayout::create(B, kD, Gv);
-    if (!made.is_ok()) {
-      std::fprintf(stderr, "%s\n", made.status().message().c_str());
-      return 2;
-    }
-    layout = *made;
-  }
+  if (!flags.prepare(&layout)) return 2;
   const int ring = int4_v1 ? 1 : 2;
   int max_ctx = 0;
   for (const PrefillCase& c : cases) max_ctx = std::max(max_ctx, c.context);
-  RopeTable rope(cpu::rope_inv_freq(kD, 1000000.0, model::RopeScaling{}));
-  rope.ensure(max_ctx + B);
-  const DeviceBuffer cos = put(rope.cos_table()), sin = put(rope.sin_table());
+  const DeviceRope rope(max_ctx + B);
 
   std::printf(
       "{\n  \"gpu\": \"%s\",\n  \"mode\": \"prefill\",\n  \"block_size\": %d,\n"
@@ -283,8 +268,8 @@ int run_prefill(int argc, char** argv) {
           at.seats = static_cast<const int32_t*>(d_seats.data());
           at.seat_starts = static_cast<const int32_t*>(d_starts.data());
           at.pool_ends = static_cast<const int32_t*>(d_pool_ends.data());
-          at.rope_cos = static_cast<const float*>(cos.data());
-          at.rope_sin = static_cast<const float*>(sin.data());
+          at.rope_cos = static_cast<const float*>(rope.cos.data());
+          at.rope_sin = static_cast<const float*>(rope.sin.data());
           at.value_hadamard = !int4_v1;
         } else {
           at.k_cache = kc.data();
