@@ -221,26 +221,27 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
   }
-  // The cos / sin of this warp's frequency pairs at a block's first position.
-  // fetch_turn(k) is called for k = 0, 1, 2, ..., so the rows advance by one block a call.
-  // (rows of the tables as float2 indices: < 2^31 for any served context)
+  // The query turned back by each block's start p0, R(p0)^T q: the item's first block from the
+  // RoPE tables' row p0, every next one by angle addition, R(p0 + B)^T q = R(B)^T (R(p0)^T q),
+  // so that the loop reads no table rows (their loads were the loop's longest wait). `query`
+  // holds the turned pairs in fp32 from then on; tc, ts the cos / sin of this warp's frequency
+  // pairs at position p (rows of the tables as float2 indices: < 2^31 for any served context).
   float2 tc[kPairs], ts[kPairs];
-  int turn_at = it.begin * B * (kD / 2) / 2 + (16 * i + 2 * m0) / 2;
-  auto fetch_turn = [&](int k) {
-    if (k >= n) return;
+  auto table_rows = [&](int p) {
+    const int at = p * (kD / 2) / 2 + (16 * i + 2 * m0) / 2;
 #pragma unroll
     for (int e = 0; e < kPairs; ++e) {
-      tc[e] = __ldg(reinterpret_cast<const float2*>(a.rope_cos) + turn_at + e);
-      ts[e] = __ldg(reinterpret_cast<const float2*>(a.rope_sin) + turn_at + e);
+      tc[e] = __ldg(reinterpret_cast<const float2*>(a.rope_cos) + at + e);
+      ts[e] = __ldg(reinterpret_cast<const float2*>(a.rope_sin) + at + e);
     }
-    turn_at += B * (kD / 2) / 2;
   };
   // The turned query's two buffers hold word m of lane l's B fragments (qa below) at
   // [m / 4][l][m % 4], 16 x 32 words each: a warp reads chunk m / 4 of every lane as one 16-byte
   // load a lane, conflict-free, at immediate offsets. This lane's pairs m0 .. m0 + kPairs - 1
   // (kPairs words, consecutive: m0 % 4 + kPairs <= 4) at turn_mine, pairs m0 + 8 .. 256 words on.
   uint32_t* turn_mine = turned + (m0 / 4) * 128 + lane * 4 + m0 % 4;
-  // (R(p0)^T q) for block k's start p0, this warp's words, into buffer k % 2.
+  // `query` turned by tc, ts (in place) and, in fp16, this warp's words of block k's turned
+  // query, into buffer k % 2.
   auto store_turn = [&](int k) {
     if (k >= n) return;
     uint32_t lo[kPairs], hi[kPairs];
@@ -251,6 +252,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
       const float lo1 = qe.y * tc[e].y + qe.w * ts[e].y;
       const float hi0 = qe.z * tc[e].x - qe.x * ts[e].x;
       const float hi1 = qe.w * tc[e].y - qe.y * ts[e].y;
+      query[e * kThreads] = make_float4(lo0, lo1, hi0, hi1);
       lo[e] = pack2<false>(lo0, lo1);
       hi[e] = pack2<false>(hi0, hi1);
     }
@@ -258,8 +260,9 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     store_words<kPairs>(dst, lo);
     store_words<kPairs>(dst + 256, hi);
   };
-  fetch_turn(0);
+  table_rows(it.begin * B);
   store_turn(0);
+  table_rows(B);  // R(B) for the blocks after the first
 
   WarpSoftmax<kG> st;
   // This lane's key positions in the block (the rows of its score C fragment); its value
@@ -312,7 +315,6 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
 
   int rd = 0;  // the byte offset of block k's stage: k % kInt4Stages whole blocks
   for (int k = 0; k < n; ++k) {
-    fetch_turn(k + 1);
     cp_async_wait<1>();  // block k has landed (block k + 1 may be in flight)
     __syncthreads();     // for every warp; block k's turned query is stored; block k - 1 is read
     issue(k + 2, rd == 0 ? (kInt4Stages - 1) * kBlockBytes : rd - kBlockBytes);  // k - 1's stage
