@@ -55,6 +55,11 @@ def main():
     for tag in others:
         if sorted(runs[tag]) != ids:
             sys.exit(f"{tag} has runs {sorted(runs[tag])}, {args.base} {ids}")
+        for i in ids:
+            missing = [c for c in cells if c not in runs[tag][i]]
+            if missing:
+                sys.exit(f"{tag} run {i} lacks {len(missing)} of {args.base}'s cells, e.g. "
+                         f"{missing[0]}")
     print(f"{len(ids)} runs ({', '.join(map(str, ids))}); ratios are tag / {args.base} of the "
           "mean time over the runs, cell by cell")
     for tag in others:

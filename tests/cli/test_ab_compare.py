@@ -1,7 +1,8 @@
 """tools/ab_compare.py over a folder of `device_attention.sh ab` runs (ab_<tag>_run<N>.json):
 the ratio of the mean times over the runs cell by cell, its geometric mean and range per format,
 launched and from graphs; the int4 cells with each run's ratio, the copy share and the SDPA
-multiple of every build; clear errors for a missing base build and for builds with other runs."""
+multiple of every build; clear errors for a missing base build and for builds with other runs
+or fewer cells."""
 import json
 import math
 import os
@@ -62,3 +63,6 @@ def test_errors(tmp_path):
     write(tmp_path, "main", 2, [row("int4", 16, 1, 1)])
     out = run(tmp_path, "--base", "main")
     assert out.returncode != 0 and "new has runs [1], main [1, 2]" in out.stderr
+    write(tmp_path, "new", 2, [row("int4", 64, 1, 1)])
+    out = run(tmp_path, "--base", "main")
+    assert out.returncode != 0 and "new run 2 lacks 1 of main's cells" in out.stderr

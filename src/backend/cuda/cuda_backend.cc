@@ -97,7 +97,9 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
   const Sizes& z = sizes_;
 
   RopeTable rope(inv_freq);
-  rope.ensure(options.max_model_len);
+  // Every position a sequence reaches, and at least row block_size: the int4_kivi decode kernel
+  // turns its query from one block to the next by that row's angles.
+  rope.ensure(std::max<int64_t>(options.max_model_len, int64_t{kv.block_size} + 1));
   auto* cos = static_cast<float*>(alloc(rope.cos_table().size_bytes()));
   auto* sin = static_cast<float*>(alloc(rope.sin_table().size_bytes()));
   S4KV_CUDA_CHECK(cudaMemcpy(cos, rope.cos_table().data(), rope.cos_table().size_bytes(),

@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   };
   table_rows(it.begin * B);
   store_turn(0);
-  table_rows(B);  // R(B) for the blocks after the first
+  table_rows(B);  // R(B) for the blocks after the first (the backend keeps row B: cuda_backend.cc)
 
   WarpSoftmax<kG> st;
   // This lane's key positions in the block (the rows of its score C fragment); its value

@@ -69,7 +69,9 @@ struct PagedAttentionArgs {
   const int32_t* pool_ends = nullptr;    // [num_seqs] DecodePlan::pool_ends
   const int32_t* seats = nullptr;        // [num_seqs]
   const int32_t* seat_starts = nullptr;  // [num_seqs]
-  const float* rope_cos = nullptr;       // [positions, 64] RopeTable rows
+  // [positions, 64] RopeTable rows: every position of the batch, and at least rows 0 ..
+  // block_size (the int4_kivi decode kernel turns its query a block at a time by row block_size).
+  const float* rope_cos = nullptr;
   const float* rope_sin = nullptr;
   bool keys_post_rope = false;
   bool value_hadamard = false;
