@@ -60,33 +60,32 @@ def main():
             if missing:
                 sys.exit(f"{tag} run {i} lacks {len(missing)} of {args.base}'s cells, e.g. "
                          f"{missing[0]}")
+    tags = [args.base] + others
+
+    def avg(tag, cell, key):  # the mean over the runs
+        return mean([runs[tag][i][cell][key] for i in ids])
+
     print(f"{len(ids)} runs ({', '.join(map(str, ids))}); ratios are tag / {args.base} of the "
           "mean time over the runs, cell by cell")
     for tag in others:
         for fmt in sorted({c[0] for c in cells}):
             line = f"{tag:>12} {fmt:>6}"
             for key in ("us", "us_graph"):
-                r = [mean([runs[tag][i][c][key] for i in ids]) /
-                     mean([base[i][c][key] for i in ids]) for c in cells if c[0] == fmt]
+                r = [avg(tag, c, key) / avg(args.base, c, key) for c in cells if c[0] == fmt]
                 line += f"  {key:>8} geomean {geomean(r):.3f} [{min(r):.3f} .. {max(r):.3f}]"
             print(line)
     print()
     print(f"int4 (us, mean of the runs; each run's ratio; % of the copy bandwidth; x SDPA), "
-          f"builds {args.base}, {', '.join(others)}")
-    for c in cells:
-        if c[0] != "int4":
-            continue
-        tags = [args.base] + others
-        us = {t: mean([runs[t][i][c]["us"] for i in ids]) for t in tags}
-        line = f"{c[1]}/{c[2]} B {c[3]:>3} x {c[4]:>6}: {us[args.base]:8.1f}"
+          f"builds {', '.join(tags)}")
+    for c in (c for c in cells if c[0] == "int4"):
+        line = f"{c[1]}/{c[2]} B {c[3]:>3} x {c[4]:>6}: {avg(args.base, c, 'us'):8.1f}"
         for t in others:
             per_run = ",".join(f"{runs[t][i][c]['us'] / base[i][c]['us']:.3f}" for i in ids)
-            line += f" | {t} {us[t]:8.1f} ({us[t] / us[args.base]:.3f}; {per_run})"
-        pct = " ".join(f"{mean([runs[t][i][c]['pct_copy'] for i in ids]):.1f}" for t in tags)
-        sdpa = " ".join(f"{mean([runs[t][i][c]['speedup_vs_sdpa'] for i in ids]):.2f}"
-                        for t in tags)
+            ratio = avg(t, c, "us") / avg(args.base, c, "us")
+            line += f" | {t} {avg(t, c, 'us'):8.1f} ({ratio:.3f}; {per_run})"
+        pct = " ".join(f"{avg(t, c, 'pct_copy'):.1f}" for t in tags)
+        sdpa = " ".join(f"{avg(t, c, 'speedup_vs_sdpa'):.2f}" for t in tags)
         print(f"{line} | % {pct} | x {sdpa}")
-
 
 if __name__ == "__main__":
     main()
