@@ -243,14 +243,21 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   const uint32_t block_stride = static_cast<uint32_t>(a.num_kv_heads) * kBlockBytes;
   const int32_t* table =
       held(a.block_tables + static_cast<int64_t>(it.seq) * a.max_blocks_per_seq + it.begin);
-  uint32_t next_block = n > 0 && (!kBulk || threadIdx.x == 0) ? __ldg(table) : 0;
+  // kBulk: block k is copied by lane 0 of warp k % kWarps (so that the schedulers share the
+  // issuing), which reads the entry of the next block it copies, k + kWarps, then.
+  constexpr int kAhead = kBulk ? kWarps : 1;
+  const int first = kBulk ? warp : 0;  // the first block this thread copies
+  uint32_t next_block =
+      first < n && (!kBulk || lane == 0) ? static_cast<uint32_t>(__ldg(table + first)) : 0;
   auto issue = [&](int k, int stage) {
-    if (k >= n || (kBulk && threadIdx.x != 0)) {
+    if (k >= n || (kBulk && static_cast<int>(threadIdx.x) != 32 * (k % kWarps))) {
       if constexpr (!kBulk) cp_async_commit();
       return;
     }
     const uint32_t block = next_block;
-    if (k + 1 < n) next_block = static_cast<uint32_t>(__ldg(table + static_cast<uint32_t>(k + 1)));
+    if (k + kAhead < n) {
+      next_block = static_cast<uint32_t>(__ldg(table + static_cast<uint32_t>(k + kAhead)));
+    }
     if constexpr (kBulk) {
       const uint32_t bar = full + 8 * (stage / Smem::stage);
       mbarrier_arrive_expect_tx(bar, kBlockBytes);
