@@ -3,6 +3,10 @@
 // the blocks streamed through shared memory.
 #include <cuda_fp16.h>
 
+#include <mutex>
+#include <vector>
+
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_attention_common.cuh"
 #include "backend/cuda/launch.cuh"
@@ -27,6 +31,13 @@ struct Int4Block {
   static constexpr int bytes = v_zero + 2 * B * kG;
 };
 constexpr int kInt4Stages = 3;  // blocks in flight per thread block: this one and two ahead
+// A pool block's rows of 64 bytes (every part is whole rows: the block is B + 8 + B + 4 kG of
+// them), copied as one box of two halves (a box dimension holds at most 256).
+template <int B, int kG>
+constexpr int int4_block_rows() {
+  static_assert(Int4Block<B, kG>::bytes % 128 == 0);
+  return Int4Block<B, kG>::bytes / 64;
+}
 
 // x, kept in a register across the loop: ptxas would otherwise recompute a lane's offsets from
 // the thread index at every use (a dozen instructions a block); it does not recompute a shuffle.
@@ -113,33 +124,80 @@ constexpr int int4_min_blocks() {
 }
 constexpr int kTurnBytes = 2 * 16 * 32 * 4;  // two turned queries: [buffer][word m][lane]
 constexpr int kQueryBytes = 8 * 32 * 16;     // the query's pairs each thread turns: [pair][thread]
+// The kernel's shared memory, byte offsets from its 512-byte-aligned start (the copy engine's
+// 64-byte swizzle repeats every 512 bytes): the stages (each a pool block, rounded up to 512
+// bytes), the turned query of this block and the next, the lanes' rotations, the query, a
+// stage's mbarrier each.
+template <int kWarps, int kG>
+struct Int4Smem {
+  static constexpr int stage = (Int4Block<kWarps * 16, kG>::bytes + 511) / 512 * 512;
+  static constexpr int turned = kInt4Stages * stage;
+  static constexpr int rot = turned + kTurnBytes;
+  static constexpr int query = rot + kWarps * 2 * 8 * 32 * 8;
+  static constexpr int barriers = query + kQueryBytes;
+  // What a launch asks for: dynamic shared memory starts 16-byte aligned.
+  static constexpr int launch_bytes = barriers + 8 * kInt4Stages + 512 - 16;
+};
 template <int kWarps, int kG>
 __host__ __device__ constexpr int int4_smem_bytes() {
-  // The stages, the turned query of this block and the next, the lanes' rotations, the query.
-  return kInt4Stages * Int4Block<kWarps * 16, kG>::bytes + kTurnBytes + kWarps * 2 * 8 * 32 * 8 +
-         kQueryBytes;
+  return Int4Smem<kWarps, kG>::launch_bytes;
 }
 
 // kWarps = B / 16: warp w takes positions 16 w .. 16 w + 15 of every block of the item; kG value
-// groups per token (128 / Gv). The item's blocks stream through shared memory (cp.async,
-// kInt4Stages deep), so the loads of the next blocks overlap this one's arithmetic. The code
-// parts are staged with their 16-byte chunks swizzled per position (key chunk c of position t at
-// c ^ 2 ((t / 2) % 2), value chunk c at c ^ (t / 2) % 4), so that the lanes' reads below fall in
-// distinct banks. The query turned back by each block's start is computed once per thread block:
-// warp w turns the channel pairs 8 w / kWarps .. (and their RoPE partners) for the next block
-// while this one is read, into shared memory that every warp reads after the block's barrier.
-template <int kWarps, int kG, bool kFusedMerge>
+// groups per token (128 / Gv). The item's blocks stream through shared memory, kInt4Stages deep,
+// so that the copies of the next blocks overlap this one's arithmetic: thread 0 has the copy
+// engine bring each whole pool block (`pool_map`: [block][KV head][row][64 bytes], launch_decode_
+// int4) into its stage, where it lands as 64-byte rows whose 16-byte chunks are swizzled by the
+// row (chunk c of row y at c ^ (y / 2) % 4: bulk_copy.cuh), so that the lanes' reads below fall
+// in distinct banks; every thread waits for it on the stage's mbarrier. The MMA rows of a warp's
+// 16 positions are permuted (row r < 8 is position kRowPosition(r), r + 8 that + 8) to keep the
+// key reads conflict-free under that swizzle. The query turned back by each block's start is
+// computed once per thread block: warp w turns the channel pairs 8 w / kWarps .. (and their RoPE
+// partners) for the next block while this one is read, into shared memory that every warp reads
+// after the block's barrier.
+constexpr int kNoStep = 1 << 30;
+__host__ __device__ constexpr int kRowPosition(int r) {
+  return (r & 1) | ((r & 2) << 1) | ((r & 4) >> 1);
+}
+// Where the 64-byte swizzle puts the kG value parameters of position t + 8 against those of t,
+// the same for every lane's t (kNoStep where it is not), for the parameters at byte `part`.
+template <int kWarps, int kG>
+__host__ __device__ constexpr int int4_value_step(int part) {
+  int step = kNoStep;
+  for (int w = 0; w < kWarps; ++w) {
+    for (int r = 0; r < 8; ++r) {
+      const int t = 16 * w + kRowPosition(r);
+      const int at = bulk_copy_swizzle64(part + 2 * kG * t);
+      const int s = bulk_copy_swizzle64(part + 2 * kG * (t + 8)) - at;
+      if (step != kNoStep && s != step) return kNoStep;
+      step = s;
+    }
+  }
+  return step;
+}
+template <int kWarps, int kG, bool kFusedMerge, bool kBulk>
 __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
-    decode_int4_kernel(PagedAttentionArgs a, DecodeLaunch d) {
+    decode_int4_kernel(PagedAttentionArgs a, DecodeLaunch d,
+                       const __grid_constant__ CUtensorMap pool_map) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if constexpr (kBulk) {  // the copy engine is sm_90's: the host launches !kBulk below that
+    __trap();
+    return;
+  }
+#endif
   constexpr int B = kWarps * 16;
   using Blk = Int4Block<B, kG>;
+  using Smem = Int4Smem<kWarps, kG>;
   constexpr int kBlockBytes = Blk::bytes;
   constexpr int kPairs = 8 / kWarps;  // channel pairs m < 8 each warp turns
   static_assert(kInt4Stages * kBlockBytes >= (kWarps * 8 * kD + kWarps * 8 * 7) * 4,
                 "the epilogue reuses the stages");
   S4KV_DYNAMIC_SHARED(dsmem);
-  unsigned char* stages = dsmem;
-  uint32_t* turned = reinterpret_cast<uint32_t*>(dsmem + kInt4Stages * kBlockBytes);
+  const auto raw_shared = static_cast<uint32_t>(__cvta_generic_to_shared(dsmem));
+  unsigned char* const smem = dsmem + ((512 - raw_shared % 512) % 512);
+  const uint32_t stages_shared = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  unsigned char* stages = smem;
+  const uint32_t full = stages_shared + Smem::barriers;  // stage s's mbarrier at full + 8 s
   allow_dependent_launch();
   grid_dependency_wait();
   // Item blockIdx.y, KV head blockIdx.x: the heads of an item are neighbours in dispatch order,
@@ -151,46 +209,61 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   const int g = blockIdx.x;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
   const int group = a.num_heads / a.num_kv_heads;
-  const int32_t* table =
-      held(a.block_tables + static_cast<int64_t>(it.seq) * a.max_blocks_per_seq + it.begin);
   const int n = it.end - it.begin;
-  constexpr int kc0 = Blk::k_codes / 16, vc0 = Blk::v_codes / 16;
-
-  // Stage k % kInt4Stages <- block it.begin + k. Thread x copies the 16-byte chunks x + j kThreads
-  // of every block: from source byte 16 x + 16 j kThreads of the block (one address a block, the
-  // rest immediate offsets) to their swizzled destinations (computed once); the next block's
-  // entry of the block table is read one block ahead.
   constexpr int kThreads = kWarps * 32;
+
+  // Stage k % kInt4Stages <- block it.begin + k (`stage`: the stage's byte offset). kBulk (sm_90):
+  // by thread 0, one copy of the whole block whose bytes the stage's mbarrier expects. Otherwise
+  // by every thread, 16-byte cp.async: thread x the chunks x + j kThreads (one source address a
+  // block, the rest immediate offsets) to their swizzled places (computed once), a group a block.
+  // The next block's entry of the block table is read one block ahead.
   constexpr int kChunks = kBlockBytes / 16;
-  constexpr int kChunksPerThread = (kChunks + kThreads - 1) / kThreads;
+  constexpr int kChunksPerThread = kBulk ? 1 : (kChunks + kThreads - 1) / kThreads;
   uint32_t chunk_to[kChunksPerThread];
+  const unsigned char* pool = nullptr;
+  bool last_chunk = false;
+  if constexpr (kBulk) {
+    if (threadIdx.x == 0) {
 #pragma unroll
-  for (int j = 0; j < kChunksPerThread; ++j) {
-    const int c = static_cast<int>(threadIdx.x) + j * kThreads;
-    int to = c;
-    if (c >= kc0 && c < kc0 + 4 * B) {
-      const int t = (c - kc0) / 4;
-      to = kc0 + 4 * t + (((c - kc0) % 4) ^ (2 * ((t >> 1) & 1)));
-    } else if (c >= vc0 && c < vc0 + 4 * B) {
-      const int t = (c - vc0) / 4;
-      to = vc0 + 4 * t + (((c - vc0) % 4) ^ ((t >> 1) & 3));
+      for (int s = 0; s < kInt4Stages; ++s) mbarrier_init(full + 8 * s, 1);
+      mbarrier_init_fence();
     }
-    chunk_to[j] = static_cast<uint32_t>(16 * to);
+    __syncthreads();
+  } else {
+#pragma unroll
+    for (int j = 0; j < kChunksPerThread; ++j) {
+      chunk_to[j] = static_cast<uint32_t>(
+          bulk_copy_swizzle64(16 * (static_cast<int>(threadIdx.x) + j * kThreads)));
+    }
+    last_chunk = static_cast<int>(threadIdx.x) + (kChunksPerThread - 1) * kThreads < kChunks;
+    pool = held(reinterpret_cast<const unsigned char*>(a.pool) +
+                static_cast<int64_t>(g) * kBlockBytes + 16 * threadIdx.x);
   }
-  const bool last_chunk =
-      static_cast<int>(threadIdx.x) + (kChunksPerThread - 1) * kThreads < kChunks;
-  const uint32_t stages_shared = static_cast<uint32_t>(__cvta_generic_to_shared(stages));
-  const auto* pool = held(reinterpret_cast<const unsigned char*>(a.pool) +
-                          static_cast<int64_t>(g) * kBlockBytes + 16 * threadIdx.x);
   // A pool block's bytes times the KV heads (< 2^32: kv heads <= 64 x 39 KB), block ids >= 0.
   const uint32_t block_stride = static_cast<uint32_t>(a.num_kv_heads) * kBlockBytes;
-  uint32_t next_block = n > 0 ? static_cast<uint32_t>(__ldg(table)) : 0;
-  // Block k into the stage at byte `stage` of the stages.
+  const int32_t* table =
+      held(a.block_tables + static_cast<int64_t>(it.seq) * a.max_blocks_per_seq + it.begin);
+  // kBulk: block k is copied by lane 0 of warp k % kWarps (so that the schedulers share the
+  // issuing), which reads the entry of the next block it copies, k + kWarps, then.
+  constexpr int kAhead = kBulk ? kWarps : 1;
+  const int first = kBulk ? warp : 0;  // the first block this thread copies
+  uint32_t next_block =
+      first < n && (!kBulk || lane == 0) ? static_cast<uint32_t>(__ldg(table + first)) : 0;
   auto issue = [&](int k, int stage) {
-    if (k < n) {
-      const unsigned char* src = pool + static_cast<uint64_t>(next_block) * block_stride;
-      if (k + 1 < n)
-        next_block = static_cast<uint32_t>(__ldg(table + static_cast<uint32_t>(k + 1)));
+    if (k >= n || (kBulk && static_cast<int>(threadIdx.x) != 32 * (k % kWarps))) {
+      if constexpr (!kBulk) cp_async_commit();
+      return;
+    }
+    const uint32_t block = next_block;
+    if (k + kAhead < n) {
+      next_block = static_cast<uint32_t>(__ldg(table + static_cast<uint32_t>(k + kAhead)));
+    }
+    if constexpr (kBulk) {
+      const uint32_t bar = full + 8 * (stage / Smem::stage);
+      mbarrier_arrive_expect_tx(bar, kBlockBytes);
+      bulk_copy_5d(stages_shared + stage, &pool_map, 0, 0, 0, g, static_cast<int>(block), bar);
+    } else {
+      const unsigned char* src = pool + static_cast<uint64_t>(block) * block_stride;
       const uint32_t dst = stages_shared + stage;
 #pragma unroll
       for (int j = 0; j < kChunksPerThread; ++j) {
@@ -198,18 +271,16 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
           cp_async16_shared(dst + chunk_to[j], src + 16 * j * kThreads);
         }
       }
+      cp_async_commit();
     }
-    cp_async_commit();
   };
   issue(0, 0);
-  issue(1, kBlockBytes);
-
+  issue(1, Smem::stage);
   // This warp's share of the query (pairs m0 + e and m0 + e + 8 of the lane, fp32, log2 units):
   // {q[m0 + e], q[m0 + e + 8]} (channels {c, c + 1}, {c + 64, c + 65}) as float4 e of the thread,
   // in shared memory ([e][thread]) rather than 4 kPairs registers.
   const int m0 = kPairs * warp;
-  float4* query =
-      reinterpret_cast<float4*>(dsmem + int4_smem_bytes<kWarps, kG>() - kQueryBytes) + threadIdx.x;
+  float4* query = reinterpret_cast<float4*>(smem + held(Smem::query + 16 * threadIdx.x));
   {
     const float f = a.scale * kLog2e;
     const float* row = a.q + static_cast<int64_t>(a.query_start_loc[it.seq]) * a.q_stride +
@@ -239,7 +310,8 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   // [m / 4][l][m % 4], 16 x 32 words each: a warp reads chunk m / 4 of every lane as one 16-byte
   // load a lane, conflict-free, at immediate offsets. This lane's pairs m0 .. m0 + kPairs - 1
   // (kPairs words, consecutive: m0 % 4 + kPairs <= 4) at turn_mine, pairs m0 + 8 .. 256 words on.
-  uint32_t* turn_mine = turned + (m0 / 4) * 128 + lane * 4 + m0 % 4;
+  uint32_t* turn_mine = reinterpret_cast<uint32_t*>(
+      smem + held(Smem::turned + 4 * ((m0 / 4) * 128 + lane * 4 + m0 % 4)));
   // `query` turned by tc, ts (in place) and, in fp16, this warp's words of block k's turned
   // query, into buffer k % 2.
   auto store_turn = [&](int k) {
@@ -265,25 +337,24 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   table_rows(B);  // R(B) for the blocks after the first (the backend keeps row B: cuda_backend.cc)
 
   WarpSoftmax<kG> st;
-  // This lane's key positions in the block (the rows of its score C fragment); its value
-  // positions (the k of its PV fragments) are tv = 16 warp + 2i, tv + 1, tv + 8, tv + 9.
-  const int tk0 = 16 * warp + r, tk1 = tk0 + 8;
-  // The swizzle of the staged key code chunks at tk0 and tk1 (see above): 2 ((t / 2) % 2) is
-  // 2 ((r / 2) % 2) at both.
-  const int ksw = 2 * ((r >> 1) & 1);
+  // This lane's key positions in the block (the rows r and r + 8 of its score C fragment); its
+  // value positions (the k of its PV fragments) are those of rows 2i, 2i + 1, 2i + 8, 2i + 9.
+  const int tk0 = 16 * warp + kRowPosition(r), tk1 = tk0 + 8;
   // The value codes by two ldmatrix .x4 .trans a block: matrix j of load c holds 16-byte chunk
-  // (32 channels) g = 2c + j / 2 of positions 16 warp + 8 (j % 2) + 0..7, each row at its
-  // swizzled place; lane l gives row l % 8 of matrix l / 8.
+  // (32 channels) g = 2c + j / 2 of the positions of rows 8 (j % 2) + 0..7, each row at its
+  // swizzled place (the value codes start at a row that is a multiple of 8: the same swizzle);
+  // lane l gives row l % 8 of matrix l / 8.
+  static_assert(Blk::v_codes % 512 == 0 && Blk::k_scale % 512 == 0);
   uint32_t v_lane[2];
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
-    const int j = lane / 8, t = 16 * warp + 8 * (j % 2) + lane % 8, g = 2 * c + j / 2;
-    v_lane[c] = static_cast<uint32_t>(Blk::v_codes + 64 * t + 16 * (g ^ ((t >> 1) & 3)));
+    const int j = lane / 8, t = 16 * warp + 8 * (j % 2) + kRowPosition(lane % 8), g = 2 * c + j / 2;
+    v_lane[c] = static_cast<uint32_t>(held(Blk::v_codes + bulk_copy_swizzle64(64 * t + 16 * g)));
   }
   // R(t) for the lane's key positions and frequency pairs 8i + m (half2 cos, sin), kept in
   // shared memory in lane order ([warp][nt][m][lane]) to spare 32 registers; rot_lane below
   // reads them in the loop.
-  unsigned char* const rot_base = reinterpret_cast<unsigned char*>(turned + 2 * 16 * 32);
+  unsigned char* const rot_base = smem + Smem::rot;
   const int rot_at = (warp * 2 * 4 * 32 + lane) * 16;  // the lane's byte offset in them
   uint4* rot = reinterpret_cast<uint4*>(rot_base + rot_at);
 #pragma unroll
@@ -298,26 +369,47 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     }
   }
 
-  // The lane's byte offsets in a stage, the same for every block: its key code words at tk0
-  // (words 2i, 2i + 1 of chunk (i / 2) ^ ksw, words 2i + 8, 2i + 9 of chunk (2 + i / 2) ^ ksw; tk1
-  // is 8 positions on), its key scales (chunks 2i, 2i + 1, 8 + 2i, 9 + 2i; zeros the same in
-  // k_zero) and its value scales at tk0 (kG of them; tk1 8 kG on, zeros the same in v_zero).
-  const int k_code_lo = held(Blk::k_codes + 8 * (tk0 * 8 + 2 * ((i / 2) ^ ksw) + i % 2));
-  const int k_code_hi = held(Blk::k_codes + 8 * (tk0 * 8 + 2 * ((2 + i / 2) ^ ksw) + i % 2));
+  // The lane's byte offsets in a stage, the same for every block, swizzled: its key code words at
+  // tk0 (words 2i, 2i + 1 of chunk i / 2 and 2i + 8, 2i + 9 of chunk 2 + i / 2, each chunk at
+  // c ^ (tk0 / 2) % 4: the eight rows of a half warp's load take the four chunks of both row
+  // parities, conflict-free; tk1 is 8 positions, 512 bytes on, the same swizzle), its key scales
+  // (chunks 2i, 2i + 1 of rows that keep their chunks, 8 + 2i, 9 + 2i where the swizzle swaps a
+  // chunk pair: 8 + (jj ^ 1)), its key zeros (chunks 16 + 2i, ... : the swizzle swaps the lane
+  // pairs, 2 (i ^ 1), then as the scales), its value scales and zeros at tk0 and tk1 (kG of each).
+  static_assert(Blk::k_zero == Blk::k_scale + 256);
+  const int k_code_lo = held(bulk_copy_swizzle64(Blk::k_codes + 64 * tk0 + 8 * i));
+  const int k_code_hi = held(bulk_copy_swizzle64(Blk::k_codes + 64 * tk0 + 32 + 8 * i));
   const int k_param = held(Blk::k_scale + 32 * i);
+  const int kz_param = held(Blk::k_zero + 32 * (i ^ 1));
   // The lane's rotations, its offset held (ptxas recomputed it from the thread index at every
   // block).
   const uint4* rot_lane = reinterpret_cast<const uint4*>(rot_base + held(rot_at));
-  const int v_param = held(Blk::v_scale + 2 * kG * tk0);
+  const int v_scale0 = held(bulk_copy_swizzle64(Blk::v_scale + 2 * kG * tk0));
+  const int v_zero0 = held(bulk_copy_swizzle64(Blk::v_zero + 2 * kG * tk0));
+  // tk1's: the same distance from tk0's for every lane (int4_value_step) or held too.
+  constexpr int kScaleStep = int4_value_step<kWarps, kG>(Blk::v_scale);
+  constexpr int kZeroStep = int4_value_step<kWarps, kG>(Blk::v_zero);
+  const int v_scale1 = kScaleStep != kNoStep
+                           ? v_scale0 + kScaleStep
+                           : held(bulk_copy_swizzle64(Blk::v_scale + 2 * kG * tk1));
+  const int v_zero1 = kZeroStep != kNoStep ? v_zero0 + kZeroStep
+                                           : held(bulk_copy_swizzle64(Blk::v_zero + 2 * kG * tk1));
   // The lane's turned-query chunks: chunk j of buffer 0 at turn_lane[32 j] (buffer 1 16 x 32
   // words on).
-  const uint4* turn_lane = reinterpret_cast<const uint4*>(turned) + lane;
+  const uint4* turn_lane = reinterpret_cast<const uint4*>(smem + held(Smem::turned + 16 * lane));
 
-  int rd = 0;  // the byte offset of block k's stage: k % kInt4Stages whole blocks
+  int rd = 0;           // the byte offset of block k's stage (k % kInt4Stages)
+  uint32_t bar = full;  // its mbarrier
+  uint32_t parity = 0;  // the parity of block k's phase there: (k / kInt4Stages) % 2
   for (int k = 0; k < n; ++k) {
-    cp_async_wait<1>();  // block k has landed (block k + 1 may be in flight)
-    __syncthreads();     // for every warp; block k's turned query is stored; block k - 1 is read
-    issue(k + 2, rd == 0 ? (kInt4Stages - 1) * kBlockBytes : rd - kBlockBytes);  // k - 1's stage
+    // Block k has landed (block k + 1 may be in flight).
+    if constexpr (kBulk) {
+      mbarrier_wait(bar, parity);
+    } else {
+      cp_async_wait<1>();
+    }
+    __syncthreads();  // for every warp: block k's turned query is stored, block k - 1 is read
+    issue(k + 2, rd == 0 ? (kInt4Stages - 1) * Smem::stage : rd - Smem::stage);  // k - 1's stage
     const unsigned char* base = stages + rd;
     // Scores of positions tk0 and tk1 (C fragment rows) for heads 2i, 2i + 1 (columns) from
     // their keys (A fragment) and the turned query (B fragment, qa), in two halves: jj takes
@@ -327,8 +419,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     // chain 1.
     const uint4* turn_src = turn_lane + (k % 2) * 16 * 32 / 4;
     const auto* kscale = reinterpret_cast<const uint4*>(base + k_param);
-    const auto* kzero =
-        reinterpret_cast<const uint4*>(base + k_param + (Blk::k_zero - Blk::k_scale));
+    const auto* kzero = reinterpret_cast<const uint4*>(base + kz_param);
     uint2 w01[2], w23[2];  // key code words 2i, 2i + 1 and 2i + 8, 2i + 9 at tk0, tk1
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
@@ -338,7 +429,8 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     float c[2][4] = {};
 #pragma unroll
     for (int jj = 0; jj < 2; ++jj) {
-      const uint4 ks[2] = {kscale[jj], kscale[8 + jj]}, kz[2] = {kzero[jj], kzero[8 + jj]};
+      const uint4 ks[2] = {kscale[jj], kscale[8 + (jj ^ 1)]};
+      const uint4 kz[2] = {kzero[jj], kzero[8 + (jj ^ 1)]};
       // The keys at tk0, tk1 (nt): kb[nt][e] pair 4 jj + e, kb[nt][4 + e] its partner 8 + 4 jj + e.
       uint32_t kb[2][8];
 #pragma unroll
@@ -403,8 +495,8 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     float vz[2][kG];    // the value zeros
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      load_halves<kG>(base + v_param + 2 * kG * 8 * nt, vs[nt]);
-      load_halves<kG>(base + v_param + (Blk::v_zero - Blk::v_scale) + 2 * kG * 8 * nt, vz[nt]);
+      load_halves<kG>(base + (nt == 0 ? v_scale0 : v_scale1), vs[nt]);
+      load_halves<kG>(base + (nt == 0 ? v_zero0 : v_zero1), vz[nt]);
     }
     // The probabilities as fp16 pairs: [r][2i, 2i + 1] and [r + 8][2i, 2i + 1].
     const __half2 p01 = __floats2half2_rn(s[0], s[1]), p23 = __floats2half2_rn(s[2], s[3]);
@@ -441,39 +533,92 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
                                hi2 & 0x00f000f0u};
       mma_m16n8k16<false>(st.acc[2 * g32 + 1], av1, b0, b1);
     }
-    rd = rd == (kInt4Stages - 1) * kBlockBytes ? 0 : rd + kBlockBytes;
+    if (rd == (kInt4Stages - 1) * Smem::stage) {
+      rd = 0;
+      bar = full;
+      parity ^= 1;
+    } else {
+      rd += Smem::stage;
+      bar += 8;
+    }
   }
-  cp_async_wait<0>();
-  __syncthreads();  // the stages' memory becomes the epilogue's
+  if constexpr (!kBulk) cp_async_wait<0>();  // (empty groups)
+  __syncthreads();  // the stages' memory becomes the epilogue's (every copy issued has landed)
 #pragma unroll
   for (int mt = 0; mt < 8; ++mt) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) st.acc[mt][j] *= j < 2 ? 16777216.0f : 1048576.0f;  // exact
   }
   write_partial<kWarps, ChannelMap::kInt4>(
-      st, reinterpret_cast<float*>(dsmem),
+      st, reinterpret_cast<float*>(smem),
       d.partials + (static_cast<int64_t>(item) * a.num_kv_heads + g) * group * kDecodePartialFloats,
       group, kD / kG);
-  if constexpr (kFusedMerge) merge_if_last<kThreads>(a, d, it.merge, g, dsmem);
+  if constexpr (kFusedMerge) merge_if_last<kThreads>(a, d, it.merge, g, smem);
 }
 
 // The kernel for kWarps, kG and the merge with its attributes set (once): its shared memory
 // bytes.
-template <int kWarps, int kG, bool kFusedMerge = false>
+template <int kWarps, int kG, bool kFusedMerge, bool kBulk>
 int configured_int4_kernel() {
   constexpr int kSmem = int4_smem_bytes<kWarps, kG>();
   static const bool attribute_set = [] {
-    S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_int4_kernel<kWarps, kG, kFusedMerge>,
+    S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_int4_kernel<kWarps, kG, kFusedMerge, kBulk>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     // All the multiprocessor's on-chip memory as shared memory: int4_min_blocks() thread blocks
     // of ~47 KB each must fit (the driver's own choice left room for two).
-    S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_int4_kernel<kWarps, kG, kFusedMerge>,
+    S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_int4_kernel<kWarps, kG, kFusedMerge, kBulk>,
                                          cudaFuncAttributePreferredSharedMemoryCarveout,
                                          cudaSharedmemCarveoutMaxShared));
     return true;
   }();
   (void)attribute_set;
   return kSmem;
+}
+
+// The copy engine's map of a layer's pool, [num_pool_blocks][num_kv_heads][2][rows / 2][64
+// bytes] (a box dimension holds at most 256 rows: a block is copied as one box of both halves),
+// made once per pool and shape (the driver's encoder takes microseconds; a launch only copies the
+// 128 bytes into its parameters).
+CUtensorMap int4_pool_map(const PagedAttentionArgs& a, int rows) {
+  struct Entry {
+    const void* pool;
+    int64_t blocks;
+    int kv_heads, rows;
+    CUtensorMap map;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> made;
+  S4KV_CHECK(a.num_pool_blocks > 0 && a.num_pool_blocks < (int64_t{1} << 31),
+             "decode attention: ", a.num_pool_blocks, " int4_kivi pool blocks");
+  const std::lock_guard<std::mutex> lock(mu);
+  for (const Entry& e : made) {
+    if (e.pool == a.pool && e.blocks == a.num_pool_blocks && e.kv_heads == a.num_kv_heads &&
+        e.rows == rows) {
+      return e.map;
+    }
+  }
+  if (made.size() >= 1024) made.clear();  // pools come and go (tests): keep the cache bounded
+  const uint64_t block_bytes = 64 * static_cast<uint64_t>(rows);
+  const uint64_t dims[5] = {64, static_cast<uint64_t>(rows / 2), 2,
+                            static_cast<uint64_t>(a.num_kv_heads),
+                            static_cast<uint64_t>(a.num_pool_blocks)};
+  const uint64_t strides[4] = {64, block_bytes / 2, block_bytes,
+                               block_bytes * static_cast<uint64_t>(a.num_kv_heads)};
+  const uint32_t box[5] = {64, static_cast<uint32_t>(rows / 2), 2, 1, 1};
+  Entry e{a.pool, a.num_pool_blocks, a.num_kv_heads, rows, {}};
+  encode_byte_tensor_map(&e.map, a.pool, 5, dims, strides, box);
+  made.push_back(e);
+  return e.map;
+}
+
+// Thread blocks of the kernel a multiprocessor holds.
+template <int kWarps, int kG, bool kBulk>
+int int4_occupancy() {
+  const int smem = configured_int4_kernel<kWarps, kG, false, kBulk>();
+  int r = 0;
+  S4KV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &r, decode_int4_kernel<kWarps, kG, false, kBulk>, kWarps * 32, smem));
+  return r;
 }
 
 // f.template operator()<kWarps, kG>() for a block size and a count of value groups.
@@ -523,14 +668,20 @@ void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cuda
                "decode attention: int4_kivi block of ", L.block_bytes, " bytes, head_dim ",
                L.head_dim, ", not the kernel's layout");
     S4KV_CHECK(d.num_int4_items <= 65535, "decode attention: ", d.num_int4_items, " int4 items");
+    // (cp.async takes no map: a zero one is passed)
+    const CUtensorMap map =
+        bulk_copy_enabled() ? int4_pool_map(a, int4_block_rows<kWarps * 16, kG>()) : CUtensorMap{};
     const dim3 grid(static_cast<unsigned>(a.num_kv_heads), static_cast<unsigned>(d.num_int4_items));
-    if (d.merge_counts != nullptr) {
-      const int smem = configured_int4_kernel<kWarps, kG, true>();
-      launch_dependent(decode_int4_kernel<kWarps, kG, true>, grid, kWarps * 32, smem, stream, a, d);
+    auto run = [&]<bool kFusedMerge, bool kBulk>() {
+      const int smem = configured_int4_kernel<kWarps, kG, kFusedMerge, kBulk>();
+      launch_dependent(decode_int4_kernel<kWarps, kG, kFusedMerge, kBulk>, grid, kWarps * 32, smem,
+                       stream, a, d, map);
+    };
+    const bool fused = d.merge_counts != nullptr;
+    if (bulk_copy_enabled()) {
+      fused ? run.template operator()<true, true>() : run.template operator()<false, true>();
     } else {
-      const int smem = configured_int4_kernel<kWarps, kG>();
-      launch_dependent(decode_int4_kernel<kWarps, kG, false>, grid, kWarps * 32, smem, stream, a,
-                       d);
+      fused ? run.template operator()<true, false>() : run.template operator()<false, false>();
     }
   });
 }
@@ -538,13 +689,8 @@ void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cuda
 int int4_blocks_per_sm(int block_size, int value_groups) {
   int blocks = 0;
   with_int4_kernel(block_size, value_groups, [&]<int kWarps, int kG>() {
-    static const int n = [] {
-      const int smem = configured_int4_kernel<kWarps, kG>();
-      int r = 0;
-      S4KV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &r, decode_int4_kernel<kWarps, kG, false>, kWarps * 32, smem));
-      return r;
-    }();
+    static const int n = bulk_copy_enabled() ? int4_occupancy<kWarps, kG, true>()
+                                             : int4_occupancy<kWarps, kG, false>();
     blocks = n;
   });
   return blocks;

@@ -2,6 +2,9 @@
 #include <string_view>
 #include <utility>
 
+#include <cudaTypedefs.h>
+
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/launch.cuh"
@@ -92,6 +95,44 @@ void DeviceBuffer::copy_from_host(const void* src, size_t bytes) {
 void DeviceBuffer::copy_to_host(void* dst, size_t bytes) const {
   S4KV_CHECK(bytes <= bytes_, "copy_to_host: ", bytes, " > ", bytes_);
   S4KV_CUDA_CHECK(cudaMemcpy(dst, data_, bytes, cudaMemcpyDeviceToHost));
+}
+
+bool bulk_copy_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("S4KV_INT4_COPY");
+    cudaDeviceProp prop{};
+    return (env == nullptr || std::string_view(env) != "async") && device0_properties(prop) &&
+           prop.major >= 9;
+  }();
+  return on;
+}
+
+void encode_byte_tensor_map(CUtensorMap* map, const void* base, int rank, const uint64_t* dims,
+                            const uint64_t* strides, const uint32_t* box) {
+  // The driver's encoder through the runtime (no link against the driver library).
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    S4KV_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                     cudaEnableDefault, &found));
+    S4KV_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr,
+               "the driver has no cuTensorMapEncodeTiled (a bulk tensor copy needs CUDA 12+)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  S4KV_CHECK(rank >= 1 && rank <= 5, "tensor map of rank ", rank);
+  cuuint64_t d[5], st[4];
+  cuuint32_t b[5], one[5];
+  for (int i = 0; i < rank; ++i) {
+    d[i] = dims[i];
+    b[i] = box[i];
+    one[i] = 1;
+    if (i + 1 < rank) st[i] = strides[i];
+  }
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<cuuint32_t>(rank),
+                            const_cast<void*>(base), d, st, b, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  S4KV_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (", static_cast<int>(r), ")");
 }
 
 }  // namespace s4kv::backend::cuda

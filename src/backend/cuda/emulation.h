@@ -6,11 +6,13 @@
 // 32 threads and compute the PTX ISA's fragment layouts from every lane's registers;
 // __syncthreads is a barrier of the block's threads (a fiber waiting at one lets the others
 // run; one that no fiber can reach aborts as a deadlock); cp.async copies when its group is
-// waited for. fp16 arithmetic is the host's (cuda_fp16.h's host paths, single-rounded), mma.sync
-// accumulates in fp32 in k order and ex2.approx is exp2f: close to the GPU, not bit-exact, so
-// tests of emulated kernels hold them to a tolerance (or to bytes where the kernel's contract is
-// bit-exact arithmetic, as the int4_kivi quantizer's). Not for production builds: nvcc never
-// sees this file (the headers that include it do so only when S4KV_CUDA_EMULATION is defined and
+// waited for; a bulk tensor copy (bulk_copy.cuh) when a thread waits on its mbarrier, which
+// completes a phase when its arrivals and announced bytes are in. fp16 arithmetic is the host's
+// (cuda_fp16.h's host paths, single-rounded), mma.sync accumulates in fp32 in k order and
+// ex2.approx is exp2f: close to the GPU, not bit-exact, so tests of emulated kernels hold them to a
+// tolerance (or to bytes where the kernel's contract is bit-exact arithmetic, as the int4_kivi
+// quantizer's). Not for production builds: nvcc never sees this file (the headers that include it
+// do so only when S4KV_CUDA_EMULATION is defined and
 // __CUDACC__ is not: the emulation test targets include it first in every file, -include).
 #pragma once
 
@@ -18,6 +20,7 @@
 #error "emulation.h is for host builds with S4KV_CUDA_EMULATION"
 #endif
 
+#include <cuda.h>  // CUtensorMap
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -30,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -55,6 +59,27 @@ struct Warp {
   std::array<std::array<std::array<uint32_t, 8>, 32>, 2> slot{};  // two sets, used in turn
 };
 
+// A bulk tensor copy not yet landed, and an mbarrier (bulk_copy.cuh): the phase completes when
+// `pending` arrivals and `tx` announced bytes have come in.
+struct BulkCopy {
+  unsigned char* dst;  // the box in shared memory, at shared address dst_address
+  uint32_t dst_address;
+  std::vector<std::pair<const unsigned char*, size_t>> rows;  // the box's rows, in order
+};
+struct MBarrier {
+  int expected = 0, pending = 0;
+  int64_t tx = 0;
+  uint64_t phase = 0;
+  std::vector<BulkCopy> copies;
+};
+// A tensor map as emulated_device.cc's encode_byte_tensor_map writes it into a CUtensorMap.
+struct TensorMap {
+  const unsigned char* base;
+  int rank;
+  uint64_t dims[5], strides[4];
+  uint32_t box[5];
+};
+
 struct Block {
   Block(int threads, size_t smem_bytes) : bar(threads), warps((threads + 31) / 32) {
     smem.resize(smem_bytes + 16);
@@ -62,6 +87,7 @@ struct Block {
   FiberBarrier bar;
   std::vector<Warp> warps;
   std::vector<unsigned char> smem;
+  std::map<uint32_t, MBarrier> mbarriers;  // by shared address
   unsigned char* dynamic() {
     auto p = reinterpret_cast<uintptr_t>(smem.data());
     return reinterpret_cast<unsigned char*>((p + 15) & ~uintptr_t{15});
@@ -295,6 +321,10 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
 #undef __launch_bounds__
 #endif
 #define __launch_bounds__(...)
+#ifdef __grid_constant__
+#undef __grid_constant__
+#endif
+#define __grid_constant__
 // Function-scope __shared__ arrays: one per process, which is one per block while blocks run
 // one at a time.
 #ifdef __shared__
@@ -501,5 +531,99 @@ void cp_async_wait() {
 }
 
 inline float fast_exp2(float x) { return std::exp2(x); }
+
+// bulk_copy.cuh's mbarriers and bulk tensor copy.
+namespace emu_detail {
+inline emu::MBarrier& mbarrier(uint32_t bar) {
+  auto& all = emu::self->block->mbarriers;
+  const auto it = all.find(bar);
+  S4KV_CHECK(it != all.end(), "emulation: mbarrier at ", bar, " not initialized");
+  return it->second;
+}
+inline void mbarrier_complete(emu::MBarrier& m) {
+  S4KV_CHECK(m.pending >= 0 && m.tx >= 0, "emulation: mbarrier over-arrived");
+  if (m.pending == 0 && m.tx == 0) {
+    ++m.phase;
+    m.pending = m.expected;
+    ++emu::sched->progress;
+  }
+}
+// The copies issued on `m` land (64-byte swizzle, bulk_copy_swizzle64) and their bytes count.
+inline void mbarrier_land(emu::MBarrier& m) {
+  for (const emu::BulkCopy& c : m.copies) {
+    size_t at = 0;
+    for (const auto& [src, bytes] : c.rows) {
+      for (size_t k = 0; k < bytes; ++k, ++at) {
+        // The 64-byte swizzle: bits 4..5 of the shared address ^= bits 7..8.
+        const uint32_t a = c.dst_address + static_cast<uint32_t>(at);
+        c.dst[(a ^ (((a >> 7) & 3u) << 4)) - c.dst_address] = src[k];
+      }
+    }
+    m.tx -= static_cast<int64_t>(at);
+  }
+  m.copies.clear();
+  mbarrier_complete(m);
+}
+}  // namespace emu_detail
+
+inline void mbarrier_init(uint32_t bar, uint32_t count) {
+  emu::MBarrier& m = emu::self->block->mbarriers[bar];
+  m = emu::MBarrier{};
+  m.expected = m.pending = static_cast<int>(count);
+}
+inline void mbarrier_init_fence() {}
+inline void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  emu::MBarrier& m = emu_detail::mbarrier(bar);
+  m.tx += bytes;
+  --m.pending;
+  emu_detail::mbarrier_complete(m);
+}
+inline void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  const size_t fibers = emu::sched->threads.size();
+  uint64_t seen = emu::sched->progress;
+  size_t idle = 0;
+  for (;;) {
+    emu::MBarrier& m = emu_detail::mbarrier(bar);
+    emu_detail::mbarrier_land(m);
+    if ((m.phase & 1) != parity) return;
+    emu::yield();
+    if (emu::sched->progress != seen) {
+      seen = emu::sched->progress;
+      idle = 0;
+    } else {
+      S4KV_CHECK(++idle <= fibers + 1, "emulation: an mbarrier phase that never completes");
+    }
+  }
+}
+inline void bulk_copy_5d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                         int c4, uint32_t bar) {
+  emu::TensorMap t;
+  std::memcpy(&t, map, sizeof t);
+  S4KV_CHECK(t.rank == 5, "emulation: bulk_copy_5d with a map of rank ", t.rank);
+  S4KV_CHECK(dst % 512 == 0, "emulation: bulk copy into shared address ", dst,
+             ", not 512-byte aligned (the 64-byte swizzle)");
+  const int c[5] = {c0, c1, c2, c3, c4};
+  for (int d = 0; d < 5; ++d) {
+    S4KV_CHECK(c[d] >= 0 && static_cast<uint64_t>(c[d]) + t.box[d] <= t.dims[d],
+               "emulation: bulk copy box past the tensor in dimension ", d);
+  }
+  S4KV_CHECK(c0 == 0 && t.box[0] == t.dims[0], "emulation: partial rows");
+  emu::BulkCopy copy{emu::shared_at(dst), dst, {}};
+  size_t bytes = 0;
+  for (uint32_t i4 = 0; i4 < t.box[4]; ++i4) {
+    for (uint32_t i3 = 0; i3 < t.box[3]; ++i3) {
+      for (uint32_t i2 = 0; i2 < t.box[2]; ++i2) {
+        for (uint32_t i1 = 0; i1 < t.box[1]; ++i1) {
+          const uint64_t off = (c1 + i1) * t.strides[0] + (c2 + i2) * t.strides[1] +
+                               (c3 + i3) * t.strides[2] + (c4 + i4) * t.strides[3];
+          copy.rows.emplace_back(t.base + off, t.box[0]);
+          bytes += t.box[0];
+        }
+      }
+    }
+  }
+  (void)emu::shared_at(static_cast<uint32_t>(dst + bytes - 1));  // within the block's memory
+  emu_detail::mbarrier(bar).copies.push_back(std::move(copy));
+}
 
 }  // namespace s4kv::backend::cuda
