@@ -6,8 +6,9 @@
 // 32 threads and compute the PTX ISA's fragment layouts from every lane's registers;
 // __syncthreads is a barrier of the block's threads (a fiber waiting at one lets the others
 // run; one that no fiber can reach aborts as a deadlock); cp.async copies when its group is
-// waited for; a bulk tensor copy (bulk_copy.cuh) when a thread waits on its mbarrier, which
-// completes a phase when its arrivals and announced bytes are in. fp16 arithmetic is the host's
+// waited for; a bulk tensor copy (bulk_copy.cuh) when a thread waits on its mbarrier (at once
+// under S4KV_EMULATION_GREEDY, below), which completes a phase when its arrivals and announced
+// bytes are in. fp16 arithmetic is the host's
 // (cuda_fp16.h's host paths, single-rounded), mma.sync accumulates in fp32 in k order and
 // ex2.approx is exp2f: close to the GPU, not bit-exact, so tests of emulated kernels hold them to a
 // tolerance (or to bytes where the kernel's contract is bit-exact arithmetic, as the int4_kivi
@@ -171,6 +172,8 @@ struct Scheduler {
   std::vector<void*> sp;  // each fiber's saved stack pointer
   std::vector<std::unique_ptr<char[]>> stacks;
   std::vector<char> done;
+  // S4KV_EMULATION_GREEDY: what each waiting fiber waits for (true: it can go on).
+  std::vector<std::function<bool()>> can_go;
   int cur = 0;
   void* launcher_sp = nullptr;
   uint64_t progress = 0;  // arrivals and returns: what a deadlock lacks
@@ -190,9 +193,33 @@ inline bool reverse_order() {
   return reverse;
 }
 
+// S4KV_EMULATION_GREEDY=1 runs each warp as far as it can before another: the next fiber is
+// one that can go on, of the current warp first, so that a warp reaches block k + 1 while another
+// is still in block k wherever no barrier holds it (a missing one between warps fails).
+inline bool greedy_order() {
+  static const bool greedy = [] {
+    const char* v = std::getenv("S4KV_EMULATION_GREEDY");
+    return v != nullptr && v[0] == '1';
+  }();
+  return greedy;
+}
+
 inline int next_fiber() {
   const int n = static_cast<int>(sched->threads.size()), step = reverse_order() ? n - 1 : 1;
   int k = sched->cur;
+  if (greedy_order()) {
+    auto can_go = [&](int f) {
+      const auto& c = sched->can_go[static_cast<size_t>(f)];
+      return f != sched->cur && !sched->done[static_cast<size_t>(f)] && (!c || c());
+    };
+    const int w0 = sched->cur / 32 * 32, width = std::min(n, w0 + 32) - w0;
+    for (int d = 1; d < width; ++d) {  // this warp first
+      if (can_go(w0 + (sched->cur - w0 + d) % width)) return w0 + (sched->cur - w0 + d) % width;
+    }
+    for (int d = 1; d < n; ++d) {
+      if (can_go((sched->cur + d) % n)) return (sched->cur + d) % n;
+    }
+  }
   do {
     k = (k + step) % n;
   } while (sched->done[static_cast<size_t>(k)] && k != sched->cur);
@@ -225,7 +252,10 @@ inline void FiberBarrier::arrive_and_wait() {
   uint64_t seen = sched->progress;
   size_t idle = 0;
   while (phase == mine) {
+    if (greedy_order())
+      sched->can_go[static_cast<size_t>(sched->cur)] = [this, mine] { return phase != mine; };
     yield();
+    if (greedy_order()) sched->can_go[static_cast<size_t>(sched->cur)] = nullptr;
     if (sched->progress != seen) {
       seen = sched->progress;
       idle = 0;
@@ -270,6 +300,7 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
   s.threads.resize(static_cast<size_t>(threads));
   s.sp.resize(static_cast<size_t>(threads));
   s.done.resize(static_cast<size_t>(threads));
+  s.can_go.resize(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) {
     // Not zeroed: a launch touches only the pages its fibers' frames use.
     s.stacks.push_back(std::make_unique_for_overwrite<char[]>(Scheduler::kStackBytes));
@@ -293,6 +324,7 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
       me.lane = t % 32;
       me.block = &b;
       s.done[static_cast<size_t>(t)] = 0;
+      s.can_go[static_cast<size_t>(t)] = nullptr;
       // A fresh stack that "returns" into fiber_main: six zero registers, then its address; the
       // slot above stands for fiber_main's own return address (16-byte alignment as at a call).
       char* top = s.stacks[static_cast<size_t>(t)].get() + Scheduler::kStackBytes;
@@ -586,7 +618,14 @@ inline void mbarrier_wait(uint32_t bar, uint32_t parity) {
     emu::MBarrier& m = emu_detail::mbarrier(bar);
     emu_detail::mbarrier_land(m);
     if ((m.phase & 1) != parity) return;
+    if (emu::greedy_order()) {
+      emu::sched->can_go[static_cast<size_t>(emu::sched->cur)] = [bar, parity] {
+        const emu::MBarrier& b = emu_detail::mbarrier(bar);
+        return !b.copies.empty() || (b.phase & 1) != parity;
+      };
+    }
     emu::yield();
+    if (emu::greedy_order()) emu::sched->can_go[static_cast<size_t>(emu::sched->cur)] = nullptr;
     if (emu::sched->progress != seen) {
       seen = emu::sched->progress;
       idle = 0;
@@ -623,7 +662,12 @@ inline void bulk_copy_5d(uint32_t dst, const CUtensorMap* map, int c0, int c1, i
     }
   }
   (void)emu::shared_at(static_cast<uint32_t>(dst + bytes - 1));  // within the block's memory
-  emu_detail::mbarrier(bar).copies.push_back(std::move(copy));
+  emu::MBarrier& m = emu_detail::mbarrier(bar);
+  m.copies.push_back(std::move(copy));
+  // Under S4KV_EMULATION_GREEDY the copy lands now, over whatever a slower warp may still read
+  // there (a stage reused before every thread is done with it fails); otherwise when a thread
+  // waits for it (a read before the wait fails).
+  if (emu::greedy_order()) emu_detail::mbarrier_land(m);
 }
 
 }  // namespace s4kv::backend::cuda
