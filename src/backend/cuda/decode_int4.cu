@@ -145,18 +145,18 @@ __host__ __device__ constexpr int int4_smem_bytes() {
 
 // kWarps = B / 16: warp w takes positions 16 w .. 16 w + 15 of every block of the item; kG value
 // groups per token (128 / Gv). The item's blocks stream through shared memory, kInt4Stages deep,
-// so that the copies of the next blocks overlap this one's arithmetic: thread 0 has the copy
-// engine bring each whole pool block (`pool_map`: [block][KV head][row][64 bytes], launch_decode_
-// int4) into its stage, where it lands as 64-byte rows whose 16-byte chunks are swizzled by the
-// row (chunk c of row y at c ^ (y / 2) % 4: bulk_copy.cuh), so that the lanes' reads below fall
-// in distinct banks; every thread waits for it on the stage's mbarrier. The MMA rows of a warp's
-// 16 positions are permuted (row r < 8 is position kRowPosition(r), r + 8 that + 8) to keep the
-// key reads conflict-free under that swizzle. The query turned back by each block's start is
-// computed once per thread block: warp w turns the channel pairs 8 w / kWarps .. (and their RoPE
-// partners) for the next block while this one is read, into shared memory that every warp reads
-// after the block's barrier.
+// so that the copies of the next blocks overlap this one's arithmetic: on sm_90 one lane has the
+// copy engine bring each whole pool block (`pool_map`, int4_pool_map) into its stage, where it
+// lands as 64-byte rows whose 16-byte chunks are swizzled by the row (chunk c of row y at
+// c ^ (y / 2) % 4: bulk_copy.cuh), so that the lanes' reads below fall in distinct banks; every
+// thread waits for it on the stage's mbarrier (below sm_90 every thread copies its share with
+// cp.async into the same layout). The MMA rows of a warp's 16 positions are permuted (row r < 8 is
+// position row_position(r), r + 8 that + 8) to keep the key reads conflict-free under that swizzle.
+// The query turned back by each block's start is computed once per thread block: warp w turns the
+// channel pairs 8 w / kWarps .. (and their RoPE partners) for the next block while this one is
+// read, into shared memory that every warp reads after the block's barrier.
 constexpr int kNoStep = 1 << 30;
-__host__ __device__ constexpr int kRowPosition(int r) {
+__host__ __device__ constexpr int row_position(int r) {
   return (r & 1) | ((r & 2) << 1) | ((r & 4) >> 1);
 }
 // Where the 64-byte swizzle puts the kG value parameters of position t + 8 against those of t,
@@ -166,7 +166,7 @@ __host__ __device__ constexpr int int4_value_step(int part) {
   int step = kNoStep;
   for (int w = 0; w < kWarps; ++w) {
     for (int r = 0; r < 8; ++r) {
-      const int t = 16 * w + kRowPosition(r);
+      const int t = 16 * w + row_position(r);
       const int at = bulk_copy_swizzle64(part + 2 * kG * t);
       const int s = bulk_copy_swizzle64(part + 2 * kG * (t + 8)) - at;
       if (step != kNoStep && s != step) return kNoStep;
@@ -213,10 +213,10 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   constexpr int kThreads = kWarps * 32;
 
   // Stage k % kInt4Stages <- block it.begin + k (`stage`: the stage's byte offset). kBulk (sm_90):
-  // by thread 0, one copy of the whole block whose bytes the stage's mbarrier expects. Otherwise
-  // by every thread, 16-byte cp.async: thread x the chunks x + j kThreads (one source address a
-  // block, the rest immediate offsets) to their swizzled places (computed once), a group a block.
-  // The next block's entry of the block table is read one block ahead.
+  // by one lane (below), one copy of the whole block whose bytes the stage's mbarrier expects.
+  // Otherwise by every thread, 16-byte cp.async: thread x the chunks x + j kThreads (one source
+  // address a block, the rest immediate offsets) to their swizzled places (computed once), a group
+  // a block. The next block's entry of the block table is read one block ahead.
   constexpr int kChunks = kBlockBytes / 16;
   constexpr int kChunksPerThread = kBulk ? 1 : (kChunks + kThreads - 1) / kThreads;
   uint32_t chunk_to[kChunksPerThread];
@@ -339,7 +339,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   WarpSoftmax<kG> st;
   // This lane's key positions in the block (the rows r and r + 8 of its score C fragment); its
   // value positions (the k of its PV fragments) are those of rows 2i, 2i + 1, 2i + 8, 2i + 9.
-  const int tk0 = 16 * warp + kRowPosition(r), tk1 = tk0 + 8;
+  const int tk0 = 16 * warp + row_position(r), tk1 = tk0 + 8;
   // The value codes by two ldmatrix .x4 .trans a block: matrix j of load c holds 16-byte chunk
   // (32 channels) g = 2c + j / 2 of the positions of rows 8 (j % 2) + 0..7, each row at its
   // swizzled place (the value codes start at a row that is a multiple of 8: the same swizzle);
@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   uint32_t v_lane[2];
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
-    const int j = lane / 8, t = 16 * warp + 8 * (j % 2) + kRowPosition(lane % 8), g = 2 * c + j / 2;
+    const int j = lane / 8, t = 16 * warp + 8 * (j % 2) + row_position(lane % 8), g = 2 * c + j / 2;
     v_lane[c] = static_cast<uint32_t>(held(Blk::v_codes + bulk_copy_swizzle64(64 * t + 16 * g)));
   }
   // R(t) for the lane's key positions and frequency pairs 8i + m (half2 cos, sin), kept in
