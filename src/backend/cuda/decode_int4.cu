@@ -621,6 +621,19 @@ int int4_occupancy() {
   return r;
 }
 
+// The bulk copies where the device has the engine (bulk_copy_enabled) and the kernels run as
+// sm_90 code: a build without sm_90 machine code runs on an sm_90 card from older PTX, where the
+// bulk kernels trap (read once).
+bool int4_bulk() {
+  static const bool on = [] {
+    if (!bulk_copy_enabled()) return false;
+    cudaFuncAttributes attr{};
+    S4KV_CUDA_CHECK(cudaFuncGetAttributes(&attr, decode_int4_kernel<4, 1, false, true>));
+    return attr.ptxVersion >= 90;
+  }();
+  return on;
+}
+
 // f.template operator()<kWarps, kG>() for a block size and a count of value groups.
 template <typename F>
 void with_int4_kernel(int block_size, int value_groups, F&& f) {
@@ -670,7 +683,7 @@ void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cuda
     S4KV_CHECK(d.num_int4_items <= 65535, "decode attention: ", d.num_int4_items, " int4 items");
     // (cp.async takes no map: a zero one is passed)
     const CUtensorMap map =
-        bulk_copy_enabled() ? int4_pool_map(a, int4_block_rows<kWarps * 16, kG>()) : CUtensorMap{};
+        int4_bulk() ? int4_pool_map(a, int4_block_rows<kWarps * 16, kG>()) : CUtensorMap{};
     const dim3 grid(static_cast<unsigned>(a.num_kv_heads), static_cast<unsigned>(d.num_int4_items));
     auto run = [&]<bool kFusedMerge, bool kBulk>() {
       const int smem = configured_int4_kernel<kWarps, kG, kFusedMerge, kBulk>();
@@ -678,7 +691,7 @@ void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cuda
                        stream, a, d, map);
     };
     const bool fused = d.merge_counts != nullptr;
-    if (bulk_copy_enabled()) {
+    if (int4_bulk()) {
       fused ? run.template operator()<true, true>() : run.template operator()<false, true>();
     } else {
       fused ? run.template operator()<true, false>() : run.template operator()<false, false>();
@@ -689,8 +702,8 @@ void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cuda
 int int4_blocks_per_sm(int block_size, int value_groups) {
   int blocks = 0;
   with_int4_kernel(block_size, value_groups, [&]<int kWarps, int kG>() {
-    static const int n = bulk_copy_enabled() ? int4_occupancy<kWarps, kG, true>()
-                                             : int4_occupancy<kWarps, kG, false>();
+    static const int n =
+        int4_bulk() ? int4_occupancy<kWarps, kG, true>() : int4_occupancy<kWarps, kG, false>();
     blocks = n;
   });
   return blocks;

@@ -470,8 +470,16 @@ cudaError_t occupancy(int* count, T...) {
   *count = 3;
   return cudaSuccess;
 }
+// A kernel's attributes: compiled for sm_90 (the emulated device has its bulk copy engine).
+template <typename F>
+cudaError_t func_attributes(cudaFuncAttributes* attr, F) {
+  *attr = cudaFuncAttributes{};
+  attr->ptxVersion = attr->binaryVersion = 90;
+  return cudaSuccess;
+}
 }  // namespace s4kv::emu
 #define cudaFuncSetAttribute(...) ::s4kv::emu::ok(__VA_ARGS__)
+#define cudaFuncGetAttributes(...) ::s4kv::emu::func_attributes(__VA_ARGS__)
 #define cudaGetLastError() cudaSuccess
 #define cudaGetErrorName(e) "emulated"
 #define cudaGetErrorString(e) "emulated"
