@@ -122,7 +122,8 @@ def main():
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
-    print(f"copy bandwidth {res['copy_gbps']:.0f} GB/s ({res['gpu']})")
+    print(f"copy bandwidth {res['copy_gbps']:.0f} GB/s ({res['gpu']})"
+          + (f"; int4_kivi pool blocks by {res['int4_copy']}" if "int4_copy" in res else ""))
     for r in res["rows"]:
         if r.get("check_rel_l2", -1) >= 0:
             print(f"check {r['format']} {r['heads']}/{r['kv_heads']}: decode kernels vs the "

@@ -112,8 +112,9 @@ int run(int argc, char** argv) {
 
   std::printf(
       "{\n  \"gpu\": \"%s\",\n  \"copy_gbps\": %.1f,\n  \"block_size\": %d,\n"
-      "  \"int4_value_group_size\": %d,\n  \"rows\": [\n",
-      device_description().c_str(), copy_gbps, B, Gv);
+      "  \"int4_value_group_size\": %d,\n  \"int4_copy\": \"%s\",\n  \"rows\": [\n",
+      device_description().c_str(), copy_gbps, B, Gv,
+      decode_int4_bulk_copies() ? "bulk tensor copy" : "cp.async");
   bool first_row = true;
   std::mt19937 rng(7);
   for (const Shape& sh : shapes) {

@@ -58,6 +58,9 @@ struct DecodeShape {
 
 // blocks_per_sm of a device and cache (the occupancy of the kernel that runs the split items).
 int decode_blocks_per_sm(kv::KvCacheDtype cache, int block_size, int64_t value_group_size);
+// Whether the int4_kivi decode kernel copies its pool blocks with the bulk tensor copy engine
+// (sm_90 machine code on an sm_90 device, S4KV_INT4_COPY unset) rather than cp.async.
+bool decode_int4_bulk_copies();
 
 // The host's plan of a step's attention rows.
 struct DecodePlan {

@@ -699,6 +699,8 @@ void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cuda
   });
 }
 
+bool int4_bulk_copies() { return int4_bulk(); }
+
 int int4_blocks_per_sm(int block_size, int value_groups) {
   int blocks = 0;
   with_int4_kernel(block_size, value_groups, [&]<int kWarps, int kG>() {
