@@ -21,8 +21,9 @@ namespace s4kv::backend::cuda {
 void encode_byte_tensor_map(CUtensorMap* map, const void* base, int rank, const uint64_t* dims,
                             const uint64_t* strides, const uint32_t* box);
 
-// Whether kernels copy with the engine: device 0 is sm_90 or later and S4KV_INT4_COPY is not
-// "async" (which keeps them on cp.async, for a measurement; read once).
+// Whether kernels may copy with the engine: device 0 is sm_90 or later and S4KV_INT4_COPY is not
+// "async" (which keeps them on cp.async, for a measurement; read once). A kernel also needs sm_90
+// machine code (decode_int4.cu checks its own).
 bool bulk_copy_enabled();
 
 // Where the 64-byte swizzle puts byte offset `offset` of a box (from its 512-byte-aligned start).
@@ -56,7 +57,7 @@ __device__ inline void mbarrier_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 // The box at coordinates c0..c4 of a rank-5 map into shared memory at `dst` (512-byte
-// aligned), completing `bytes` on `bar`.
+// aligned), its bytes completing on `bar` (announced there by mbarrier_arrive_expect_tx).
 __device__ inline void bulk_copy_5d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
                                     int c3, int c4, uint32_t bar) {
   asm volatile(
