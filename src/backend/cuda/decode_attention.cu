@@ -554,8 +554,6 @@ DecodeMerge decode_merge_mode() {
   return mode;
 }
 
-bool decode_int4_bulk_copies() { return decode_detail::int4_bulk_copies(); }
-
 int decode_blocks_per_sm(kv::KvCacheDtype cache, int block_size, int64_t value_group_size) {
   switch (cache) {
     case kv::KvCacheDtype::kInt4Kivi: {

@@ -422,7 +422,5 @@ __device__ inline void load_query(const PagedAttentionArgs& a, int token, int g,
 void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream);
 // Resident thread blocks a multiprocessor of the int4 kernel for a block size and value groups.
 int int4_blocks_per_sm(int block_size, int value_groups);
-// Whether it copies with the bulk tensor copy engine (decode_int4_bulk_copies).
-bool int4_bulk_copies();
 
 }  // namespace s4kv::backend::cuda::decode_detail

@@ -138,10 +138,6 @@ struct Int4Smem {
   // What a launch asks for: dynamic shared memory starts 16-byte aligned.
   static constexpr int launch_bytes = barriers + 8 * kInt4Stages + 512 - 16;
 };
-template <int kWarps, int kG>
-__host__ __device__ constexpr int int4_smem_bytes() {
-  return Int4Smem<kWarps, kG>::launch_bytes;
-}
 
 // kWarps = B / 16: warp w takes positions 16 w .. 16 w + 15 of every block of the item; kG value
 // groups per token (128 / Gv). The item's blocks stream through shared memory, kInt4Stages deep,
@@ -196,7 +192,6 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   const auto raw_shared = static_cast<uint32_t>(__cvta_generic_to_shared(dsmem));
   unsigned char* const smem = dsmem + ((512 - raw_shared % 512) % 512);
   const uint32_t stages_shared = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  unsigned char* stages = smem;
   const uint32_t full = stages_shared + Smem::barriers;  // stage s's mbarrier at full + 8 s
   allow_dependent_launch();
   grid_dependency_wait();
@@ -410,7 +405,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     }
     __syncthreads();  // for every warp: block k's turned query is stored, block k - 1 is read
     issue(k + 2, rd == 0 ? (kInt4Stages - 1) * Smem::stage : rd - Smem::stage);  // k - 1's stage
-    const unsigned char* base = stages + rd;
+    const unsigned char* base = smem + rd;
     // Scores of positions tk0 and tk1 (C fragment rows) for heads 2i, 2i + 1 (columns) from
     // their keys (A fragment) and the turned query (B fragment, qa), in two halves: jj takes
     // the lane's channel pairs 4 jj .. 4 jj + 3 (code word jj: w01) and their RoPE partners 8 +
@@ -560,7 +555,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
 // bytes.
 template <int kWarps, int kG, bool kFusedMerge, bool kBulk>
 int configured_int4_kernel() {
-  constexpr int kSmem = int4_smem_bytes<kWarps, kG>();
+  constexpr int kSmem = Int4Smem<kWarps, kG>::launch_bytes;
   static const bool attribute_set = [] {
     S4KV_CUDA_CHECK(cudaFuncSetAttribute(decode_int4_kernel<kWarps, kG, kFusedMerge, kBulk>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
@@ -699,8 +694,6 @@ void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cuda
   });
 }
 
-bool int4_bulk_copies() { return int4_bulk(); }
-
 int int4_blocks_per_sm(int block_size, int value_groups) {
   int blocks = 0;
   with_int4_kernel(block_size, value_groups, [&]<int kWarps, int kG>() {
@@ -712,3 +705,9 @@ int int4_blocks_per_sm(int block_size, int value_groups) {
 }
 
 }  // namespace s4kv::backend::cuda::decode_detail
+
+namespace s4kv::backend::cuda {
+
+bool decode_int4_bulk_copies() { return decode_detail::int4_bulk(); }
+
+}  // namespace s4kv::backend::cuda

@@ -240,6 +240,27 @@ inline void yield() {
   self = &sched->threads[static_cast<size_t>(from)];
 }
 
+// Lets the other fibers run until done() (which may act, as landing copies) holds; under
+// S4KV_EMULATION_GREEDY next_fiber asks can_go() (no side effects) whether this fiber could go on.
+// Aborts with `stuck` when every fiber waits and none makes progress.
+template <typename Done, typename CanGo>
+void wait_until(Done done, CanGo can_go, const char* stuck) {
+  const size_t fibers = sched->threads.size();
+  uint64_t seen = sched->progress;
+  size_t idle = 0;
+  while (!done()) {
+    if (greedy_order()) sched->can_go[static_cast<size_t>(sched->cur)] = can_go;
+    yield();
+    if (greedy_order()) sched->can_go[static_cast<size_t>(sched->cur)] = nullptr;
+    if (sched->progress != seen) {
+      seen = sched->progress;
+      idle = 0;
+    } else {
+      S4KV_CHECK(++idle <= fibers + 1, stuck);
+    }
+  }
+}
+
 inline void FiberBarrier::arrive_and_wait() {
   ++sched->progress;
   if (++arrived == expected) {
@@ -248,21 +269,8 @@ inline void FiberBarrier::arrive_and_wait() {
     return;
   }
   const uint64_t mine = phase;
-  const size_t fibers = sched->threads.size();
-  uint64_t seen = sched->progress;
-  size_t idle = 0;
-  while (phase == mine) {
-    if (greedy_order())
-      sched->can_go[static_cast<size_t>(sched->cur)] = [this, mine] { return phase != mine; };
-    yield();
-    if (greedy_order()) sched->can_go[static_cast<size_t>(sched->cur)] = nullptr;
-    if (sched->progress != seen) {
-      seen = sched->progress;
-      idle = 0;
-    } else {
-      S4KV_CHECK(++idle <= fibers + 1, "emulation: a barrier no fiber can reach (deadlock)");
-    }
-  }
+  auto opened = [this, mine] { return phase != mine; };
+  wait_until(opened, opened, "emulation: a barrier no fiber can reach (deadlock)");
 }
 
 inline void FiberBarrier::arrive_and_drop() {
@@ -619,28 +627,17 @@ inline void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   emu_detail::mbarrier_complete(m);
 }
 inline void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  const size_t fibers = emu::sched->threads.size();
-  uint64_t seen = emu::sched->progress;
-  size_t idle = 0;
-  for (;;) {
-    emu::MBarrier& m = emu_detail::mbarrier(bar);
-    emu_detail::mbarrier_land(m);
-    if ((m.phase & 1) != parity) return;
-    if (emu::greedy_order()) {
-      emu::sched->can_go[static_cast<size_t>(emu::sched->cur)] = [bar, parity] {
-        const emu::MBarrier& b = emu_detail::mbarrier(bar);
-        return !b.copies.empty() || (b.phase & 1) != parity;
-      };
-    }
-    emu::yield();
-    if (emu::greedy_order()) emu::sched->can_go[static_cast<size_t>(emu::sched->cur)] = nullptr;
-    if (emu::sched->progress != seen) {
-      seen = emu::sched->progress;
-      idle = 0;
-    } else {
-      S4KV_CHECK(++idle <= fibers + 1, "emulation: an mbarrier phase that never completes");
-    }
-  }
+  emu::wait_until(
+      [bar, parity] {  // the copies issued on it land when a thread waits
+        emu::MBarrier& m = emu_detail::mbarrier(bar);
+        emu_detail::mbarrier_land(m);
+        return (m.phase & 1) != parity;
+      },
+      [bar, parity] {
+        const emu::MBarrier& m = emu_detail::mbarrier(bar);
+        return !m.copies.empty() || (m.phase & 1) != parity;
+      },
+      "emulation: an mbarrier phase that never completes");
 }
 inline void bulk_copy_5d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
                          int c4, uint32_t bar) {
