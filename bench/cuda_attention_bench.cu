@@ -9,12 +9,15 @@
 //   cuda_attention_bench [--heads 28/4,32/8] [--batches 1,4,16,64,256]
 //       [--contexts 1024,8192,32768,131072] [--max-tokens 2097152] [--reps 20]
 //       [--formats 16bit,fp8,int4] [--reference] [--block-size 64] [--value-group-size 128]
-//       [--int4-v1] [--check-only] [--fused-merge]   > results.json
+//       [--int4-v1] [--check-only] [--fused-merge] [--timeline]   > results.json
 // --int4-v1: int4_kivi without sink block, window and Hadamard (v2 otherwise); --check-only:
 // the correctness check of every (format, shape), no timing (tools/device_attention.sh check);
 // --fused-merge: each shape also with the merge fused into the item kernels
 // (DecodeLaunch::merge_counts, S4KV_DECODE_MERGE=fused), checked and timed in the same run
-// ("us_fused", "pct_copy_fused", "check_fused_rel_l2").
+// ("us_fused", "pct_copy_fused", "check_fused_rel_l2"); --timeline (a build with
+// -DS4KV_DECODE_TIMELINE): each shape's launch also recorded block by block, from the host and
+// from a graph ("timeline", cuda_timeline.cuh); --timeline-csv DIR: the records too, a CSV file
+// a shape and way in DIR.
 //
 //   cuda_attention_bench --prefill [...]: prefill attention instead (cuda_prefill_bench.cu has
 //   its options): the tensor-core prefill kernels against the reference kernel.
@@ -41,6 +44,7 @@
 #include "backend/cuda/paged_attention.cuh"
 #include "backend/forward_batch_builder.h"
 #include "cuda_bench_util.cuh"
+#include "cuda_timeline.cuh"
 #include "kv/int4_kivi_layout.h"
 
 namespace s4kv::backend::cuda {
@@ -52,7 +56,8 @@ int run(int argc, char** argv) {
   std::vector<int> contexts = {1024, 8192, 32768, 131072};
   int64_t max_tokens = int64_t{1} << 21;
   int reps = 20;
-  bool reference = false, check_only = false, fused_merge = false;
+  bool reference = false, check_only = false, fused_merge = false, timeline = false;
+  std::string timeline_dir;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -72,6 +77,13 @@ int run(int argc, char** argv) {
       check_only = true;
     } else if (a == "--fused-merge") {
       fused_merge = true;
+    } else if (a == "--timeline" || a == "--timeline-csv") {
+      timeline = true;
+      if (a == "--timeline-csv") timeline_dir = next();
+      if (!kTimelineBuilt) {
+        std::fprintf(stderr, "--timeline: this build records none (nvcc -DS4KV_DECODE_TIMELINE)\n");
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -108,7 +120,7 @@ int run(int argc, char** argv) {
   // Pools: 12 GiB of 16-bit blocks (fp8 and int4 use their share of it).
   const int64_t pool_bytes = int64_t{12} << 30;
   DeviceBuffer pool(static_cast<size_t>(pool_bytes));
-  const DeviceRope rope(*std::max_element(contexts.begin(), contexts.end()) + B);
+  const DeviceRope rope(*std::max_element(contexts.begin(), contexts.end()) + B, B);
 
   std::printf(
       "{\n  \"gpu\": \"%s\",\n  \"copy_gbps\": %.1f,\n  \"block_size\": %d,\n"
@@ -231,6 +243,7 @@ int run(int argc, char** argv) {
             at.pool_ends = static_cast<const int32_t*>(d_pool_ends.data());
             at.rope_cos = static_cast<const float*>(rope.cos.data());
             at.rope_sin = static_cast<const float*>(rope.sin.data());
+            at.int4_rotations = static_cast<const uint32_t*>(rope.rotations.data());
             at.value_hadamard = !int4_v1;
           } else {
             at.k_cache = base;
@@ -330,6 +343,33 @@ int run(int argc, char** argv) {
             std::printf(
                 ", \"us_fused\": %.2f, \"pct_copy_fused\": %.1f, \"check_fused_rel_l2\": %.3g",
                 rf.us_median, 100.0 * gf / copy_gbps, check_fused);
+          }
+          if (timeline && !check_only) {
+            auto launch = [&](cudaStream_t s) { launch_decode_attention(at, dl, s, &fork); };
+            const std::string label = fmt + " " + std::to_string(sh.heads) + "/" +
+                                      std::to_string(sh.kv_heads) + " B " + std::to_string(batch) +
+                                      " ctx " + std::to_string(ctx);
+            const std::vector<TimelineRecord> e = record_timeline(launch, false);
+            const std::vector<TimelineRecord> g = record_timeline(launch, true);
+            if (!timeline_dir.empty()) {
+              const std::string stem = timeline_dir + "/" + fmt + "_" + std::to_string(sh.heads) +
+                                       "_" + std::to_string(sh.kv_heads) + "_b" +
+                                       std::to_string(batch) + "_c" + std::to_string(ctx);
+              write_timeline_csv(e, stem + "_eager.csv");
+              write_timeline_csv(g, stem + "_graph.csv");
+            }
+            const std::string eager = summarize_timeline(e, label);
+            const std::string graph = summarize_timeline(g, label + " graph");
+            std::string fused = "{}";
+            if (fused_merge) {
+              fused = summarize_timeline(
+                  record_timeline(
+                      [&](cudaStream_t s) { launch_decode_attention(at, dl_fused, s, &fork); },
+                      false),
+                  label + " fused");
+            }
+            std::printf(", \"timeline\": {\"eager\": %s, \"graph\": %s, \"fused\": %s}",
+                        eager.c_str(), graph.c_str(), fused.c_str());
           }
           std::printf("}");
           std::fflush(stdout);

@@ -17,6 +17,7 @@
 
 #include "backend/cpu/rope.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/device.h"
 #include "backend/rope_table.h"
 #include "kv/int4_kivi_layout.h"
@@ -196,13 +197,18 @@ struct CacheFlags {
 // least) on the device.
 struct DeviceRope {
   DeviceBuffer cos, sin;
-  explicit DeviceRope(int64_t positions) {
+  DeviceBuffer rotations;  // int4_rotation_image for the block size given
+  DeviceRope(int64_t positions, int block_size) {
     RopeTable rope(cpu::rope_inv_freq(kD, 1000000.0, model::RopeScaling{}));
-    rope.ensure(positions);
+    rope.ensure(std::max<int64_t>(positions, block_size));
     cos = DeviceBuffer(rope.cos_table().size_bytes());
     sin = DeviceBuffer(rope.sin_table().size_bytes());
     cos.copy_from_host(rope.cos_table().data(), rope.cos_table().size_bytes());
     sin.copy_from_host(rope.sin_table().data(), rope.sin_table().size_bytes());
+    const std::vector<uint32_t> image =
+        int4_rotation_image(rope.cos_table(), rope.sin_table(), block_size);
+    rotations = DeviceBuffer(image.size() * 4);
+    rotations.copy_from_host(image.data(), image.size() * 4);
   }
 };
 

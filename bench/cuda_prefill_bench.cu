@@ -141,7 +141,7 @@ int run_prefill(int argc, char** argv) {
   const int ring = int4_v1 ? 1 : 2;
   int max_ctx = 0;
   for (const PrefillCase& c : cases) max_ctx = std::max(max_ctx, c.context);
-  const DeviceRope rope(max_ctx + B);
+  const DeviceRope rope(max_ctx + B, B);
 
   std::printf(
       "{\n  \"gpu\": \"%s\",\n  \"mode\": \"prefill\",\n  \"block_size\": %d,\n"

@@ -21,6 +21,8 @@
 #       versions
 # Tagged builds sit side by side: `build TAG` here leaves .devcarry/attention_bench_TAG.xz
 # (ATTN_NVCC_FLAGS adds nvcc flags), and ATTN_TAG=TAG makes run / ncu / check / prefill use it.
+# A launch block by block: ATTN_NVCC_FLAGS=-DS4KV_DECODE_TIMELINE `build tl`, then there the
+# bench itself with --timeline (or --timeline-csv DIR): src/backend/cuda/decode_timeline.cuh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in

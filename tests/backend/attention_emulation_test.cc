@@ -179,6 +179,9 @@ void run_case(const Shape& s, uint32_t seed, double& worst_out, double& worst_ls
   a.num_pool_blocks = num_pool;
   a.rope_cos = rope.cos_table().data();
   a.rope_sin = rope.sin_table().data();
+  const std::vector<uint32_t> rotations =
+      int4_rotation_image(rope.cos_table(), rope.sin_table(), B);
+  a.int4_rotations = rotations.data();
   std::vector<float> partials(
       items.size() * static_cast<size_t>(s.kv_heads * group) * kDecodePartialFloats, std::nanf(""));
   DecodeLaunch d;
@@ -422,6 +425,8 @@ struct Scene {
       a.seat_starts = b.seat_starts.data();
       a.rope_cos = rope.cos_table().data();
       a.rope_sin = rope.sin_table().data();
+      rotations = int4_rotation_image(rope.cos_table(), rope.sin_table(), B);
+      a.int4_rotations = rotations.data();
       a.value_hadamard = pc.hadamard;
     }
   }
@@ -517,6 +522,7 @@ struct Scene {
   kv::Int4KiviLayout layout;
   std::vector<int32_t> pool_ends, token_seq;
   RopeTable rope;
+  std::vector<uint32_t> rotations;  // int4_rotation_image (a.int4_rotations)
   std::vector<float> q;
   PagedAttentionArgs a;
   mutable std::map<std::pair<int, int>, std::pair<std::vector<Row>, std::vector<Row>>> kv_rows;

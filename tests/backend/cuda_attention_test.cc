@@ -158,6 +158,9 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
   Dev fixed;
   const float* cos = fixed.put(rope.cos_table());
   const float* sin = fixed.put(rope.sin_table());
+  const uint32_t* rotations = int4 ? fixed.put(std::span<const uint32_t>(int4_rotation_image(
+                                         rope.cos_table(), rope.sin_table(), static_cast<int>(B))))
+                                   : nullptr;
   kv::Int4KiviLayout layout;
   if (int4) layout = *kv::Int4KiviLayout::create(static_cast<int>(B), kD, static_cast<int>(f.gv));
 
@@ -328,6 +331,7 @@ TEST_P(CudaAttention, WriteAttentionAndCommitMatchTheCpuCache) {
       at.pool_ends = d.put(std::span<const int32_t>(ref_plan.pool_ends));
       at.rope_cos = cos;
       at.rope_sin = sin;
+      at.int4_rotations = rotations;
       at.value_hadamard = kv.int4_value_hadamard;
     } else {
       at.k_cache = dk;

@@ -66,6 +66,15 @@ __device__ inline void bulk_copy_5d(uint32_t dst, const CUtensorMap* map, int c0
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
       : "memory");
 }
+// `bytes` contiguous bytes at `src` (global memory; both 16-byte aligned, bytes a multiple of
+// 16) into shared memory at `dst` as they are (no swizzle), completing on `bar`.
+__device__ inline void bulk_copy_1d(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
+      : "memory");
+}
 #endif
 
 }  // namespace s4kv::backend::cuda

@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/decode_attention_common.cuh"
+#include "backend/cuda/decode_timeline.cuh"
 #include "backend/cuda/hadamard.cuh"
 #include "backend/cuda/int4_kivi_device.cuh"
 #include "backend/cuda/launch.cuh"
@@ -134,6 +135,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   constexpr int kChunks = (kRowBytes - 16) / 16;
   constexpr int kStageBytes = 2 * kTile * kRowBytes;
   S4KV_DYNAMIC_SHARED(dsmem);
+  S4KV_TIMELINE_BEGIN(kTimelineRows);
   allow_dependent_launch();
   grid_dependency_wait();
   // Graph replay: the grid is the plan's capacity; the step's counts are in d.live. Item
@@ -211,6 +213,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   const uint32_t k_lane = (lr + 8 * (lm % 2)) * kRowBytes + 16 * (lm / 2);
   const uint32_t v_lane = (lr + 8 * (lm / 2)) * kRowBytes + 16 * (lm % 2);
   WarpSoftmax<1> st;
+  S4KV_TIMELINE_MARK(kMarkLoop);
   for (int k = 0; k < n; ++k) {
     issue(k + kRowStages - 1);        // into the stage tile k - 1 used
     cp_async_wait<kRowStages - 1>();  // tile k has landed
@@ -291,6 +294,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
     }
     __syncthreads();  // the stage is refilled next iteration
   }
+  S4KV_TIMELINE_MARK(kMarkLoopEnd);
   cp_async_wait<0>();
   __syncthreads();
   write_partial<kRowWarps, kFp8 ? ChannelMap::kPhys : ChannelMap::kNatural>(
@@ -298,6 +302,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
       d.partials + (static_cast<int64_t>(item) * a.num_kv_heads + g) * group * kDecodePartialFloats,
       group, kD);
   if constexpr (kFusedMerge) merge_if_last<kRowWarps * 32>(a, d, it.merge, g, dsmem);
+  S4KV_TIMELINE_MARK(kMarkExit);
 }
 
 // The row kernel for F and the merge with its shared memory attribute set (once): its shared
@@ -379,6 +384,7 @@ __global__ void __launch_bounds__(kD) decode_merge_kernel(PagedAttentionArgs a, 
   __shared__ float row[kD];
   __shared__ float weight[kD];
   __shared__ float scratch[kD / 32];
+  S4KV_TIMELINE_BEGIN(kTimelineMerge);
   allow_dependent_launch();
   grid_dependency_wait();
   // The flag, the sequence and the loads that follow from it are issued before the flag is
@@ -460,9 +466,14 @@ __global__ void __launch_bounds__(kD) decode_merge_kernel(PagedAttentionArgs a, 
   T* out = static_cast<T*>(a.out) + (static_cast<int64_t>(sq.token) * a.num_heads + h) * kD;
   out[c] = from_f32<T>(o);
   store_ring_value(ring);
+  S4KV_TIMELINE_MARK(kMarkExit);
 }
 
 }  // namespace
+
+#if defined(S4KV_DECODE_TIMELINE)
+void attach_decode_timeline_rows(const Timeline& t) { attach_timeline_here(t); }
+#endif
 
 bool decode_kernels_support(int num_heads, int num_kv_heads, const PagedAttentionArgs& a) {
   if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || num_heads / num_kv_heads > 8) {

@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -61,6 +62,11 @@ int decode_blocks_per_sm(kv::KvCacheDtype cache, int block_size, int64_t value_g
 // Whether the int4_kivi decode kernel copies its pool blocks with the bulk tensor copy engine
 // (sm_90 machine code on an sm_90 device, S4KV_INT4_COPY unset) rather than cp.async.
 bool decode_int4_bulk_copies();
+// The int4_kivi decode kernel's rotations R(t), t < block_size, from the RoPE tables' rows
+// ([row][64] cos, sin): the shared-memory image every thread block copies (fp16 pairs in the
+// kernel's lane order), made once; PagedAttentionArgs::int4_rotations holds it on the device.
+std::vector<uint32_t> int4_rotation_image(std::span<const float> cos, std::span<const float> sin,
+                                          int block_size);
 
 // The host's plan of a step's attention rows.
 struct DecodePlan {

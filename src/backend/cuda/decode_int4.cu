@@ -4,13 +4,16 @@
 #include <cuda_fp16.h>
 
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_attention_common.cuh"
+#include "backend/cuda/decode_timeline.cuh"
 #include "backend/cuda/launch.cuh"
 #include "common/check.h"
+#include "common/half.h"
 
 namespace s4kv::backend::cuda::decode_detail {
 namespace {
@@ -127,7 +130,7 @@ constexpr int kQueryBytes = 8 * 32 * 16;     // the query's pairs each thread tu
 // The kernel's shared memory, byte offsets from its 512-byte-aligned start (the copy engine's
 // 64-byte swizzle repeats every 512 bytes): the stages (each a pool block, rounded up to 512
 // bytes), the turned query of this block and the next, the lanes' rotations, the query, a
-// stage's mbarrier each.
+// stage's mbarrier each and the rotations' copy's.
 template <int kWarps, int kG>
 struct Int4Smem {
   static constexpr int stage = (Int4Block<kWarps * 16, kG>::bytes + 511) / 512 * 512;
@@ -136,7 +139,7 @@ struct Int4Smem {
   static constexpr int query = rot + kWarps * 2 * 8 * 32 * 8;
   static constexpr int barriers = query + kQueryBytes;
   // What a launch asks for: dynamic shared memory starts 16-byte aligned.
-  static constexpr int launch_bytes = barriers + 8 * kInt4Stages + 512 - 16;
+  static constexpr int launch_bytes = barriers + 8 * (kInt4Stages + 1) + 512 - 16;
 };
 
 // kWarps = B / 16: warp w takes positions 16 w .. 16 w + 15 of every block of the item; kG value
@@ -193,6 +196,29 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   unsigned char* const smem = dsmem + ((512 - raw_shared % 512) % 512);
   const uint32_t stages_shared = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t full = stages_shared + Smem::barriers;  // stage s's mbarrier at full + 8 s
+  S4KV_TIMELINE_BEGIN(kTimelineInt4);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
+  const int m0 = kPairs * warp;  // the channel pairs this warp turns (below)
+  // This lane's key positions in the block (the rows r and r + 8 of its score C fragment); its
+  // value positions (the k of its PV fragments) are those of rows 2i, 2i + 1, 2i + 8, 2i + 9.
+  const int tk0 = 16 * warp + row_position(r), tk1 = tk0 + 8;
+  // The prologue's loads are issued as early as they can be: issued after the first blocks'
+  // copies, each load waited behind megabytes of them (the prologue took ~6.7 us at B 16 x 8k
+  // where its loads take ~2 us on an idle memory: the decode timeline, decode_timeline.cuh). The
+  // RoPE tables' rows of R(B), this warp's pairs (float2 indices: < 2^31 for any served context),
+  // first: the tables are written once at start-up, so they are read before the wait for the
+  // kernel before.
+  float2 tc[kPairs], ts[kPairs], bc[kPairs], bs[kPairs];
+  auto table_rows = [&](int p, float2(&c)[kPairs], float2(&sn)[kPairs]) {
+    const int at = p * (kD / 2) / 2 + (16 * i + 2 * m0) / 2;
+#pragma unroll
+    for (int e = 0; e < kPairs; ++e) {
+      c[e] = __ldg(reinterpret_cast<const float2*>(a.rope_cos) + at + e);
+      sn[e] = __ldg(reinterpret_cast<const float2*>(a.rope_sin) + at + e);
+    }
+  };
+  table_rows(B, bc, bs);  // R(B) for the blocks after the first (the backend keeps row B:
+                          // cuda_backend.cc)
   allow_dependent_launch();
   grid_dependency_wait();
   // Item blockIdx.y, KV head blockIdx.x: the heads of an item are neighbours in dispatch order,
@@ -202,10 +228,21 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   if (d.live != nullptr && item >= d.live[0]) return;  // graph replay
   const DecodeItem it = d.items[item];
   const int g = blockIdx.x;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, r = lane / 4, i = lane % 4;
   const int group = a.num_heads / a.num_kv_heads;
   const int n = it.end - it.begin;
   constexpr int kThreads = kWarps * 32;
+  // What follows from the item: the block table's entry of the first block this thread copies
+  // (kBulk: block k is copied by lane 0 of warp k % kWarps, so that the schedulers share the
+  // issuing, which reads the entry of the next block it copies, k + kWarps, then), its query's
+  // row, the RoPE rows of its first block's start.
+  const int32_t* table =
+      held(a.block_tables + static_cast<int64_t>(it.seq) * a.max_blocks_per_seq + it.begin);
+  constexpr int kAhead = kBulk ? kWarps : 1;
+  const int first = kBulk ? warp : 0;
+  uint32_t next_block =
+      first < n && (!kBulk || lane == 0) ? static_cast<uint32_t>(__ldg(table + first)) : 0;
+  const int token = a.query_start_loc[it.seq];
+  table_rows(it.begin * B, tc, ts);
 
   // Stage k % kInt4Stages <- block it.begin + k (`stage`: the stage's byte offset). kBulk (sm_90):
   // by one lane (below), one copy of the whole block whose bytes the stage's mbarrier expects.
@@ -220,7 +257,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   if constexpr (kBulk) {
     if (threadIdx.x == 0) {
 #pragma unroll
-      for (int s = 0; s < kInt4Stages; ++s) mbarrier_init(full + 8 * s, 1);
+      for (int s = 0; s <= kInt4Stages; ++s) mbarrier_init(full + 8 * s, 1);  // + the rotations'
       mbarrier_init_fence();
     }
     __syncthreads();
@@ -236,14 +273,6 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   }
   // A pool block's bytes times the KV heads (< 2^32: kv heads <= 64 x 39 KB), block ids >= 0.
   const uint32_t block_stride = static_cast<uint32_t>(a.num_kv_heads) * kBlockBytes;
-  const int32_t* table =
-      held(a.block_tables + static_cast<int64_t>(it.seq) * a.max_blocks_per_seq + it.begin);
-  // kBulk: block k is copied by lane 0 of warp k % kWarps (so that the schedulers share the
-  // issuing), which reads the entry of the next block it copies, k + kWarps, then.
-  constexpr int kAhead = kBulk ? kWarps : 1;
-  const int first = kBulk ? warp : 0;  // the first block this thread copies
-  uint32_t next_block =
-      first < n && (!kBulk || lane == 0) ? static_cast<uint32_t>(__ldg(table + first)) : 0;
   auto issue = [&](int k, int stage) {
     if (k >= n || (kBulk && static_cast<int>(threadIdx.x) != 32 * (k % kWarps))) {
       if constexpr (!kBulk) cp_async_commit();
@@ -269,17 +298,40 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
       cp_async_commit();
     }
   };
-  issue(0, 0);
+  // R(t) for the lane's key positions and frequency pairs 8i + m (half2 cos, sin), in shared
+  // memory in lane order ([warp][nt][m][lane]) to spare 32 registers (rot_lane below reads them in
+  // the loop): the same bytes in every thread block, made once beside the RoPE tables
+  // (int4_rotation_image) and copied whole (kBulk: by thread 0 after block 0, completing on the
+  // mbarrier after the stages'; else with block 0's cp.async group). Each thread used to read its
+  // share from the fp32 tables: 32 KB a thread block from L2 at the launch's start.
+  constexpr int kRotBytes = kWarps * 2 * 4 * 32 * 16;
+  static_assert(kRotBytes % (16 * kThreads) == 0, "the rotations' cp.async chunks");
+  const uint32_t rot_bar = full + 8 * kInt4Stages;
+  if constexpr (kBulk) {
+    issue(0, 0);
+    if (threadIdx.x == 0) {
+      mbarrier_arrive_expect_tx(rot_bar, kRotBytes);
+      bulk_copy_1d(stages_shared + Smem::rot, a.int4_rotations, kRotBytes, rot_bar);
+    }
+  } else {
+    const auto* image = reinterpret_cast<const unsigned char*>(a.int4_rotations);
+#pragma unroll
+    for (int j = 0; j < kRotBytes / 16 / kThreads; ++j) {
+      const int at = 16 * (static_cast<int>(threadIdx.x) + j * kThreads);
+      cp_async16_shared(stages_shared + Smem::rot + at, image + at);
+    }
+    issue(0, 0);
+  }
   issue(1, Smem::stage);
+  S4KV_TIMELINE_MARK(kMarkIssued);
   // This warp's share of the query (pairs m0 + e and m0 + e + 8 of the lane, fp32, log2 units):
   // {q[m0 + e], q[m0 + e + 8]} (channels {c, c + 1}, {c + 64, c + 65}) as float4 e of the thread,
   // in shared memory ([e][thread]) rather than 4 kPairs registers.
-  const int m0 = kPairs * warp;
   float4* query = reinterpret_cast<float4*>(smem + held(Smem::query + 16 * threadIdx.x));
   {
     const float f = a.scale * kLog2e;
-    const float* row = a.q + static_cast<int64_t>(a.query_start_loc[it.seq]) * a.q_stride +
-                       (g * group + r) * kD + 16 * i + 2 * m0;
+    const float* row =
+        a.q + static_cast<int64_t>(token) * a.q_stride + (g * group + r) * kD + 16 * i + 2 * m0;
 #pragma unroll
     for (int e = 0; e < kPairs; ++e) {
       query[e * kThreads] = r < group ? make_float4(row[2 * e] * f, row[2 * e + 1] * f,
@@ -291,16 +343,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   // RoPE tables' row p0, every next one by angle addition, R(p0 + B)^T q = R(B)^T (R(p0)^T q),
   // so that the loop reads no table rows (their loads were the loop's longest wait). `query`
   // holds the turned pairs in fp32 from then on; tc, ts the cos / sin of this warp's frequency
-  // pairs at position p (rows of the tables as float2 indices: < 2^31 for any served context).
-  float2 tc[kPairs], ts[kPairs];
-  auto table_rows = [&](int p) {
-    const int at = p * (kD / 2) / 2 + (16 * i + 2 * m0) / 2;
-#pragma unroll
-    for (int e = 0; e < kPairs; ++e) {
-      tc[e] = __ldg(reinterpret_cast<const float2*>(a.rope_cos) + at + e);
-      ts[e] = __ldg(reinterpret_cast<const float2*>(a.rope_sin) + at + e);
-    }
-  };
+  // pairs at p0, then at B.
   // The turned query's two buffers hold word m of lane l's B fragments (qa below) at
   // [m / 4][l][m % 4], 16 x 32 words each: a warp reads chunk m / 4 of every lane as one 16-byte
   // load a lane, conflict-free, at immediate offsets. This lane's pairs m0 .. m0 + kPairs - 1
@@ -327,14 +370,14 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     store_words<kPairs>(dst, lo);
     store_words<kPairs>(dst + 256, hi);
   };
-  table_rows(it.begin * B);
   store_turn(0);
-  table_rows(B);  // R(B) for the blocks after the first (the backend keeps row B: cuda_backend.cc)
+#pragma unroll
+  for (int e = 0; e < kPairs; ++e) {
+    tc[e] = bc[e];
+    ts[e] = bs[e];
+  }
 
   WarpSoftmax<kG> st;
-  // This lane's key positions in the block (the rows r and r + 8 of its score C fragment); its
-  // value positions (the k of its PV fragments) are those of rows 2i, 2i + 1, 2i + 8, 2i + 9.
-  const int tk0 = 16 * warp + row_position(r), tk1 = tk0 + 8;
   // The value codes by two ldmatrix .x4 .trans a block: matrix j of load c holds 16-byte chunk
   // (32 channels) g = 2c + j / 2 of the positions of rows 8 (j % 2) + 0..7, each row at its
   // swizzled place (the value codes start at a row that is a multiple of 8: the same swizzle);
@@ -345,23 +388,6 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   for (int c = 0; c < 2; ++c) {
     const int j = lane / 8, t = 16 * warp + 8 * (j % 2) + row_position(lane % 8), g = 2 * c + j / 2;
     v_lane[c] = static_cast<uint32_t>(held(Blk::v_codes + bulk_copy_swizzle64(64 * t + 16 * g)));
-  }
-  // R(t) for the lane's key positions and frequency pairs 8i + m (half2 cos, sin), kept in
-  // shared memory in lane order ([warp][nt][m][lane]) to spare 32 registers; rot_lane below
-  // reads them in the loop.
-  unsigned char* const rot_base = smem + Smem::rot;
-  const int rot_at = (warp * 2 * 4 * 32 + lane) * 16;  // the lane's byte offset in them
-  uint4* rot = reinterpret_cast<uint4*>(rot_base + rot_at);
-#pragma unroll
-  for (int nt = 0; nt < 2; ++nt) {
-    const int64_t row = static_cast<int64_t>(nt == 0 ? tk0 : tk1) * (kD / 2) + 16 * i;
-#pragma unroll
-    for (int m = 0; m < 8; m += 2) {
-      const float4 c = __ldg(reinterpret_cast<const float4*>(a.rope_cos + row) + m / 2);
-      const float4 sn = __ldg(reinterpret_cast<const float4*>(a.rope_sin + row) + m / 2);
-      rot[(nt * 4 + m / 2) * 32] = make_uint4(pack2<false>(c.x, c.y), pack2<false>(sn.x, sn.y),
-                                              pack2<false>(c.z, c.w), pack2<false>(sn.z, sn.w));
-    }
   }
 
   // The lane's byte offsets in a stage, the same for every block, swizzled: its key code words at
@@ -378,7 +404,8 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   const int kz_param = held(Blk::k_zero + 32 * (i ^ 1));
   // The lane's rotations, its offset held (ptxas recomputed it from the thread index at every
   // block).
-  const uint4* rot_lane = reinterpret_cast<const uint4*>(rot_base + held(rot_at));
+  const uint4* rot_lane =
+      reinterpret_cast<const uint4*>(smem + Smem::rot + held((warp * 2 * 4 * 32 + lane) * 16));
   const int v_scale0 = held(bulk_copy_swizzle64(Blk::v_scale + 2 * kG * tk0));
   const int v_zero0 = held(bulk_copy_swizzle64(Blk::v_zero + 2 * kG * tk0));
   // tk1's: the same distance from tk0's for every lane (int4_value_step) or held too.
@@ -396,6 +423,8 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   int rd = 0;           // the byte offset of block k's stage (k % kInt4Stages)
   uint32_t bar = full;  // its mbarrier
   uint32_t parity = 0;  // the parity of block k's phase there: (k / kInt4Stages) % 2
+  if constexpr (kBulk) mbarrier_wait(rot_bar, 0);  // the rotations have landed
+  S4KV_TIMELINE_MARK(kMarkLoop);
   for (int k = 0; k < n; ++k) {
     // Block k has landed (block k + 1 may be in flight).
     if constexpr (kBulk) {
@@ -404,6 +433,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
       cp_async_wait<1>();
     }
     __syncthreads();  // for every warp: block k's turned query is stored, block k - 1 is read
+    S4KV_TIMELINE_MARK_IF(k == 0, kMarkFirst);
     issue(k + 2, rd == 0 ? (kInt4Stages - 1) * Smem::stage : rd - Smem::stage);  // k - 1's stage
     const unsigned char* base = smem + rd;
     // Scores of positions tk0 and tk1 (C fragment rows) for heads 2i, 2i + 1 (columns) from
@@ -537,6 +567,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
       bar += 8;
     }
   }
+  S4KV_TIMELINE_MARK(kMarkLoopEnd);
   if constexpr (!kBulk) cp_async_wait<0>();  // (empty groups)
   __syncthreads();  // the stages' memory becomes the epilogue's (every copy issued has landed)
 #pragma unroll
@@ -549,6 +580,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
       d.partials + (static_cast<int64_t>(item) * a.num_kv_heads + g) * group * kDecodePartialFloats,
       group, kD / kG);
   if constexpr (kFusedMerge) merge_if_last<kThreads>(a, d, it.merge, g, smem);
+  S4KV_TIMELINE_MARK(kMarkExit);
 }
 
 // The kernel for kWarps, kG and the merge with its attributes set (once): its shared memory
@@ -665,6 +697,9 @@ void with_int4_kernel(int block_size, int value_groups, F&& f) {
 }  // namespace
 
 void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream) {
+  S4KV_CHECK(a.int4_rotations != nullptr && reinterpret_cast<uintptr_t>(a.int4_rotations) % 16 == 0,
+             "decode attention: int4_kivi needs the rotations of int4_rotation_image, 16-byte "
+             "aligned");
   with_int4_kernel(a.block_size, a.layout.num_value_groups(), [&]<int kWarps, int kG>() {
     using Blk = Int4Block<kWarps * 16, kG>;
     const kv::Int4KiviLayout& L = a.layout;
@@ -709,5 +744,40 @@ int int4_blocks_per_sm(int block_size, int value_groups) {
 namespace s4kv::backend::cuda {
 
 bool decode_int4_bulk_copies() { return decode_detail::int4_bulk(); }
+
+std::vector<uint32_t> int4_rotation_image(std::span<const float> cos, std::span<const float> sin,
+                                          int block_size) {
+  S4KV_CHECK(block_size % 16 == 0 && block_size > 0, "int4_kivi rotations: block size ",
+             block_size);
+  const auto rows = static_cast<size_t>(block_size) * (decode_detail::kD / 2);
+  S4KV_CHECK(cos.size() >= rows && sin.size() >= rows,
+             "int4_kivi rotations: the RoPE tables have fewer than ", block_size, " rows");
+  const int warps = block_size / 16;
+  std::vector<uint32_t> out(static_cast<size_t>(warps) * 2 * 4 * 32 * 4);
+  auto pack = [](float lo, float hi) {
+    return uint32_t{float_to_fp16(lo)} | (uint32_t{float_to_fp16(hi)} << 16);
+  };
+  for (int w = 0; w < warps; ++w) {
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int nt = 0; nt < 2; ++nt) {
+        const int t = 16 * w + decode_detail::row_position(lane / 4) + 8 * nt;
+        for (int m = 0; m < 4; ++m) {  // the kernel's rot_lane[(nt * 4 + m) * 32]
+          const size_t row =
+              static_cast<size_t>(t) * (decode_detail::kD / 2) + 16 * (lane % 4) + 4 * m;
+          uint32_t* word = out.data() + ((w * 2 * 4 * 32 + lane) + (nt * 4 + m) * 32) * 4;
+          word[0] = pack(cos[row], cos[row + 1]);
+          word[1] = pack(sin[row], sin[row + 1]);
+          word[2] = pack(cos[row + 2], cos[row + 3]);
+          word[3] = pack(sin[row + 2], sin[row + 3]);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+#if defined(S4KV_DECODE_TIMELINE)
+void attach_decode_timeline_int4(const Timeline& t) { attach_timeline_here(t); }
+#endif
 
 }  // namespace s4kv::backend::cuda

@@ -66,6 +66,7 @@ struct BulkCopy {
   unsigned char* dst;  // the box in shared memory, at shared address dst_address
   uint32_t dst_address;
   std::vector<std::pair<const unsigned char*, size_t>> rows;  // the box's rows, in order
+  bool swizzle = true;  // a tensor copy's 64-byte swizzle (bulk_copy_1d: none)
 };
 struct MBarrier {
   int expected = 0, pending = 0;
@@ -604,7 +605,7 @@ inline void mbarrier_land(emu::MBarrier& m) {
       for (size_t k = 0; k < bytes; ++k, ++at) {
         // The 64-byte swizzle: bits 4..5 of the shared address ^= bits 7..8.
         const uint32_t a = c.dst_address + static_cast<uint32_t>(at);
-        c.dst[(a ^ (((a >> 7) & 3u) << 4)) - c.dst_address] = src[k];
+        c.dst[(c.swizzle ? a ^ (((a >> 7) & 3u) << 4) : a) - c.dst_address] = src[k];
       }
     }
     m.tx -= static_cast<int64_t>(at);
@@ -672,6 +673,17 @@ inline void bulk_copy_5d(uint32_t dst, const CUtensorMap* map, int c0, int c1, i
   // Under S4KV_EMULATION_GREEDY the copy lands now, over whatever a slower warp may still read
   // there (a stage reused before every thread is done with it fails); otherwise when a thread
   // waits for it (a read before the wait fails).
+  if (emu::greedy_order()) emu_detail::mbarrier_land(m);
+}
+inline void bulk_copy_1d(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  S4KV_CHECK(dst % 16 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 && bytes % 16 == 0,
+             "emulation: bulk copy of ", bytes, " bytes to shared address ", dst,
+             ", not 16-byte aligned");
+  (void)emu::shared_at(dst + bytes - 1);  // within the block's memory
+  emu::BulkCopy copy{
+      emu::shared_at(dst), dst, {{static_cast<const unsigned char*>(src), bytes}}, false};
+  emu::MBarrier& m = emu_detail::mbarrier(bar);
+  m.copies.push_back(std::move(copy));
   if (emu::greedy_order()) emu_detail::mbarrier_land(m);
 }
 

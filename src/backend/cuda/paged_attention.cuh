@@ -73,6 +73,9 @@ struct PagedAttentionArgs {
   // block_size (the int4_kivi decode kernel turns its query a block at a time by row block_size).
   const float* rope_cos = nullptr;
   const float* rope_sin = nullptr;
+  // int4_kivi decode: int4_rotation_image of those tables for block_size, in device memory
+  // (16-byte aligned), made once beside them.
+  const uint32_t* int4_rotations = nullptr;
   bool keys_post_rope = false;
   bool value_hadamard = false;
 };
