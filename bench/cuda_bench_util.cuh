@@ -113,24 +113,40 @@ Result time_it(F&& launch, int reps) {
   return time_on(launch, nullptr, reps);
 }
 
-// The launches of launch(stream) captured once into a CUDA graph and replayed (as the server
-// replays its decode steps): the same median of reps, without the host's launch gaps between
-// the kernels.
+// The launches of launch(stream) captured once into a CUDA graph on a stream of its own, which
+// replay() enqueues there (as the server replays its decode steps).
+class CapturedGraph {
+ public:
+  template <typename F>
+  explicit CapturedGraph(F&& launch) {
+    S4KV_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    S4KV_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    launch(stream_);
+    S4KV_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph_));
+    S4KV_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  ~CapturedGraph() {
+    S4KV_CUDA_CHECK(cudaGraphExecDestroy(exec_));
+    S4KV_CUDA_CHECK(cudaGraphDestroy(graph_));
+    S4KV_CUDA_CHECK(cudaStreamDestroy(stream_));
+  }
+  cudaStream_t stream() const { return stream_; }
+  void replay() const { S4KV_CUDA_CHECK(cudaGraphLaunch(exec_, stream_)); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+// launch(stream) replayed from a CapturedGraph: the same median of reps as time_it, without the
+// host's launch gaps between the kernels.
 template <typename F>
 Result time_graph(F&& launch, int reps) {
-  cudaStream_t s = nullptr;
-  S4KV_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  S4KV_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  launch(s);
-  S4KV_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-  S4KV_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  const Result r = time_on([&] { S4KV_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, s, reps);
-  S4KV_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  S4KV_CUDA_CHECK(cudaGraphDestroy(graph));
-  S4KV_CUDA_CHECK(cudaStreamDestroy(s));
-  return r;
+  const CapturedGraph g(launch);
+  return time_on([&] { g.replay(); }, g.stream(), reps);
 }
 
 // "28/4,32/8" -> head shapes.

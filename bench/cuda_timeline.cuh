@@ -10,11 +10,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_timeline.cuh"
+#include "cuda_bench_util.cuh"
 
 namespace s4kv::backend::cuda {
 namespace {  // NOLINT(google-build-namespaces): one copy per bench source
@@ -25,6 +27,13 @@ constexpr bool kTimelineBuilt = true;
 constexpr bool kTimelineBuilt = false;
 #endif
 
+// The launch's first block entry, which every record's times are taken from.
+unsigned long long first_entry(const std::vector<TimelineRecord>& recs) {
+  unsigned long long t0 = recs.empty() ? 0 : recs.front().t[kMarkEntry];
+  for (const TimelineRecord& r : recs) t0 = std::min(t0, r.t[kMarkEntry]);
+  return t0;
+}
+
 // The JSON object of one launch's records ({"int4": {...}, "rows": {...}, "merge": {...},
 // "end_us": last exit}), and a line a kernel on stderr prefixed by `label`. Spans between marks
 // (decode_timeline.cuh) as median and most: issued (entry to the first copies issued), prologue
@@ -32,8 +41,7 @@ constexpr bool kTimelineBuilt = false;
 // exit).
 std::string summarize_timeline(const std::vector<TimelineRecord>& recs, const std::string& label) {
   if (recs.empty()) return "{}";
-  unsigned long long t0 = recs.front().t[kMarkEntry];
-  for (const TimelineRecord& r : recs) t0 = std::min(t0, r.t[kMarkEntry]);
+  const unsigned long long t0 = first_entry(recs);
   auto at = [&](unsigned long long t) { return static_cast<double>(t - t0) / 1e3; };
   auto quant = [](std::vector<double> v, double q) {
     if (v.empty()) return -1.0;
@@ -109,8 +117,7 @@ void write_timeline_csv(const std::vector<TimelineRecord>& recs, const std::stri
     std::fprintf(stderr, "cannot write %s\n", path.c_str());
     return;
   }
-  unsigned long long t0 = recs.empty() ? 0 : recs.front().t[kMarkEntry];
-  for (const TimelineRecord& r : recs) t0 = std::min(t0, r.t[kMarkEntry]);
+  const unsigned long long t0 = first_entry(recs);
   std::fprintf(f, "kernel,sm,x,y,entry,issued,loop,first,loop_end,exit\n");
   for (const TimelineRecord& r : recs) {
     std::fprintf(f, "%d,%d,%d,%d", r.kernel, r.sm, r.x, r.y);
@@ -133,19 +140,17 @@ std::vector<TimelineRecord> record_timeline(F&& launch, bool graph) {
   unsigned* next = nullptr;
   S4KV_CUDA_CHECK(cudaMalloc(&recs, sizeof(TimelineRecord) * kCapacity));
   S4KV_CUDA_CHECK(cudaMalloc(&next, sizeof(unsigned)));
-  cudaStream_t s = nullptr;
-  S4KV_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraphExec_t exec = nullptr;
-  cudaGraph_t g = nullptr;
+  std::unique_ptr<CapturedGraph> captured;
+  cudaStream_t own = nullptr;  // from the host: a stream of its own
   if (graph) {
-    S4KV_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    launch(s);
-    S4KV_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-    S4KV_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    captured = std::make_unique<CapturedGraph>(launch);
+  } else {
+    S4KV_CUDA_CHECK(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking));
   }
+  const cudaStream_t s = graph ? captured->stream() : own;
   auto once = [&] {
     if (graph) {
-      S4KV_CUDA_CHECK(cudaGraphLaunch(exec, s));
+      captured->replay();
     } else {
       launch(s);
     }
@@ -165,11 +170,7 @@ std::vector<TimelineRecord> record_timeline(F&& launch, bool graph) {
   out.resize(std::min(n, kCapacity));
   S4KV_CUDA_CHECK(
       cudaMemcpy(out.data(), recs, sizeof(TimelineRecord) * out.size(), cudaMemcpyDeviceToHost));
-  if (graph) {
-    S4KV_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    S4KV_CUDA_CHECK(cudaGraphDestroy(g));
-  }
-  S4KV_CUDA_CHECK(cudaStreamDestroy(s));
+  if (own != nullptr) S4KV_CUDA_CHECK(cudaStreamDestroy(own));
   S4KV_CUDA_CHECK(cudaFree(recs));
   S4KV_CUDA_CHECK(cudaFree(next));
 #else

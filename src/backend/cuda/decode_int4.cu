@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   // RoPE tables' rows of R(B), this warp's pairs (float2 indices: < 2^31 for any served context),
   // first: the tables are written once at start-up, so they are read before the wait for the
   // kernel before.
-  float2 tc[kPairs], ts[kPairs], bc[kPairs], bs[kPairs];
+  float2 p0_cos[kPairs], p0_sin[kPairs], b_cos[kPairs], b_sin[kPairs];
   auto table_rows = [&](int p, float2(&c)[kPairs], float2(&sn)[kPairs]) {
     const int at = p * (kD / 2) / 2 + (16 * i + 2 * m0) / 2;
 #pragma unroll
@@ -217,8 +217,8 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
       sn[e] = __ldg(reinterpret_cast<const float2*>(a.rope_sin) + at + e);
     }
   };
-  table_rows(B, bc, bs);  // R(B) for the blocks after the first (the backend keeps row B:
-                          // cuda_backend.cc)
+  table_rows(B, b_cos, b_sin);  // R(B) for the blocks after the first (the backend keeps row B:
+                                // cuda_backend.cc)
   allow_dependent_launch();
   grid_dependency_wait();
   // Item blockIdx.y, KV head blockIdx.x: the heads of an item are neighbours in dispatch order,
@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   uint32_t next_block =
       first < n && (!kBulk || lane == 0) ? static_cast<uint32_t>(__ldg(table + first)) : 0;
   const int token = a.query_start_loc[it.seq];
-  table_rows(it.begin * B, tc, ts);
+  table_rows(it.begin * B, p0_cos, p0_sin);
 
   // Stage k % kInt4Stages <- block it.begin + k (`stage`: the stage's byte offset). kBulk (sm_90):
   // by one lane (below), one copy of the whole block whose bytes the stage's mbarrier expects.
@@ -342,26 +342,25 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   // The query turned back by each block's start p0, R(p0)^T q: the item's first block from the
   // RoPE tables' row p0, every next one by angle addition, R(p0 + B)^T q = R(B)^T (R(p0)^T q),
   // so that the loop reads no table rows (their loads were the loop's longest wait). `query`
-  // holds the turned pairs in fp32 from then on; tc, ts the cos / sin of this warp's frequency
-  // pairs at p0, then at B.
+  // holds the turned pairs in fp32 from then on.
   // The turned query's two buffers hold word m of lane l's B fragments (qa below) at
   // [m / 4][l][m % 4], 16 x 32 words each: a warp reads chunk m / 4 of every lane as one 16-byte
   // load a lane, conflict-free, at immediate offsets. This lane's pairs m0 .. m0 + kPairs - 1
   // (kPairs words, consecutive: m0 % 4 + kPairs <= 4) at turn_mine, pairs m0 + 8 .. 256 words on.
   uint32_t* turn_mine = reinterpret_cast<uint32_t*>(
       smem + held(Smem::turned + 4 * ((m0 / 4) * 128 + lane * 4 + m0 % 4)));
-  // `query` turned by tc, ts (in place) and, in fp16, this warp's words of block k's turned
-  // query, into buffer k % 2.
-  auto store_turn = [&](int k) {
+  // `query` turned by the angles of c, sn (this warp's frequency pairs; in place) and, in fp16,
+  // this warp's words of block k's turned query, into buffer k % 2.
+  auto store_turn = [&](int k, const float2(&c)[kPairs], const float2(&sn)[kPairs]) {
     if (k >= n) return;
     uint32_t lo[kPairs], hi[kPairs];
 #pragma unroll
     for (int e = 0; e < kPairs; ++e) {
       const float4 qe = query[e * kThreads];  // written by this thread
-      const float lo0 = qe.x * tc[e].x + qe.z * ts[e].x;
-      const float lo1 = qe.y * tc[e].y + qe.w * ts[e].y;
-      const float hi0 = qe.z * tc[e].x - qe.x * ts[e].x;
-      const float hi1 = qe.w * tc[e].y - qe.y * ts[e].y;
+      const float lo0 = qe.x * c[e].x + qe.z * sn[e].x;
+      const float lo1 = qe.y * c[e].y + qe.w * sn[e].y;
+      const float hi0 = qe.z * c[e].x - qe.x * sn[e].x;
+      const float hi1 = qe.w * c[e].y - qe.y * sn[e].y;
       query[e * kThreads] = make_float4(lo0, lo1, hi0, hi1);
       lo[e] = pack2<false>(lo0, lo1);
       hi[e] = pack2<false>(hi0, hi1);
@@ -370,12 +369,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     store_words<kPairs>(dst, lo);
     store_words<kPairs>(dst + 256, hi);
   };
-  store_turn(0);
-#pragma unroll
-  for (int e = 0; e < kPairs; ++e) {
-    tc[e] = bc[e];
-    ts[e] = bs[e];
-  }
+  store_turn(0, p0_cos, p0_sin);
 
   WarpSoftmax<kG> st;
   // The value codes by two ldmatrix .x4 .trans a block: matrix j of load c holds 16-byte chunk
@@ -507,7 +501,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
 #pragma unroll
     for (int j = 0; j < 4; ++j) s[j] = c[0][j] + c[1][j];
     st.update(s);
-    store_turn(k + 1);  // read by every warp after the next block's barrier
+    store_turn(k + 1, b_cos, b_sin);  // read by every warp after the next block's barrier
 
     // Values: probabilities times the value scales (per value group), transposed into the B
     // fragment (positions tv.. of head r), the zeros' share, codes as the A fragment taken as

@@ -613,6 +613,14 @@ inline void mbarrier_land(emu::MBarrier& m) {
   m.copies.clear();
   mbarrier_complete(m);
 }
+// A bulk copy issued on `bar`. Under S4KV_EMULATION_GREEDY it lands now, over whatever a slower
+// warp may still read there (a stage reused before every thread is done with it fails);
+// otherwise when a thread waits for it (a read before the wait fails).
+inline void mbarrier_add_copy(uint32_t bar, emu::BulkCopy copy) {
+  emu::MBarrier& m = mbarrier(bar);
+  m.copies.push_back(std::move(copy));
+  if (emu::greedy_order()) mbarrier_land(m);
+}
 }  // namespace emu_detail
 
 inline void mbarrier_init(uint32_t bar, uint32_t count) {
@@ -668,23 +676,15 @@ inline void bulk_copy_5d(uint32_t dst, const CUtensorMap* map, int c0, int c1, i
     }
   }
   (void)emu::shared_at(static_cast<uint32_t>(dst + bytes - 1));  // within the block's memory
-  emu::MBarrier& m = emu_detail::mbarrier(bar);
-  m.copies.push_back(std::move(copy));
-  // Under S4KV_EMULATION_GREEDY the copy lands now, over whatever a slower warp may still read
-  // there (a stage reused before every thread is done with it fails); otherwise when a thread
-  // waits for it (a read before the wait fails).
-  if (emu::greedy_order()) emu_detail::mbarrier_land(m);
+  emu_detail::mbarrier_add_copy(bar, std::move(copy));
 }
 inline void bulk_copy_1d(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   S4KV_CHECK(dst % 16 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 && bytes % 16 == 0,
              "emulation: bulk copy of ", bytes, " bytes to shared address ", dst,
              ", not 16-byte aligned");
   (void)emu::shared_at(dst + bytes - 1);  // within the block's memory
-  emu::BulkCopy copy{
-      emu::shared_at(dst), dst, {{static_cast<const unsigned char*>(src), bytes}}, false};
-  emu::MBarrier& m = emu_detail::mbarrier(bar);
-  m.copies.push_back(std::move(copy));
-  if (emu::greedy_order()) emu_detail::mbarrier_land(m);
+  emu_detail::mbarrier_add_copy(
+      bar, {emu::shared_at(dst), dst, {{static_cast<const unsigned char*>(src), bytes}}, false});
 }
 
 }  // namespace s4kv::backend::cuda
