@@ -505,6 +505,20 @@ constexpr int64_t kMinItemPositions = 64;  // one tile of the row kernel
 // kernel and merge times of attention_h200_fdcd0f6.json, where items of 64 positions made short
 // contexts slower than items of 256, against attention_h200.json at c1d3463).
 constexpr int64_t kMergeItemPositions = 12;
+// S4KV_DECODE_WAVES=N (a measurement, e.g. of how the thread blocks' spread of end times shrinks
+// with smaller items): the least chunk whose items fill N waves, whatever the estimate says; 0
+// (unset) lets split_chunk choose. Read once.
+int64_t decode_waves_override() {
+  static const int64_t waves = [] {
+    const char* env = std::getenv("S4KV_DECODE_WAVES");
+    if (env == nullptr) return int64_t{0};
+    const int64_t v = std::atoll(env);
+    S4KV_CHECK(v >= 1 && v <= 16, "S4KV_DECODE_WAVES=", env, ": expected 1 to 16");
+    return v;
+  }();
+  return waves;
+}
+
 int64_t split_chunk(const std::vector<int64_t>& n, int64_t B, int64_t wave) {
   const int64_t min_chunk = std::max<int64_t>(1, (kMinItemPositions + B - 1) / B);
   const int64_t longest = std::max<int64_t>(min_chunk, *std::max_element(n.begin(), n.end()));
@@ -514,6 +528,19 @@ int64_t split_chunk(const std::vector<int64_t>& n, int64_t B, int64_t wave) {
     for (const int64_t x : n) k += (x + chunk - 1) / chunk;
     return k;
   };
+  auto least_fitting = [&](int64_t waves) {  // the least chunk whose items fit `waves` waves
+    int64_t lo = min_chunk, hi = longest;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (items(mid) <= waves * wave) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    return lo;
+  };
+  if (const int64_t forced = decode_waves_override(); forced > 0) return least_fitting(forced);
   int64_t best = 0, best_cost = 0;
   auto consider = [&](int64_t chunk) {
     const int64_t k = items(chunk);
@@ -530,17 +557,7 @@ int64_t split_chunk(const std::vector<int64_t>& n, int64_t B, int64_t wave) {
   }
   consider(longest);
   for (int64_t waves = 1; waves <= 2; ++waves) {
-    if (items(longest) > waves * wave) continue;
-    int64_t lo = min_chunk, hi = longest;  // the least chunk whose items fit
-    while (lo < hi) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      if (items(mid) <= waves * wave) {
-        hi = mid;
-      } else {
-        lo = mid + 1;
-      }
-    }
-    consider(lo);
+    if (items(longest) <= waves * wave) consider(least_fitting(waves));
   }
   return best;  // consider(longest) always fits: one item a sequence
 }
@@ -585,7 +602,8 @@ DecodeCapacity decode_capacity(int64_t num_seqs, const DecodeShape& shape) {
   // plan_attention: at most two waves of split items or, past that, two waves + one per
   // sequence (int4 items, or the row items of the other formats), plus two row items per
   // int4_kivi sequence.
-  const int64_t split = 2 * items_per_wave(shape) + num_seqs;
+  const int64_t split =
+      std::max<int64_t>(2, decode_waves_override()) * items_per_wave(shape) + num_seqs;
   if (shape.cache == kv::KvCacheDtype::kInt4Kivi) return {split, 2 * num_seqs};
   return {0, split};
 }
