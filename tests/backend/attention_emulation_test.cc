@@ -120,8 +120,11 @@ void run_case(const Shape& s, uint32_t seed, double& worst_out, double& worst_ls
   const kv::Int4KiviLayout layout = *kv::Int4KiviLayout::create(B, kHeadDim, s.value_group_size);
   std::mt19937 rng(seed);
 
-  // Three sequences of 3..9 blocks; their blocks scattered over the pool.
-  const std::vector<int> blocks = {3 + static_cast<int>(rng() % 7), 3 + static_cast<int>(rng() % 7),
+  // Three sequences, of 3..9 blocks but the first, whose first item is all of its
+  // kInt4UnrolledBlocks .. + 4 blocks (the kernel's unrolled loop, the others its compact loop);
+  // their blocks scattered over the pool.
+  const std::vector<int> blocks = {decode_detail::kInt4UnrolledBlocks + static_cast<int>(rng() % 5),
+                                   3 + static_cast<int>(rng() % 7),
                                    3 + static_cast<int>(rng() % 7)};
   const int num_seqs = static_cast<int>(blocks.size());
   const int max_blocks = *std::max_element(blocks.begin(), blocks.end());
@@ -156,7 +159,8 @@ void run_case(const Shape& s, uint32_t seed, double& worst_out, double& worst_ls
   for (int q2 = 0; q2 < num_seqs; ++q2) {
     for (int b0 = 0; b0 < blocks[static_cast<size_t>(q2)];) {
       const int len =
-          std::min(1 + static_cast<int>(rng() % 5), blocks[static_cast<size_t>(q2)] - b0);
+          q2 == 0 ? blocks[0]
+                  : std::min(1 + static_cast<int>(rng() % 5), blocks[static_cast<size_t>(q2)] - b0);
       items.push_back({q2, b0, b0 + len});
       b0 += len;
     }
