@@ -419,8 +419,8 @@ __device__ inline void load_query(const PagedAttentionArgs& a, int token, int g,
 }
 
 // The int4_kivi kernel's launch for the step's int4 items (decode_int4.cu). Items of at least
-// kInt4UnrolledBlocks blocks run its loop unrolled by its three stages (~7 % fewer instructions a
-// block); shorter ones a compact loop (the unrolled loop's 21 KB of code made them slower).
+// kInt4UnrolledBlocks blocks run its loop unrolled by its three stages, shorter ones a compact
+// loop (decode_int4.cu says why).
 inline constexpr int kInt4UnrolledBlocks = 12;
 void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream);
 // Resident thread blocks a multiprocessor of the int4 kernel for a block size and value groups.

@@ -572,7 +572,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   };
   // Long items take the stages in turn: the unrolled steps' addresses and barriers are constants
   // and the stage's rotation is gone (1,319 instructions for three blocks against 469 a block,
-  // ~7 % fewer); short ones the compact loop (the unrolled loop's 21 KB of code made items of four
+  // ~6 % fewer); short ones the compact loop (the unrolled loop's 21 KB of code made items of four
   // blocks ~8 % slower on an H100).
   if (n >= kInt4UnrolledBlocks) {
     for (int k = 0; k < n; k += kInt4Stages) {
