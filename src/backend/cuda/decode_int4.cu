@@ -137,6 +137,9 @@ __device__ constexpr int stage_index(StageIndex<S>) {
   return S;
 }
 __device__ inline int stage_index(int s) { return s; }
+// The stage after s and the one before it (blocks k + 1's and k - 1's where block k is in s).
+__host__ __device__ constexpr int next_stage(int s) { return s == kInt4Stages - 1 ? 0 : s + 1; }
+__host__ __device__ constexpr int prev_stage(int s) { return s == 0 ? kInt4Stages - 1 : s - 1; }
 constexpr int kQueryBytes = 8 * 32 * 16;  // the query's pairs each thread turns: [pair][thread]
 // The kernel's shared memory, byte offsets from its 512-byte-aligned start (the copy engine's
 // 64-byte swizzle repeats every 512 bytes): the stages (each a pool block, rounded up to 512
@@ -444,7 +447,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     }
     __syncthreads();  // for every warp: block k's turned query is stored, block k - 1 is read
     S4KV_TIMELINE_MARK_IF(k == 0, kMarkFirst);
-    issue(k + 2, (S == 0 ? kInt4Stages - 1 : S - 1) * Smem::stage);  // k - 1's stage
+    issue(k + 2, prev_stage(S) * Smem::stage);  // k - 1's stage
     const unsigned char* base = smem + rd;
     // Scores of positions tk0 and tk1 (C fragment rows) for heads 2i, 2i + 1 (columns) from
     // their keys (A fragment) and the turned query (B fragment, qa), in two halves: jj takes
@@ -518,7 +521,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     for (int j = 0; j < 4; ++j) s[j] = c[0][j] + c[1][j];
     st.update(s);
     // Read by every warp after the next block's barrier.
-    store_turn(k + 1, S == kInt4Stages - 1 ? 0 : S + 1, b_cos, b_sin);
+    store_turn(k + 1, next_stage(S), b_cos, b_sin);
 
     // Values: probabilities times the value scales (per value group), transposed into the B
     // fragment (positions tv.. of head r), the zeros' share, codes as the A fragment taken as
@@ -585,12 +588,8 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     int s = 0;
     for (int k = 0; k < n; ++k) {
       block_step(k, s);
-      if (s == kInt4Stages - 1) {
-        s = 0;
-        parity ^= 1;
-      } else {
-        ++s;
-      }
+      s = next_stage(s);
+      if (s == 0) parity ^= 1;
     }
   }
   S4KV_TIMELINE_MARK(kMarkLoopEnd);
