@@ -439,16 +439,28 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   auto block_step = [&](int k, auto stage) {
     const int S = stage_index(stage);
     const int rd = S * Smem::stage;
-    // Block k has landed (block k + 1 may be in flight).
+    const unsigned char* base = smem + rd;
+    // Block k has landed (block k + 1 may be in flight). kBulk: its whole copy, for this thread
+    // too (the stage's mbarrier), so the key code words are read before the barrier, their
+    // latency under the barrier's wait.
+    uint2 w01[2], w23[2];  // key code words 2i, 2i + 1 and 2i + 8, 2i + 9 at tk0, tk1
+    auto load_codes = [&] {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        w01[nt] = *reinterpret_cast<const uint2*>(base + k_code_lo + 8 * 64 * nt);
+        w23[nt] = *reinterpret_cast<const uint2*>(base + k_code_hi + 8 * 64 * nt);
+      }
+    };
     if constexpr (kBulk) {
       mbarrier_wait(full + 8 * S, parity);
+      load_codes();
     } else {
       cp_async_wait<1>();
     }
     __syncthreads();  // for every warp: block k's turned query is stored, block k - 1 is read
+    if constexpr (!kBulk) load_codes();  // (every thread's chunks have landed)
     S4KV_TIMELINE_MARK_IF(k == 0, kMarkFirst);
     issue(k + 2, prev_stage(S) * Smem::stage);  // k - 1's stage
-    const unsigned char* base = smem + rd;
     // Scores of positions tk0 and tk1 (C fragment rows) for heads 2i, 2i + 1 (columns) from
     // their keys (A fragment) and the turned query (B fragment, qa), in two halves: jj takes
     // the lane's channel pairs 4 jj .. 4 jj + 3 (code word jj: w01) and their RoPE partners 8 +
@@ -458,12 +470,6 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     const uint4* turn_src = turn_lane + S * 16 * 32 / 4;
     const auto* kscale = reinterpret_cast<const uint4*>(base + k_param);
     const auto* kzero = reinterpret_cast<const uint4*>(base + kz_param);
-    uint2 w01[2], w23[2];  // key code words 2i, 2i + 1 and 2i + 8, 2i + 9 at tk0, tk1
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      w01[nt] = *reinterpret_cast<const uint2*>(base + k_code_lo + 8 * 64 * nt);
-      w23[nt] = *reinterpret_cast<const uint2*>(base + k_code_hi + 8 * 64 * nt);
-    }
     float c[2][4] = {};
 #pragma unroll
     for (int jj = 0; jj < 2; ++jj) {
