@@ -465,12 +465,13 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     // their keys (A fragment) and the turned query (B fragment, qa), in two halves: jj takes
     // the lane's channel pairs 4 jj .. 4 jj + 3 (code word jj: w01) and their RoPE partners 8 +
     // 4 jj .. (word 2 + jj: w23), so that a half's scales, rotations and keys are used up before
-    // the next half's are read. k-tiles 2 jj, 2 jj + 1 sum in chain 0, 4 + 2 jj, 5 + 2 jj in
-    // chain 1.
+    // the next half's are read. The eight k-tiles sum in one chain of MMAs: each waits on the one
+    // before, whose latency the next k-tile's dequantization covers (two chains cost four FADD
+    // a block to add up).
     const uint4* turn_src = turn_lane + S * 16 * 32 / 4;
     const auto* kscale = reinterpret_cast<const uint4*>(base + k_param);
     const auto* kzero = reinterpret_cast<const uint4*>(base + kz_param);
-    float c[2][4] = {};
+    float s[4] = {};  // the scores, then the probabilities (st.update)
 #pragma unroll
     for (int jj = 0; jj < 2; ++jj) {
       const uint4 ks[2] = {kscale[jj], kscale[8 + (jj ^ 1)]};
@@ -518,13 +519,10 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
         for (int u = 0; u < 2; ++u) {
           const uint32_t ka[4] = {kb[0][4 * h + 2 * u], kb[1][4 * h + 2 * u],
                                   kb[0][4 * h + 2 * u + 1], kb[1][4 * h + 2 * u + 1]};
-          mma_m16n8k16<false>(c[h], ka, qa[2 * u], qa[2 * u + 1]);
+          mma_m16n8k16<false>(s, ka, qa[2 * u], qa[2 * u + 1]);
         }
       }
     }
-    float s[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) s[j] = c[0][j] + c[1][j];
     st.update(s);
     // Read by every warp after the next block's barrier.
     store_turn(k + 1, next_stage(S), b_cos, b_sin);
