@@ -112,7 +112,7 @@ __device__ inline void load_halves(const unsigned char* p, float (&out)[kG]) {
 // (blocks x kWarps x 32)). Measured on the H200 at B 64 (bench/results/cuda_h200/
 // attention_notes.md): version 4's kernel ran fastest at 2 (~217 registers; 3 and 4 spilled),
 // version 5's at 3 (168 registers, no spills: 8-20 % faster than 2); version 7's at 4 (128
-// registers, 8 bytes of stack outside the loop; H100, bench/results/cuda_h100/ab_v7: 3-16 %
+// registers, no stack since bf2de4d; H100, bench/results/cuda_h100/ab_v7: 3-16 %
 // faster than at 3, 91 % of the copy bandwidth at 32/8, B 64 x 32k). Other block sizes keep 2.
 // S4KV_INT4_MIN_BLOCKS overrides it for every block size, for a measurement
 // (tools/device_attention.sh ab).
@@ -578,9 +578,9 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     }
   };
   // Long items take the stages in turn: the unrolled steps' addresses and barriers are constants
-  // and the stage's rotation is gone (1,319 instructions for three blocks against 469 a block,
-  // ~6 % fewer); short ones the compact loop (the unrolled loop's 21 KB of code made items of four
-  // blocks ~8 % slower on an H100).
+  // and the stage's rotation is gone (1,304 instructions for three blocks against 464 a block in
+  // the compact loop); short ones the compact loop (the unrolled loop's 21 KB of code made items of
+  // four blocks ~8 % slower on an H100).
   if (n >= kInt4UnrolledBlocks) {
     for (int k = 0; k < n; k += kInt4Stages) {
       block_step(k, StageIndex<0>{});
