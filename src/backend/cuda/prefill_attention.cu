@@ -728,6 +728,11 @@ void launch(const PagedAttentionArgs& a, const PrefillTile* tiles, int32_t num_t
 
 bool in_32_64_128(int x) { return x == 32 || x == 64 || x == 128; }
 
+// The context of a tile's last row: that row's position + 1.
+int32_t tile_context(const ForwardBatch& b, const PrefillTile& t) {
+  return b.seq_lens[t.seq] - (b.query_start_loc[t.seq + 1] - t.q_end);
+}
+
 }  // namespace
 
 void plan_prefill(const ForwardBatch& b, int min_q_len, std::vector<PrefillTile>& tiles) {
@@ -742,11 +747,8 @@ void plan_prefill(const ForwardBatch& b, int min_q_len, std::vector<PrefillTile>
   }
   // The context of a tile's last row decides its work: the heaviest blocks start first, so the
   // grid's tail is made of light ones.
-  auto context = [&](const PrefillTile& t) {
-    return b.seq_lens[t.seq] - (b.query_start_loc[t.seq + 1] - t.q_end);
-  };
   std::sort(tiles.begin(), tiles.end(), [&](const PrefillTile& x, const PrefillTile& y) {
-    const int32_t cx = context(x), cy = context(y);
+    const int32_t cx = tile_context(b, x), cy = tile_context(b, y);
     return cx != cy ? cx > cy : x.q_begin < y.q_begin;
   });
 }
@@ -762,11 +764,10 @@ void split_prefill(const ForwardBatch& b, int num_heads, int64_t wave_blocks,
   // first) ...
   int32_t used = 0;
   for (PrefillTile& t : tiles) {
-    // KV tiles of the tile's context: its last row's position + 1 positions, in tiles of 64
-    // (the kernel's runs may count one or two more where the sink block or the pool's end
-    // starts a tile: the parts then take a little more each).
-    const int64_t context = b.seq_lens[t.seq] - (b.query_start_loc[t.seq + 1] - t.q_end);
-    const int64_t kv_tiles = (context + 63) / 64;
+    // KV tiles of the tile's context, in tiles of 64 (the kernel's runs may count one or two
+    // more where the sink block or the pool's end starts a tile: the parts then take a little
+    // more each).
+    const int64_t kv_tiles = (int64_t{tile_context(b, t)} + 63) / 64;
     const auto parts = static_cast<int32_t>(
         std::min({per_tile, kv_tiles / kPrefillMinRunTiles, int64_t{kPrefillSplitSlots - used}}));
     if (parts < 2) continue;
@@ -786,7 +787,7 @@ void split_prefill(const ForwardBatch& b, int num_heads, int64_t wave_blocks,
       PrefillTile& p = tiles[--to];
       p = t;
       p.part = j;
-      if (t.parts > 1) p.slot = t.slot + j;
+      p.slot = t.slot + j;  // (an unsplit tile: one part, j = 0)
     }
   }
 }
