@@ -5,7 +5,8 @@
 // with its multiprocessor, so that where the fixed part of a launch goes (the prologue's loads,
 // the first blocks' wait, blocks ending apart, row blocks waiting for slots, the merge after
 // them) is read from the records instead of inferred from totals. Without the macro every mark is
-// nothing and the kernels are unchanged.
+// nothing and the kernels are unchanged. CI compiles the measurement build to PTX (the test
+// cuda_timeline_build, target cuda_timeline_ptx).
 #pragma once
 
 #include <cstdint>
