@@ -124,6 +124,10 @@ def main():
         json.dump(res, f, indent=1)
     print(f"copy bandwidth {res['copy_gbps']:.0f} GB/s ({res['gpu']})"
           + (f"; int4_kivi pool blocks by {res['int4_copy']}" if "int4_copy" in res else ""))
+    if res.get("resident_bytes", 0) > 0:  # cuda_attention_bench --resident-bytes
+        print(f"resident: the block tables walk over the first {res['resident_bytes']} bytes of "
+              "each pool, which stay in L2: %copy is the kernels' rate against the copy "
+              "bandwidth of the device memory, x sdpa against SDPA reading device memory")
     for r in res["rows"]:
         if r.get("check_rel_l2", -1) >= 0:
             print(f"check {r['format']} {r['heads']}/{r['kv_heads']}: decode kernels vs the "

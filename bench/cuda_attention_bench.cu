@@ -9,7 +9,8 @@
 //   cuda_attention_bench [--heads 28/4,32/8] [--batches 1,4,16,64,256]
 //       [--contexts 1024,8192,32768,131072] [--max-tokens 2097152] [--reps 20]
 //       [--formats 16bit,fp8,int4] [--reference] [--block-size 64] [--value-group-size 128]
-//       [--int4-v1] [--check-only] [--fused-merge] [--timeline]   > results.json
+//       [--int4-v1] [--check-only] [--fused-merge] [--timeline] [--resident-bytes N]
+//       > results.json
 // --int4-v1: int4_kivi without sink block, window and Hadamard (v2 otherwise); --check-only:
 // the correctness check of every (format, shape), no timing (tools/device_attention.sh check);
 // --fused-merge: each shape also with the merge fused into the item kernels
@@ -17,14 +18,20 @@
 // ("us_fused", "pct_copy_fused", "check_fused_rel_l2"); --timeline (a build with
 // -DS4KV_DECODE_TIMELINE): each shape's launch also recorded block by block, from the host and
 // from a graph ("timeline", cuda_timeline.cuh); --timeline-csv DIR: the records too, a CSV file
-// a shape and way in DIR.
+// a shape and way in DIR. --resident-bytes N: the block tables walk over only the pool blocks
+// of the first N bytes of each format's pool (16-bit and fp8: of K and V together), e.g.
+// 16777216, which stay in L2: the kernels then read at the rate their multiprocessors reach
+// rather than the memory's, which "pct_copy" compares with the copy bandwidth of the device
+// memory. On an H100 that rate is the ceiling an H200 would see (the same multiprocessors and
+// clock, 1.4x the memory bandwidth): the loop's issue limit, timed without the H200.
 //
 //   cuda_attention_bench --prefill [...]: prefill attention instead (cuda_prefill_bench.cu has
 //   its options): the tensor-core prefill kernels against the reference kernel.
 //
 // Caches hold random values (no NaN) in a pool of blocks shared by all sequences: each
 // sequence's block table is a random walk over the pool, which is far larger than L2, so the
-// bytes come from device memory as they would from distinct sequences.
+// bytes come from device memory as they would from distinct sequences (unless
+// --resident-bytes).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -56,6 +63,7 @@ int run(int argc, char** argv) {
   std::vector<int> contexts = {1024, 8192, 32768, 131072};
   int64_t max_tokens = int64_t{1} << 21;
   int reps = 20;
+  int64_t resident_bytes = 0;  // 0: the whole pool
   bool reference = false, check_only = false, fused_merge = false, timeline = false;
   std::string timeline_dir;
   for (int i = 1; i < argc; ++i) {
@@ -71,6 +79,12 @@ int run(int argc, char** argv) {
       max_tokens = std::atoll(next().c_str());
     } else if (a == "--reps") {
       reps = std::atoi(next().c_str());
+    } else if (a == "--resident-bytes") {
+      resident_bytes = std::atoll(next().c_str());
+      if (resident_bytes <= 0) {
+        std::fprintf(stderr, "--resident-bytes: a positive byte count\n");
+        return 2;
+      }
     } else if (a == "--reference") {
       reference = true;
     } else if (a == "--check-only") {
@@ -124,9 +138,17 @@ int run(int argc, char** argv) {
 
   std::printf(
       "{\n  \"gpu\": \"%s\",\n  \"copy_gbps\": %.1f,\n  \"block_size\": %d,\n"
-      "  \"int4_value_group_size\": %d,\n  \"int4_copy\": \"%s\",\n  \"rows\": [\n",
+      "  \"int4_value_group_size\": %d,\n  \"int4_copy\": \"%s\",\n  \"resident_bytes\": %lld,\n"
+      "  \"rows\": [\n",
       device_description().c_str(), copy_gbps, B, Gv,
-      decode_int4_bulk_copies() ? "bulk tensor copy" : "cp.async");
+      decode_int4_bulk_copies() ? "bulk tensor copy" : "cp.async",
+      static_cast<long long>(resident_bytes));
+  if (resident_bytes > 0) {
+    std::fprintf(stderr,
+                 "resident: the block tables walk over the first %lld bytes of each pool (in L2); "
+                 "%% of copy is the rate against the device memory's copy bandwidth\n",
+                 static_cast<long long>(resident_bytes));
+  }
   bool first_row = true;
   std::mt19937 rng(7);
   for (const Shape& sh : shapes) {
@@ -137,6 +159,13 @@ int run(int argc, char** argv) {
       const int64_t block_bytes = int4 ? sh.kv_heads * static_cast<int64_t>(layout.block_bytes)
                                        : B * kv_dim * (fp8 ? 1 : 2);
       const int64_t num_blocks = (int4 ? pool_bytes : pool_bytes / 2) / block_bytes - 1;
+      // The blocks the tables walk over: all, or those of the first resident_bytes (16-bit and
+      // fp8: K and V each take a block's bytes).
+      const int64_t walk_blocks =
+          resident_bytes > 0
+              ? std::clamp<int64_t>(resident_bytes / (int4 ? block_bytes : 2 * block_bytes), 1,
+                                    num_blocks)
+              : num_blocks;
       auto* base = static_cast<std::byte*>(pool.data());
       if (int4) {
         fill(base, pool_bytes, 3, 0xffffffffu, 0);
@@ -165,14 +194,14 @@ int run(int argc, char** argv) {
           // The batch: one decode token per sequence at position ctx - 1.
           const int64_t blocks_per_seq = (ctx + B - 1) / B;
           ForwardBatchBuilder builder(B, blocks_per_seq);
-          std::uniform_int_distribution<int64_t> pick(0, num_blocks - 1);
+          std::uniform_int_distribution<int64_t> pick(0, walk_blocks - 1);
           std::vector<int32_t> table(static_cast<size_t>(blocks_per_seq));
           const std::vector<int32_t> token{0};
           for (int s = 0; s < batch; ++s) {
             int64_t blk = pick(rng);
             for (int32_t& id : table) {
               id = static_cast<int32_t>(blk);
-              blk = (blk + 1 + pick(rng) % 64) % num_blocks;  // a walk, not a run
+              blk = (blk + 1 + pick(rng) % 64) % walk_blocks;  // a walk, not a run
             }
             if (int4 && !int4_v1) table[0] = static_cast<int32_t>(num_blocks + s);  // sink block
             builder.add(token, ctx - 1, table, int4 ? s : -1, 0);

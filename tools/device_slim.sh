@@ -7,10 +7,13 @@
 # bytes are 61.5 MB of blocks). Slimmed (~61.5 MB), a call takes the pack alone only with
 # SLIM_TOKENIZERS=1 (it moves the whole tests/fixtures/tokenizers, 3 MB, too: the steps tests,
 # serve, sanitize*, eval, e2e and attention do not read it; capacity, dummy, perf, twins and
-# serve_bench do), or four benches. Carry the files by name, not all of .devcarry. Never commit
-# while they are out (git status shows them deleted).
+# serve_bench do), or four benches. SLIM_ATTENTION=1 (calls that run only
+# tools/device_attention.sh) moves the model and golden files too (models/, tests/golden,
+# tests/fixtures/tokenizers: ~52 MB more): a dozen benches travel. Carry the files by name, not
+# all of .devcarry. Never commit while they are out (git status shows them deleted).
 #   bash tools/device_slim.sh size [CARRY...]  # bytes (in disk blocks) that would travel
-#   [SLIM_TOKENIZERS=1] bash tools/device_slim.sh out  # move them to ../device-slim-moved/
+#   [SLIM_TOKENIZERS=1 | SLIM_ATTENTION=1] bash tools/device_slim.sh out  # move them to
+#                                              # ../device-slim-moved/
 #   bash tools/device_slim.sh in               # move them back
 # What moves: the tokenizer and chat-template goldens, the Qwen3 tokenizer (no GPU step uses
 # Qwen3; gpu_capacity.py and device_steps.sh read the Qwen2.5 and Llama-3 ones), the held-out
@@ -21,6 +24,9 @@ moved=../device-slim-moved
 tokenizers=tests/fixtures/tokenizers/qwen3/tokenizer.json.xz
 [ "${SLIM_TOKENIZERS:-0}" != 1 ] || tokenizers=tests/fixtures/tokenizers
 paths=(tests/golden/tokenizers tests/golden/chat "$tokenizers" bench/data/heldout.txt.xz bench/results)
+if [ "${SLIM_ATTENTION:-0}" = 1 ]; then
+  paths=(models tests/golden tests/fixtures/tokenizers bench/data/heldout.txt.xz bench/results)
+fi
 limit=$((64 * 1024 * 1024))
 case "${1:-}" in
   size)
