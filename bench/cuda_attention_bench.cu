@@ -23,7 +23,8 @@
 // 16777216, which stay in L2: the kernels then read at the rate their multiprocessors reach
 // rather than the memory's, which "pct_copy" compares with the copy bandwidth of the device
 // memory. On an H100 that rate is the ceiling an H200 would see (the same multiprocessors and
-// clock, 1.4x the memory bandwidth): the loop's issue limit, timed without the H200.
+// clock, 1.4x the memory bandwidth): the multiprocessors' limit (issue slots, shared memory),
+// timed without an H200.
 //
 //   cuda_attention_bench --prefill [...]: prefill attention instead (cuda_prefill_bench.cu has
 //   its options): the tensor-core prefill kernels against the reference kernel.

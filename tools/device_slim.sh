@@ -9,8 +9,9 @@
 # serve, sanitize*, eval, e2e and attention do not read it; capacity, dummy, perf, twins and
 # serve_bench do), or four benches. SLIM_ATTENTION=1 (calls that run only
 # tools/device_attention.sh) moves the model and golden files too (models/, tests/golden,
-# tests/fixtures/tokenizers: ~52 MB more): a dozen benches travel. Carry the files by name, not
-# all of .devcarry. Never commit while they are out (git status shows them deleted).
+# tests/fixtures/tokenizers: ~52 MB more): then the whole .devcarry (every bench, ~50 MB) can be
+# the one carried path (a call carries at most 8). Otherwise carry the files by name, not all of
+# .devcarry. Never commit while they are out (git status shows them deleted).
 #   bash tools/device_slim.sh size [CARRY...]  # bytes (in disk blocks) that would travel
 #   [SLIM_TOKENIZERS=1 | SLIM_ATTENTION=1] bash tools/device_slim.sh out  # move them to
 #                                              # ../device-slim-moved/
