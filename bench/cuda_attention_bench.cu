@@ -144,12 +144,6 @@ int run(int argc, char** argv) {
       device_description().c_str(), copy_gbps, B, Gv,
       decode_int4_bulk_copies() ? "bulk tensor copy" : "cp.async",
       static_cast<long long>(resident_bytes));
-  if (resident_bytes > 0) {
-    std::fprintf(stderr,
-                 "resident: the block tables walk over the first %lld bytes of each pool (in L2); "
-                 "%% of copy is the rate against the device memory's copy bandwidth\n",
-                 static_cast<long long>(resident_bytes));
-  }
   bool first_row = true;
   std::mt19937 rng(7);
   for (const Shape& sh : shapes) {
@@ -159,13 +153,13 @@ int run(int argc, char** argv) {
       // Pool geometry for this format and head count.
       const int64_t block_bytes = int4 ? sh.kv_heads * static_cast<int64_t>(layout.block_bytes)
                                        : B * kv_dim * (fp8 ? 1 : 2);
-      const int64_t num_blocks = (int4 ? pool_bytes : pool_bytes / 2) / block_bytes - 1;
-      // The blocks the tables walk over: all, or those of the first resident_bytes (16-bit and
-      // fp8: K and V each take a block's bytes).
+      // 16-bit and fp8 keep K and V in the pool's two halves, a block id in each.
+      const int64_t parts = int4 ? 1 : 2;
+      const int64_t num_blocks = pool_bytes / parts / block_bytes - 1;
+      // The blocks the tables walk over: all, or those of the first resident_bytes.
       const int64_t walk_blocks =
           resident_bytes > 0
-              ? std::clamp<int64_t>(resident_bytes / (int4 ? block_bytes : 2 * block_bytes), 1,
-                                    num_blocks)
+              ? std::clamp<int64_t>(resident_bytes / parts / block_bytes, 1, num_blocks)
               : num_blocks;
       auto* base = static_cast<std::byte*>(pool.data());
       if (int4) {
