@@ -140,18 +140,16 @@ __device__ inline int stage_index(int s) { return s; }
 // The stage after s and the one before it (blocks k + 1's and k - 1's where block k is in s).
 __host__ __device__ constexpr int next_stage(int s) { return s == kInt4Stages - 1 ? 0 : s + 1; }
 __host__ __device__ constexpr int prev_stage(int s) { return s == 0 ? kInt4Stages - 1 : s - 1; }
-constexpr int kQueryBytes = 8 * 32 * 16;  // the query's pairs each thread turns: [pair][thread]
 // The kernel's shared memory, byte offsets from its 512-byte-aligned start (the copy engine's
 // 64-byte swizzle repeats every 512 bytes): the stages (each a pool block, rounded up to 512
-// bytes), the turned queries (one a stage), the lanes' rotations, the query, a
-// stage's mbarrier each and the rotations' copy's.
+// bytes), the turned queries (one a stage), the lanes' rotations, a stage's mbarrier each and
+// the rotations' copy's.
 template <int kWarps, int kG>
 struct Int4Smem {
   static constexpr int stage = (Int4Block<kWarps * 16, kG>::bytes + 511) / 512 * 512;
   static constexpr int turned = kInt4Stages * stage;
   static constexpr int rot = turned + kTurnBytes;
-  static constexpr int query = rot + kWarps * 2 * 8 * 32 * 8;
-  static constexpr int barriers = query + kQueryBytes;
+  static constexpr int barriers = rot + kWarps * 2 * 8 * 32 * 8;
   // What a launch asks for: dynamic shared memory starts 16-byte aligned.
   static constexpr int launch_bytes = barriers + 8 * (kInt4Stages + 1) + 512 - 16;
 };
@@ -339,18 +337,21 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   issue(1, Smem::stage);
   S4KV_TIMELINE_MARK(kMarkIssued);
   // This warp's share of the query (pairs m0 + e and m0 + e + 8 of the lane, fp32, log2 units):
-  // {q[m0 + e], q[m0 + e + 8]} (channels {c, c + 1}, {c + 64, c + 65}) as float4 e of the thread,
-  // in shared memory ([e][thread]) rather than 4 kPairs registers.
-  float4* query = reinterpret_cast<float4*>(smem + held(Smem::query + 16 * threadIdx.x));
+  // {q[m0 + e], q[m0 + e + 8]} (channels {c, c + 1}, {c + 64, c + 65}) as query[e], in
+  // registers: held in shared memory ([e][thread]), its read and write back at every block were
+  // ~16 of a warp's ~124 shared-memory wavefronts a block, the pipe the loop waits on (H200,
+  // bench/results/cuda_h200/heldregs_h200_143616f: 2-4.5 % faster at 4 thread blocks a
+  // multiprocessor, where ptxas keeps 8 bytes of the prologue on the stack).
+  float4 query[kPairs];
   {
     const float f = a.scale * kLog2e;
     const float* row =
         a.q + static_cast<int64_t>(token) * a.q_stride + (g * group + r) * kD + 16 * i + 2 * m0;
 #pragma unroll
     for (int e = 0; e < kPairs; ++e) {
-      query[e * kThreads] = r < group ? make_float4(row[2 * e] * f, row[2 * e + 1] * f,
-                                                    row[64 + 2 * e] * f, row[64 + 2 * e + 1] * f)
-                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      query[e] = r < group ? make_float4(row[2 * e] * f, row[2 * e + 1] * f, row[64 + 2 * e] * f,
+                                         row[64 + 2 * e + 1] * f)
+                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
   }
   // The query turned back by each block's start p0, R(p0)^T q: the item's first block from the
@@ -370,12 +371,12 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     uint32_t lo[kPairs], hi[kPairs];
 #pragma unroll
     for (int e = 0; e < kPairs; ++e) {
-      const float4 qe = query[e * kThreads];  // written by this thread
+      const float4 qe = query[e];
       const float lo0 = qe.x * c[e].x + qe.z * sn[e].x;
       const float lo1 = qe.y * c[e].y + qe.w * sn[e].y;
       const float hi0 = qe.z * c[e].x - qe.x * sn[e].x;
       const float hi1 = qe.w * c[e].y - qe.y * sn[e].y;
-      query[e * kThreads] = make_float4(lo0, lo1, hi0, hi1);
+      query[e] = make_float4(lo0, lo1, hi0, hi1);
       lo[e] = pack2<false>(lo0, lo1);
       hi[e] = pack2<false>(hi0, hi1);
     }
