@@ -112,8 +112,9 @@ __device__ inline void load_halves(const unsigned char* p, float (&out)[kG]) {
 // (blocks x kWarps x 32)). Measured on the H200 at B 64 (bench/results/cuda_h200/
 // attention_notes.md): version 4's kernel ran fastest at 2 (~217 registers; 3 and 4 spilled),
 // version 5's at 3 (168 registers, no spills: 8-20 % faster than 2); version 7's at 4 (128
-// registers, no stack since bf2de4d; H100, bench/results/cuda_h100/ab_v7: 3-16 %
-// faster than at 3, 91 % of the copy bandwidth at 32/8, B 64 x 32k). Other block sizes keep 2.
+// registers; H100, bench/results/cuda_h100/ab_v7: 3-16 % faster than at 3, 91 % of the copy
+// bandwidth at 32/8, B 64 x 32k; H200, cuda_h200/heldregs_h200_143616f: 3 took 1.06x the time).
+// Other block sizes keep 2.
 // S4KV_INT4_MIN_BLOCKS overrides it for every block size, for a measurement
 // (tools/device_attention.sh ab).
 template <int kWarps>
