@@ -341,8 +341,9 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   // {q[m0 + e], q[m0 + e + 8]} (channels {c, c + 1}, {c + 64, c + 65}) as query[e], in
   // registers: held in shared memory ([e][thread]), its read and write back at every block were
   // ~16 of a warp's ~124 shared-memory wavefronts a block, the pipe the loop waits on (H200,
-  // bench/results/cuda_h200/heldregs_h200_143616f: 2-4.5 % faster at 4 thread blocks a
-  // multiprocessor, where ptxas keeps 8 bytes of the prologue on the stack).
+  // bench/results/cuda_h200/heldregs_h200_143616f: 0.98x the time over the target cells, 1.03x
+  // at 32/8 B 16 x 8k; 4 thread blocks a multiprocessor still, 8 bytes of the prologue on the
+  // stack).
   float4 query[kPairs];
   {
     const float f = a.scale * kLog2e;
