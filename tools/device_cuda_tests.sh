@@ -58,9 +58,15 @@ case "${1:-}" in
     fi
     cmake --build build-device -j2 --target s4kv backend_cuda_test async_backend_cuda_test \
       cuda_attention_bench
-    rm -rf .devcarry && mkdir -p .devcarry/stage/bin
-    # What the binaries were built from (the device's copy of the tree has no history).
-    echo "built from $(git describe --always --dirty) on $(date -u +%FT%TZ)" > .devcarry/stage/BUILD_INFO
+    # Only the pack's own files: the benches kept beside them (tools/device_attention.sh build)
+    # stay; every old part goes (a pack of fewer parts must not be joined to an old one's last).
+    rm -rf .devcarry/stage .devcarry/part.* .devcarry/sums .devcarry/all.tar.xz
+    mkdir -p .devcarry/stage/bin
+    # What the binaries were built from (the device's copy of the tree has no history), and the
+    # CUDA flags the build directory was configured with (a measurement switch, if any).
+    cuda_flags=$(sed -n 's/^CMAKE_CUDA_FLAGS:STRING=//p' build-device/CMakeCache.txt)
+    echo "built from $(git describe --always --dirty) on $(date -u +%FT%TZ)${cuda_flags:+ with \
+CMAKE_CUDA_FLAGS=$cuda_flags}" > .devcarry/stage/BUILD_INFO
     # PACK_ONLY_S4KV=1: the server binary alone (steps that need nothing else: serve, dummy,
     # capacity), a third of the parts.
     strip -o .devcarry/stage/bin/s4kv build-device/src/cli/s4kv

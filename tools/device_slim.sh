@@ -24,11 +24,11 @@ cd "$(dirname "$0")/.."
 moved=../device-slim-moved
 tokenizers=tests/fixtures/tokenizers/qwen3/tokenizer.json.xz
 [ "${SLIM_TOKENIZERS:-0}" != 1 ] || tokenizers=tests/fixtures/tokenizers
-goldens=(tests/golden/tokenizers tests/golden/chat)
+bulky=(tests/golden/tokenizers tests/golden/chat)
 if [ "${SLIM_ATTENTION:-0}" = 1 ]; then
-  goldens=(models tests/golden) && tokenizers=tests/fixtures/tokenizers
+  bulky=(models tests/golden) && tokenizers=tests/fixtures/tokenizers
 fi
-paths=("${goldens[@]}" "$tokenizers" bench/data/heldout.txt.xz bench/results)
+paths=("${bulky[@]}" "$tokenizers" bench/data/heldout.txt.xz bench/results)
 limit=$((64 * 1024 * 1024))
 case "${1:-}" in
   size)
