@@ -9,6 +9,9 @@
 #       kernel's warps wait: one launch under ncu's warp-stall sampling, its SASS source page in
 #       $OUT/stalls_sass.csv and tools/ncu_stalls.py's ledger (whole kernel, each loop) in
 #       $OUT/stalls.txt / .json; e.g. --formats int4 --batches 64 --contexts 32768 --heads 28/4
+#   bash tools/device_attention.sh full [cuda_attention_bench args]  # ncu --set full of one
+#       int4_kivi launch (default 28/4 B 64 x 32k; the args after it replace or add, e.g.
+#       --resident-bytes 16777216): $OUT/details.txt, $OUT/raw.csv.xz, $OUT/ncu_log.txt
 #   bash tools/device_attention.sh check   # the decode kernels against the exact kernel: every
 #       int4_kivi layout (B 32/64/128 x Gv 32/64/128, v1 and v2), 16-bit and fp8 at B 16/128,
 #       each with the merge kernel and fused (--fused-merge); fails past 2e-2 relative L2 (bf16
@@ -69,7 +72,7 @@ case "${1:-}" in
     done
     exit $status
     ;;
-  run | ncu | check | prefill | stalls)
+  run | ncu | check | prefill | stalls | full)
     : "${OUT:?run on the GPU machine, where the device tool sets OUT}"
     mode=$1 && shift
     mkdir -p "$OUT"
@@ -94,6 +97,15 @@ case "${1:-}" in
       python3 tools/ncu_stalls.py "$OUT/stalls_sass.csv" --loops 64 --json "$OUT/stalls.json" \
         > "$OUT/stalls.txt" 2>&1 || { tail -20 "$OUT/stalls_ncu.txt"; }
       cat "$OUT/stalls.txt"
+    elif [ "$mode" = full ]; then
+      ncu --clock-control none --cache-control none --set full -k regex:decode_int4 -c 1 -f \
+        -o "$OUT/full" "$attn"/cuda_attention_bench --reps 1 --formats int4 --batches 64 \
+        --contexts 32768 --heads 28/4 "$@" > "$OUT/ncu_log.txt" 2>&1 || true
+      ncu -i "$OUT/full.ncu-rep" --page details > "$OUT/details.txt" 2>&1 || true
+      ncu -i "$OUT/full.ncu-rep" --page raw --csv 2>&1 | xz -T4 > "$OUT/raw.csv.xz" || true
+      rm -f "$OUT/full.ncu-rep"
+      grep -E "Duration|SM Frequency|Registers Per|Issue Slots Busy|Active Warps Per|Eligible Warps|Warp Cycles Per" \
+        "$OUT/details.txt" | head -20
     elif [ "$mode" = check ]; then
       bin="$attn"/cuda_attention_bench
       # shellcheck disable=SC2054  # the commas are the bench's list syntax
@@ -130,5 +142,5 @@ case "${1:-}" in
         "$OUT/ncu.txt" | head -120
     fi
     ;;
-  *) echo "usage: $0 build|run|ncu|stalls|check|prefill|ab ..." >&2; exit 2 ;;
+  *) echo "usage: $0 build|run|ncu|stalls|full|check|prefill|ab ..." >&2; exit 2 ;;
 esac
