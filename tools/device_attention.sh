@@ -10,8 +10,8 @@
 #       $OUT/stalls_sass.csv and tools/ncu_stalls.py's ledger (whole kernel, each loop) in
 #       $OUT/stalls.txt / .json; e.g. --formats int4 --batches 64 --contexts 32768 --heads 28/4
 #   bash tools/device_attention.sh full [cuda_attention_bench args]  # ncu --set full of one
-#       int4_kivi launch (default 28/4 B 64 x 32k; the args after it replace or add, e.g.
-#       --resident-bytes 16777216): $OUT/details.txt, $OUT/raw.csv.xz, $OUT/ncu_log.txt
+#       int4_kivi launch at 28/4 B 64 x 32k (args are added, e.g. --resident-bytes 16777216):
+#       $OUT/details.txt, $OUT/raw.csv.xz (the raw counters), $OUT/ncu_log.txt
 #   bash tools/device_attention.sh check   # the decode kernels against the exact kernel: every
 #       int4_kivi layout (B 32/64/128 x Gv 32/64/128, v1 and v2), 16-bit and fp8 at B 16/128,
 #       each with the merge kernel and fused (--fused-merge); fails past 2e-2 relative L2 (bf16
@@ -105,7 +105,7 @@ case "${1:-}" in
       ncu -i "$OUT/full.ncu-rep" --page raw --csv 2>&1 | xz -T4 > "$OUT/raw.csv.xz" || true
       rm -f "$OUT/full.ncu-rep"
       grep -E "Duration|SM Frequency|Registers Per|Issue Slots Busy|Active Warps Per|Eligible Warps|Warp Cycles Per" \
-        "$OUT/details.txt" | head -20
+        "$OUT/details.txt" | head -20 || true
     elif [ "$mode" = check ]; then
       bin="$attn"/cuda_attention_bench
       # shellcheck disable=SC2054  # the commas are the bench's list syntax
