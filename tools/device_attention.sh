@@ -10,7 +10,8 @@
 #       $OUT/stalls_sass.csv and tools/ncu_stalls.py's ledger (whole kernel, each loop) in
 #       $OUT/stalls.txt / .json; e.g. --formats int4 --batches 64 --contexts 32768 --heads 28/4
 #   bash tools/device_attention.sh full [cuda_attention_bench args]  # ncu --set full of one
-#       int4_kivi launch at 28/4 B 64 x 32k (args are added, e.g. --resident-bytes 16777216):
+#       int4_kivi launch at 28/4 B 64 x 32k (args are added, e.g. --resident-bytes 16777216;
+#       a later --batches, --contexts or --heads replaces the shape):
 #       $OUT/details.txt, $OUT/raw.csv.xz (the raw counters), $OUT/ncu_log.txt
 #   bash tools/device_attention.sh check   # the decode kernels against the exact kernel: every
 #       int4_kivi layout (B 32/64/128 x Gv 32/64/128, v1 and v2), 16-bit and fp8 at B 16/128,
@@ -79,6 +80,16 @@ case "${1:-}" in
     attn=/tmp/attn${ATTN_TAG:+_$ATTN_TAG}
     mkdir -p "$attn" && xz -dc ".devcarry/attention_bench${ATTN_TAG:+_$ATTN_TAG}.xz" | tar -C "$attn" -xf -
     cat "$attn/BUILD_INFO"
+    # The case's first int4_kivi launch (the checks and warm-up launch the same kernel) under
+    # ncu into report $1: ncu's options up to --, the bench's arguments after it.
+    ncu_int4() {
+      local rep=$1 opts=()
+      shift
+      while [ "$1" != -- ]; do opts+=("$1") && shift; done
+      shift
+      ncu --clock-control none "${opts[@]}" -k regex:decode_int4 -c 1 -f -o "$rep" \
+        "$attn"/cuda_attention_bench --reps 1 "$@"
+    }
     if [ "$mode" = prefill ]; then
       status=0
       "$attn"/cuda_attention_bench --prefill "$@" > "$OUT/prefill_h200.json" \
@@ -87,10 +98,8 @@ case "${1:-}" in
       [ "$status" = 0 ] || { echo "FAILED: exit status $status"; exit 1; }
       if grep -q FAILED "$OUT/prefill.txt"; then echo "FAILED: a check past 2e-2"; exit 1; fi
     elif [ "$mode" = stalls ]; then
-      # The first int4 launch of the case (the checks and warm-up launch the same kernel).
-      ncu --clock-control none --section SourceCounters --section WarpStateStats \
-        --section SchedulerStats --section Occupancy -k regex:decode_int4 -c 1 -f \
-        -o "$OUT/stalls" "$attn"/cuda_attention_bench --reps 1 "$@" > "$OUT/stalls_ncu.txt" 2>&1 || true
+      ncu_int4 "$OUT/stalls" --section SourceCounters --section WarpStateStats \
+        --section SchedulerStats --section Occupancy -- "$@" > "$OUT/stalls_ncu.txt" 2>&1 || true
       ncu -i "$OUT/stalls.ncu-rep" --page source --csv --print-source sass \
         > "$OUT/stalls_sass.csv" 2>> "$OUT/stalls_ncu.txt" || true
       ncu -i "$OUT/stalls.ncu-rep" --page details >> "$OUT/stalls_ncu.txt" 2>&1 || true
@@ -98,8 +107,7 @@ case "${1:-}" in
         > "$OUT/stalls.txt" 2>&1 || { tail -20 "$OUT/stalls_ncu.txt"; }
       cat "$OUT/stalls.txt"
     elif [ "$mode" = full ]; then
-      ncu --clock-control none --cache-control none --set full -k regex:decode_int4 -c 1 -f \
-        -o "$OUT/full" "$attn"/cuda_attention_bench --reps 1 --formats int4 --batches 64 \
+      ncu_int4 "$OUT/full" --cache-control none --set full -- --formats int4 --batches 64 \
         --contexts 32768 --heads 28/4 "$@" > "$OUT/ncu_log.txt" 2>&1 || true
       ncu -i "$OUT/full.ncu-rep" --page details > "$OUT/details.txt" 2>&1 || true
       ncu -i "$OUT/full.ncu-rep" --page raw --csv 2>&1 | xz -T4 > "$OUT/raw.csv.xz" || true
