@@ -65,6 +65,23 @@ __device__ inline void store_words(uint32_t* p, const uint32_t (&w)[kWords]) {
   }
 }
 
+// kWords consecutive words at p (aligned to 4 kWords bytes) into w: one shared-memory load.
+template <int kWords>
+__device__ inline void load_words(const uint32_t* p, uint32_t* w) {
+  static_assert(kWords == 2 || kWords == 4);
+  if constexpr (kWords == 4) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    w[0] = v.x;
+    w[1] = v.y;
+    w[2] = v.z;
+    w[3] = v.w;
+  } else {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    w[0] = v.x;
+    w[1] = v.y;
+  }
+}
+
 // kG consecutive fp16 values at p (aligned to 2 kG bytes), each in both halves of a pair: one
 // shared-memory load.
 template <int kG>
@@ -130,6 +147,18 @@ constexpr int kInt4Stages = 3;  // blocks in flight per thread block: this one a
 // buffer and stage are the same compile-time index in the loop's unrolled steps): [buffer][word
 // m][lane].
 constexpr int kTurnBytes = kInt4Stages * 16 * 32 * 4;
+// Words of a lane in a turned query's chunk. A warp's store_turn writes kPairs words a lane: into
+// 16-byte chunks (4 words), its 8-byte stores at a 16-byte stride took twice their wavefronts
+// (lanes l and l + 8 in the same banks: 28 of the ~497 wavefronts of a pool block, H200 ncu of
+// 143616f); 8-byte chunks take them conflict-free, and the reads of a lane's 16 words the same
+// 16 wavefronts as eight 8-byte loads instead of four 16-byte ones. S4KV_INT4_TURN_WORDS=4 builds
+// the 16-byte chunks, for a measurement.
+#ifdef S4KV_INT4_TURN_WORDS
+constexpr int kTurnWords = S4KV_INT4_TURN_WORDS;
+#else
+constexpr int kTurnWords = 2;
+#endif
+static_assert(kTurnWords == 2 || kTurnWords == 4);
 // A stage's index known at compile time (the unrolled loop's), or at run time (an int).
 template <int S>
 struct StageIndex {};
@@ -361,11 +390,12 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   // so that the loop reads no table rows (their loads were the loop's longest wait). `query`
   // holds the turned pairs in fp32 from then on.
   // The turned query's buffers hold word m of lane l's B fragments (qa below) at
-  // [m / 4][l][m % 4], 16 x 32 words each: a warp reads chunk m / 4 of every lane as one 16-byte
-  // load a lane, conflict-free, at immediate offsets. This lane's pairs m0 .. m0 + kPairs - 1
-  // (kPairs words, consecutive: m0 % 4 + kPairs <= 4) at turn_mine, pairs m0 + 8 .. 256 words on.
+  // [m / kTurnWords][l][m % kTurnWords], 16 x 32 words each: a warp reads chunk m / kTurnWords of
+  // every lane as one load a lane, conflict-free, at immediate offsets. This lane's pairs m0 ..
+  // m0 + kPairs - 1 (kPairs consecutive words) at turn_mine, pairs m0 + 8 .. 256 words on.
   uint32_t* turn_mine = reinterpret_cast<uint32_t*>(
-      smem + held(Smem::turned + 4 * ((m0 / 4) * 128 + lane * 4 + m0 % 4)));
+      smem + held(Smem::turned +
+                  4 * ((m0 / kTurnWords) * 32 * kTurnWords + lane * kTurnWords + m0 % kTurnWords)));
   // `query` turned by the angles of c, sn (this warp's frequency pairs; in place) and, in fp16,
   // this warp's words of block k's turned query, into buffer `buf` (k % kInt4Stages).
   auto store_turn = [&](int k, int buf, const float2(&c)[kPairs], const float2(&sn)[kPairs]) {
@@ -383,8 +413,19 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
       hi[e] = pack2<false>(hi0, hi1);
     }
     uint32_t* dst = turn_mine + buf * 16 * 32;
-    store_words<kPairs>(dst, lo);
-    store_words<kPairs>(dst + 256, hi);
+    // kPairs words a lane: one store where they are a chunk or less, else one a chunk.
+    constexpr int kWords = kPairs < kTurnWords ? kPairs : kTurnWords;
+#pragma unroll
+    for (int c = 0; c < kPairs / kWords; ++c) {
+      uint32_t l[kWords], h[kWords];
+#pragma unroll
+      for (int e = 0; e < kWords; ++e) {
+        l[e] = lo[kWords * c + e];
+        h[e] = hi[kWords * c + e];
+      }
+      store_words<kWords>(dst + c * 32 * kTurnWords, l);
+      store_words<kWords>(dst + c * 32 * kTurnWords + 256, h);
+    }
   };
   store_turn(0, 0, p0_cos, p0_sin);
 
@@ -427,9 +468,10 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
                            : held(bulk_copy_swizzle64(Blk::v_scale + 2 * kG * tk1));
   const int v_zero1 = kZeroStep != kNoStep ? v_zero0 + kZeroStep
                                            : held(bulk_copy_swizzle64(Blk::v_zero + 2 * kG * tk1));
-  // The lane's turned-query chunks: chunk j of buffer 0 at turn_lane[32 j] (buffer b 16 x 32 b
-  // words on).
-  const uint4* turn_lane = reinterpret_cast<const uint4*>(smem + held(Smem::turned + 16 * lane));
+  // The lane's turned-query chunks: chunk j of buffer 0 at turn_lane + 32 j kTurnWords words
+  // (buffer b 16 x 32 b words on).
+  const uint32_t* turn_lane =
+      reinterpret_cast<const uint32_t*>(smem + held(Smem::turned + 4 * kTurnWords * lane));
 
   uint32_t parity = 0;  // the parity of the blocks' phases in their stages: (k / kInt4Stages) % 2
   if constexpr (kBulk) mbarrier_wait(rot_bar, 0);  // the rotations have landed
@@ -471,7 +513,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     // the next half's are read. The eight k-tiles sum in one chain of MMAs: each waits on the one
     // before, whose latency the next k-tile's dequantization covers (two chains cost four FADD
     // a block to add up).
-    const uint4* turn_src = turn_lane + S * 16 * 32 / 4;
+    const uint32_t* turn_src = turn_lane + S * 16 * 32;
     const auto* kscale = reinterpret_cast<const uint4*>(base + k_param);
     const auto* kzero = reinterpret_cast<const uint4*>(base + kz_param);
     float s[4] = {};  // the scores, then the probabilities (st.update)
@@ -516,8 +558,13 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // k-tiles 2 jj, 2 jj + 1 (h = 0) or 4 + 2 jj, 5 + 2 jj
-        const uint4 qv = turn_src[32 * (2 * h + jj)];  // qa words of those k-tiles
-        const uint32_t qa[4] = {qv.x, qv.y, qv.z, qv.w};
+        uint32_t qa[4];              // qa words 4 (2 h + jj) .. of those k-tiles
+#pragma unroll
+        for (int c = 0; c < 4 / kTurnWords; ++c) {
+          const int m = 4 * (2 * h + jj) + kTurnWords * c;
+          load_words<kTurnWords>(turn_src + (m / kTurnWords) * 32 * kTurnWords,
+                                 qa + kTurnWords * c);
+        }
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
           const uint32_t ka[4] = {kb[0][4 * h + 2 * u], kb[1][4 * h + 2 * u],
