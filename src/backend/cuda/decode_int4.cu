@@ -142,7 +142,14 @@ constexpr int int4_min_blocks() {
   return kWarps == 4 ? 4 : 2;
 #endif
 }
-constexpr int kInt4Stages = 3;  // blocks in flight per thread block: this one and two ahead
+// Blocks in flight per thread block: this one and two ahead (S4KV_INT4_STAGES=2 builds one
+// ahead, for a measurement: ~9 KB less shared memory a thread block at B 64).
+#ifdef S4KV_INT4_STAGES
+constexpr int kInt4Stages = S4KV_INT4_STAGES;
+#else
+constexpr int kInt4Stages = 3;
+#endif
+static_assert(kInt4Stages == 2 || kInt4Stages == 3);
 // The turned queries, one a stage (block k's in buffer k % kInt4Stages, so that a block's
 // buffer and stage are the same compile-time index in the loop's unrolled steps): [buffer][word
 // m][lane].
@@ -151,12 +158,12 @@ constexpr int kTurnBytes = kInt4Stages * 16 * 32 * 4;
 // 16-byte chunks (4 words), its 8-byte stores at a 16-byte stride took twice their wavefronts
 // (lanes l and l + 8 in the same banks: 28 of the ~497 wavefronts of a pool block, H200 ncu of
 // 143616f); 8-byte chunks take them conflict-free, and the reads of a lane's 16 words the same
-// 16 wavefronts as eight 8-byte loads instead of four 16-byte ones. S4KV_INT4_TURN_WORDS=4 builds
-// the 16-byte chunks, for a measurement.
+// 16 wavefronts as eight 8-byte loads instead of four 16-byte ones. S4KV_INT4_TURN_WORDS=2 builds
+// the 8-byte chunks, for a measurement (not yet timed on a GPU: docs/gpu_kernels.md).
 #ifdef S4KV_INT4_TURN_WORDS
 constexpr int kTurnWords = S4KV_INT4_TURN_WORDS;
 #else
-constexpr int kTurnWords = 2;
+constexpr int kTurnWords = 4;
 #endif
 static_assert(kTurnWords == 2 || kTurnWords == 4);
 // A stage's index known at compile time (the unrolled loop's), or at run time (an int).
@@ -364,7 +371,7 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     }
     issue(0, 0);
   }
-  issue(1, Smem::stage);
+  if constexpr (kInt4Stages == 3) issue(1, Smem::stage);
   S4KV_TIMELINE_MARK(kMarkIssued);
   // This warp's share of the query (pairs m0 + e and m0 + e + 8 of the lane, fp32, log2 units):
   // {q[m0 + e], q[m0 + e + 8]} (channels {c, c + 1}, {c + 64, c + 65}) as query[e], in
@@ -480,7 +487,6 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
   // buffer S). `stage` is S as a StageIndex where the loop below takes the stages in
   // turn (every shared-memory address of a step is then a held lane offset plus a constant), or
   // as an int.
-  static_assert(kInt4Stages == 3);
   auto block_step = [&](int k, auto stage) {
     const int S = stage_index(stage);
     const int rd = S * Smem::stage;
@@ -500,12 +506,12 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
       mbarrier_wait(full + 8 * S, parity);
       load_codes();
     } else {
-      cp_async_wait<1>();
+      cp_async_wait<kInt4Stages - 2>();
     }
     __syncthreads();  // for every warp: block k's turned query is stored, block k - 1 is read
     if constexpr (!kBulk) load_codes();  // (every thread's chunks have landed)
     S4KV_TIMELINE_MARK_IF(k == 0, kMarkFirst);
-    issue(k + 2, prev_stage(S) * Smem::stage);  // k - 1's stage
+    issue(k + kInt4Stages - 1, prev_stage(S) * Smem::stage);  // k - 1's stage
     // Scores of positions tk0 and tk1 (C fragment rows) for heads 2i, 2i + 1 (columns) from
     // their keys (A fragment) and the turned query (B fragment, qa), in two halves: jj takes
     // the lane's channel pairs 4 jj .. 4 jj + 3 (code word jj: w01) and their RoPE partners 8 +
@@ -635,7 +641,9 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     for (int k = 0; k < n; k += kInt4Stages) {
       block_step(k, StageIndex<0>{});
       if (k + 1 < n) block_step(k + 1, StageIndex<1>{});
-      if (k + 2 < n) block_step(k + 2, StageIndex<2>{});
+      if constexpr (kInt4Stages == 3) {
+        if (k + 2 < n) block_step(k + 2, StageIndex<2>{});
+      }
       parity ^= 1;
     }
   } else {
