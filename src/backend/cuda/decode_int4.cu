@@ -142,13 +142,17 @@ constexpr int int4_min_blocks() {
   return kWarps == 4 ? 4 : 2;
 #endif
 }
-// Blocks in flight per thread block: this one and two ahead (S4KV_INT4_STAGES=2 builds one
-// ahead, for a measurement: ~9 KB less shared memory a thread block at B 64).
-#ifdef S4KV_INT4_STAGES
-constexpr int kInt4Stages = S4KV_INT4_STAGES;
-#else
-constexpr int kInt4Stages = 3;
+// Measurement switches (tools/device_attention.sh build with ATTN_NVCC_FLAGS), their defaults:
+// S4KV_INT4_STAGES and S4KV_INT4_TURN_WORDS below.
+#ifndef S4KV_INT4_STAGES
+#define S4KV_INT4_STAGES 3
 #endif
+#ifndef S4KV_INT4_TURN_WORDS
+#define S4KV_INT4_TURN_WORDS 4
+#endif
+// Blocks in flight per thread block: this one and two ahead (S4KV_INT4_STAGES=2 builds one
+// ahead: ~9 KB less shared memory a thread block at B 64).
+constexpr int kInt4Stages = S4KV_INT4_STAGES;
 static_assert(kInt4Stages == 2 || kInt4Stages == 3);
 // The turned queries, one a stage (block k's in buffer k % kInt4Stages, so that a block's
 // buffer and stage are the same compile-time index in the loop's unrolled steps): [buffer][word
@@ -159,12 +163,8 @@ constexpr int kTurnBytes = kInt4Stages * 16 * 32 * 4;
 // (lanes l and l + 8 in the same banks: 28 of the ~497 wavefronts of a pool block, H200 ncu of
 // 143616f); 8-byte chunks take them conflict-free, and the reads of a lane's 16 words the same
 // 16 wavefronts as eight 8-byte loads instead of four 16-byte ones. S4KV_INT4_TURN_WORDS=2 builds
-// the 8-byte chunks, for a measurement (not yet timed on a GPU: docs/gpu_kernels.md).
-#ifdef S4KV_INT4_TURN_WORDS
+// the 8-byte chunks (not yet timed on a GPU: docs/gpu_kernels.md).
 constexpr int kTurnWords = S4KV_INT4_TURN_WORDS;
-#else
-constexpr int kTurnWords = 4;
-#endif
 static_assert(kTurnWords == 2 || kTurnWords == 4);
 // A stage's index known at compile time (the unrolled loop's), or at run time (an int).
 template <int S>
