@@ -52,9 +52,9 @@ __device__ inline T* held(T* p) {
   return reinterpret_cast<T*>((static_cast<uintptr_t>(hi) << 32) | lo);
 }
 
-// kWords consecutive words at p (aligned to 4 kWords bytes): one shared-memory store.
+// kWords consecutive words of w at p (aligned to 4 kWords bytes): one shared-memory store.
 template <int kWords>
-__device__ inline void store_words(uint32_t* p, const uint32_t (&w)[kWords]) {
+__device__ inline void store_words(uint32_t* p, const uint32_t* w) {
   static_assert(kWords == 1 || kWords == 2 || kWords == 4);
   if constexpr (kWords == 4) {
     *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
@@ -424,14 +424,8 @@ __global__ void __launch_bounds__(kWarps * 32, int4_min_blocks<kWarps>())
     constexpr int kWords = kPairs < kTurnWords ? kPairs : kTurnWords;
 #pragma unroll
     for (int c = 0; c < kPairs / kWords; ++c) {
-      uint32_t l[kWords], h[kWords];
-#pragma unroll
-      for (int e = 0; e < kWords; ++e) {
-        l[e] = lo[kWords * c + e];
-        h[e] = hi[kWords * c + e];
-      }
-      store_words<kWords>(dst + c * 32 * kTurnWords, l);
-      store_words<kWords>(dst + c * 32 * kTurnWords + 256, h);
+      store_words<kWords>(dst + c * 32 * kTurnWords, lo + kWords * c);
+      store_words<kWords>(dst + c * 32 * kTurnWords + 256, hi + kWords * c);
     }
   };
   store_turn(0, 0, p0_cos, p0_sin);
