@@ -148,10 +148,12 @@ constexpr int int4_min_blocks() {
 #define S4KV_INT4_STAGES 3
 #endif
 #ifndef S4KV_INT4_TURN_WORDS
-#define S4KV_INT4_TURN_WORDS 4
+#define S4KV_INT4_TURN_WORDS 2
 #endif
 // Blocks in flight per thread block: this one and two ahead (S4KV_INT4_STAGES=2 builds one
-// ahead: ~9 KB less shared memory a thread block at B 64).
+// ahead: ~9 KB less shared memory a thread block at B 64; on an H100, 0.995x the time resident in
+// L2 and 1.004x from device memory, B 256 up to 2.5 % slower: bench/results/cuda_h100/
+// stages2_h100_21cbbde).
 constexpr int kInt4Stages = S4KV_INT4_STAGES;
 static_assert(kInt4Stages == 2 || kInt4Stages == 3);
 // The turned queries, one a stage (block k's in buffer k % kInt4Stages, so that a block's
@@ -162,8 +164,9 @@ constexpr int kTurnBytes = kInt4Stages * 16 * 32 * 4;
 // 16-byte chunks (4 words), its 8-byte stores at a 16-byte stride took twice their wavefronts
 // (lanes l and l + 8 in the same banks: 28 of the ~497 wavefronts of a pool block, H200 ncu of
 // 143616f); 8-byte chunks take them conflict-free, and the reads of a lane's 16 words the same
-// 16 wavefronts as eight 8-byte loads instead of four 16-byte ones. S4KV_INT4_TURN_WORDS=2 builds
-// the 8-byte chunks (not yet timed on a GPU: docs/gpu_kernels.md).
+// 16 wavefronts as eight 8-byte loads instead of four 16-byte ones: 0.995x the time resident in L2,
+// 0.992x from device memory over the ten target cells on an H100 (bench/results/cuda_h100/
+// turn2_stages2_h100_21cbbde). S4KV_INT4_TURN_WORDS=4 builds the 16-byte chunks.
 constexpr int kTurnWords = S4KV_INT4_TURN_WORDS;
 static_assert(kTurnWords == 2 || kTurnWords == 4);
 // A stage's index known at compile time (the unrolled loop's), or at run time (an int).
