@@ -8,15 +8,8 @@
 # the ten target cells, resident in L2 and from device memory, in both orders.
 # Run as `CALL_S=540 bash <this file>` with the five benches in .devcarry/.
 . tools/device_call.sh
-H="--formats int4 --batches 16,64,256 --contexts 8192,32768"
-R="$H --resident-bytes 16777216"
-h200=0
-grep -q H200 "$OUT/gpu.txt" && h200=1
-[ $h200 = 1 ] && step grid_m bash -c "ATTN_TAG=m bash tools/device_attention.sh run"
-step rab1 bash tools/device_attention.sh ab m tw2s2 s2b5 t2r2 cl -- $R
-step hab1 bash tools/device_attention.sh ab m tw2s2 s2b5 t2r2 cl -- $H
-step hab2 bash tools/device_attention.sh ab cl t2r2 s2b5 tw2s2 m -- $H
-step rab2 bash tools/device_attention.sh ab cl t2r2 s2b5 tw2s2 m -- $R
-[ $h200 = 1 ] && step full_m_l2 bash -c "ATTN_TAG=m bash tools/device_attention.sh full --resident-bytes 16777216"
+[ $CALL_H200 = 1 ] && step grid_m bash -c "ATTN_TAG=m bash tools/device_attention.sh run"
+ab_both m tw2s2 s2b5 t2r2 cl
+[ $CALL_H200 = 1 ] && step full_m_l2 bash -c "ATTN_TAG=m bash tools/device_attention.sh full --resident-bytes 16777216"
 ab_summary m tw2s2 s2b5 t2r2 cl
 call_finish

@@ -4,17 +4,10 @@
 # same source) and two tiles a warp at two stages (t2r2: branch t2s5 67a9481,
 # -DS4KV_INT4_TILES=2 -DS4KV_INT4_STAGES=2) on the ten target cells, resident in L2 and from
 # device memory, both orders, and ncu --set full of m resident (28/4 B 64 x 32k). On an H100
-# only the A/B runs.
+# only the A/B runs. Run as `CALL_S=360 bash .devq/call25.sh`.
 . tools/device_call.sh
-H="--formats int4 --batches 16,64,256 --contexts 8192,32768"
-R="$H --resident-bytes 16777216"
-h200=0
-grep -q H200 "$OUT/gpu.txt" && h200=1
-[ $h200 = 1 ] && step grid_m bash -c "ATTN_TAG=m bash tools/device_attention.sh run"
-step rab1 bash tools/device_attention.sh ab m tw2s2 t2r2 -- $R
-step hab1 bash tools/device_attention.sh ab m tw2s2 t2r2 -- $H
-step hab2 bash tools/device_attention.sh ab t2r2 tw2s2 m -- $H
-step rab2 bash tools/device_attention.sh ab t2r2 tw2s2 m -- $R
-[ $h200 = 1 ] && step full_m_l2 bash -c "ATTN_TAG=m bash tools/device_attention.sh full --resident-bytes 16777216"
+[ $CALL_H200 = 1 ] && step grid_m bash -c "ATTN_TAG=m bash tools/device_attention.sh run"
+ab_both m tw2s2 t2r2
+[ $CALL_H200 = 1 ] && step full_m_l2 bash -c "ATTN_TAG=m bash tools/device_attention.sh full --resident-bytes 16777216"
 ab_summary m tw2s2 t2r2
 call_finish
