@@ -5,14 +5,15 @@
 # r/clocks.csv, and
 #   step NAME CMD...   runs CMD with OUT=$OUT/r/NAME (its log r/NAME.log), bounded by the
 #                      deadline, skipped when less than 20 s is left
-#   ab_both BASE TAG...  the int4 A/B of the builds on the ten target cells ($CALL_CELLS):
+#   ab_both TAG...     the int4 A/B of the builds on the ten target cells ($CALL_CELLS):
 #                      resident in L2 (r/rab1), from device memory (r/hab1), then both again in
 #                      the reverse order (r/hab2, r/rab2)
-#   ab_summary BASE TAG...  tools/ab_compare.py over each r/{r,h}ab1 and r/{r,h}ab2 pair (the A/B
-#                      resident in L2 and from device memory, two orders)
-# CALL_H200 is 1 on an H200 (steps that only its figures need), else 0.
+#   ab_summary BASE    those runs as bench/results keeps them, r/resident/ and r/hbm/
+#                      (ab_<tag>_run<N>.json), each summed by tools/ab_compare.py --base BASE into
+#                      r/resident_compare.txt and r/hbm_compare.txt (printed)
 #   call_finish        stops the clock poll and packs r/ into $OUT/results.tar.xz (a call
 #                      returns at most 8 files)
+# and CALL_H200, 1 on an H200 (for steps only its figures need), else 0.
 set -u
 CALL_T0=$(date +%s)
 CALL_END=$((CALL_T0 + ${CALL_S:-540}))
@@ -24,9 +25,8 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
   --format=csv,nounits -lms 200 > "$CALL_OUT/r/clocks.csv" 2>&1 &
 CALL_POLL=$!
 date +%T
-# (read by the call scripts that source this file)
 CALL_H200=$(grep -c H200 "$CALL_OUT/gpu.txt")
-export CALL_H200
+export CALL_H200  # (for the sourcing script)
 CALL_CELLS="--formats int4 --batches 16,64,256 --contexts 8192,32768"
 ab_both() {
   local reversed=() t
@@ -50,20 +50,18 @@ step() {
   echo "$d rc $? $(date +%T)"
 }
 ab_summary() {
-  local base=$1 m d n t
-  shift
-  for m in r h; do
-    mkdir -p "$CALL_OUT/cmp_$m"
-    n=0
-    for d in ${m}ab1 ${m}ab2; do
-      n=$((n + 1))
-      for t in "$base" "$@"; do
-        cp "$CALL_OUT/r/$d/ab_$t.json" "$CALL_OUT/cmp_$m/ab_${t}_run$n.json" 2> /dev/null
+  local base=$1 m kind n f
+  for m in r:resident h:hbm; do
+    kind=${m#*:}
+    mkdir -p "$CALL_OUT/r/$kind"
+    for n in 1 2; do
+      for f in "$CALL_OUT/r/${m%%:*}ab$n"/ab_*.json; do
+        [ -e "$f" ] && cp "$f" "$CALL_OUT/r/$kind/$(basename "$f" .json)_run$n.json"
       done
     done
-    echo "== $m"
-    python3 tools/ab_compare.py --base "$base" "$CALL_OUT/cmp_$m" 2>&1 | head -16
-    rm -rf "$CALL_OUT/cmp_$m"
+    python3 tools/ab_compare.py --base "$base" "$CALL_OUT/r/$kind" > "$CALL_OUT/r/${kind}_compare.txt" 2>&1
+    echo "== $kind"
+    head -16 "$CALL_OUT/r/${kind}_compare.txt"
   done
 }
 call_finish() {

@@ -11,5 +11,5 @@
 [ $CALL_H200 = 1 ] && step grid_m bash -c "ATTN_TAG=m bash tools/device_attention.sh run"
 ab_both m tw2s2 s2b5 t2r2 cl
 [ $CALL_H200 = 1 ] && step full_m_l2 bash -c "ATTN_TAG=m bash tools/device_attention.sh full --resident-bytes 16777216"
-ab_summary m tw2s2 s2b5 t2r2 cl
+ab_summary m
 call_finish

@@ -17,5 +17,5 @@ step rab2 bash tools/device_attention.sh ab $B -- $R
 step hab2 bash tools/device_attention.sh ab $B -- $H
 step full_s2_l2 bash -c "ATTN_TAG=s2 bash tools/device_attention.sh full --resident-bytes 16777216"
 step full_t2r2_l2 bash -c "ATTN_TAG=t2r2 bash tools/device_attention.sh full --resident-bytes 16777216"
-ab_summary $A
+ab_summary q4
 call_finish

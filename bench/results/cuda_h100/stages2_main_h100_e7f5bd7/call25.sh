@@ -9,5 +9,5 @@
 [ $CALL_H200 = 1 ] && step grid_m bash -c "ATTN_TAG=m bash tools/device_attention.sh run"
 ab_both m tw2s2 t2r2
 [ $CALL_H200 = 1 ] && step full_m_l2 bash -c "ATTN_TAG=m bash tools/device_attention.sh full --resident-bytes 16777216"
-ab_summary m tw2s2 t2r2
+ab_summary m
 call_finish

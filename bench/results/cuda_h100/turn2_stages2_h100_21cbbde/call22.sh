@@ -19,5 +19,5 @@ step grid_t2s2 bash -c "ATTN_TAG=t2s2 bash tools/device_attention.sh run"
 step full_t2s2_l2 bash -c "ATTN_TAG=t2s2 bash tools/device_attention.sh full --resident-bytes 16777216"
 step full_q4_l2 bash -c "ATTN_TAG=q4 bash tools/device_attention.sh full --resident-bytes 16777216"
 step full_tw2_l2 bash -c "ATTN_TAG=tw2 bash tools/device_attention.sh full --resident-bytes 16777216"
-ab_summary q4 tw2 t2s2
+ab_summary q4
 call_finish
