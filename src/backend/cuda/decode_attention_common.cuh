@@ -419,7 +419,7 @@ __device__ inline void load_query(const PagedAttentionArgs& a, int token, int g,
 }
 
 // The int4_kivi kernel's launch for the step's int4 items (decode_int4.cu). Items of at least
-// kInt4UnrolledBlocks blocks run its loop unrolled by its three stages, shorter ones a compact
+// kInt4UnrolledBlocks blocks run its loop unrolled by its stages, shorter ones a compact
 // loop (decode_int4.cu says why).
 inline constexpr int kInt4UnrolledBlocks = 12;
 void launch_decode_int4(const PagedAttentionArgs& a, const DecodeLaunch& d, cudaStream_t stream);
