@@ -5,7 +5,7 @@
 # r/clocks.csv, and
 #   step NAME CMD...   runs CMD with OUT=$OUT/r/NAME (its log r/NAME.log), bounded by the
 #                      deadline, skipped when less than 20 s is left
-#   ab_both TAG...     the int4 A/B of the builds on the ten target cells ($CALL_CELLS):
+#   ab_both TAG...     the int4 A/B of the builds on the ten target cells (CALL_CELLS):
 #                      resident in L2 (r/rab1), from device memory (r/hab1), then both again in
 #                      the reverse order (r/hab2, r/rab2)
 #   ab_summary BASE    those runs as bench/results keeps them, r/resident/ and r/hbm/
@@ -27,19 +27,9 @@ CALL_POLL=$!
 date +%T
 CALL_H200=$(grep -c H200 "$CALL_OUT/gpu.txt")
 export CALL_H200  # (for the sourcing script)
-CALL_CELLS="--formats int4 --batches 16,64,256 --contexts 8192,32768"
-ab_both() {
-  local reversed=() t
-  for t in "$@"; do reversed=("$t" "${reversed[@]}"); done
-  # shellcheck disable=SC2086  # CALL_CELLS is a list of arguments
-  step rab1 bash tools/device_attention.sh ab "$@" -- $CALL_CELLS --resident-bytes 16777216
-  # shellcheck disable=SC2086
-  step hab1 bash tools/device_attention.sh ab "$@" -- $CALL_CELLS
-  # shellcheck disable=SC2086
-  step hab2 bash tools/device_attention.sh ab "${reversed[@]}" -- $CALL_CELLS
-  # shellcheck disable=SC2086
-  step rab2 bash tools/device_attention.sh ab "${reversed[@]}" -- $CALL_CELLS --resident-bytes 16777216
-}
+# shellcheck disable=SC2054  # the commas are the bench's list syntax
+CALL_CELLS=(--formats int4 --batches 16,64,256 --contexts 8192,32768)
+CALL_RESIDENT=(--resident-bytes 16777216)
 step() {
   local d=$1 left
   shift
@@ -48,6 +38,14 @@ step() {
   mkdir -p "$CALL_OUT/r/$d"
   OUT=$CALL_OUT/r/$d timeout "$left" "$@" > "$CALL_OUT/r/$d.log" 2>&1
   echo "$d rc $? $(date +%T)"
+}
+ab_both() {
+  local reversed=() t
+  for t in "$@"; do reversed=("$t" "${reversed[@]}"); done
+  step rab1 bash tools/device_attention.sh ab "$@" -- "${CALL_CELLS[@]}" "${CALL_RESIDENT[@]}"
+  step hab1 bash tools/device_attention.sh ab "$@" -- "${CALL_CELLS[@]}"
+  step hab2 bash tools/device_attention.sh ab "${reversed[@]}" -- "${CALL_CELLS[@]}"
+  step rab2 bash tools/device_attention.sh ab "${reversed[@]}" -- "${CALL_CELLS[@]}" "${CALL_RESIDENT[@]}"
 }
 ab_summary() {
   local base=$1 m kind n f
