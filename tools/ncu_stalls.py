@@ -5,7 +5,7 @@ with `--section SourceCounters`) summed into a ledger. Warp-stall samples are ta
 interval from every warp the multiprocessors hold; a sample names the instruction the warp was
 at and why it did not issue (or that it did). The ledger says which share of a loop's samples
 each stall reason, opcode and instruction takes, so that a change aims at what the samples
-price, not at what reads plausible (docs/gpu_kernels.md).
+price, not at what reads plausible (docs/gpu_int4_decode.md).
 
   python3 tools/ncu_stalls.py stalls_sass.csv [--range 0x1cc0-0x3890 | --loops 64] [--top 30]
       [--json OUT]
