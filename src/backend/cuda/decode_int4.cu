@@ -151,12 +151,9 @@ constexpr int int4_min_blocks() {
 #define S4KV_INT4_TURN_WORDS 2
 #endif
 // Blocks in flight per thread block: this one and one ahead (S4KV_INT4_STAGES=3 builds two
-// ahead, ~9 KB more shared memory a thread block at B 64). On an H100 (four calls, the ten target
-// cells, both orders) two stages took 0.974-0.991x the time of three with the pool resident in L2,
-// the multiprocessors' rate, which is what bounds the H200's launches, and 0.996-1.005x from
-// device memory (B 256 x 8k up to 2 % slower there): bench/results/cuda_h100/
-// stages2_main_h100_e7f5bd7, s2b5_h100_9fcf498, prefetch_h100_9fcf498 (stages2_h100_21cbbde: with
-// the 16-byte chunks, 0.995x / 1.004x).
+// ahead, ~9 KB more shared memory a thread block at B 64). Two stages took 0.974-0.991x the time of
+// three on an H100 with the pool resident in L2, the rate that bounds the H200's launches
+// (docs/gpu_int4_decode.md, "Two stages the default", with the files and the other figures).
 constexpr int kInt4Stages = S4KV_INT4_STAGES;
 static_assert(kInt4Stages == 2 || kInt4Stages == 3);
 // The turned queries, one a stage (block k's in buffer k % kInt4Stages, so that a block's
