@@ -40,6 +40,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -173,35 +174,15 @@ int run(int argc, char** argv) {
       }
       // int4_kivi's 16-bit parts beside the pool: sink blocks, residual rings, staging.
       const int max_batch = *std::max_element(batches.begin(), batches.end());
-      DeviceBuffer sink, residual, staging_k, staging_v;
-      if (int4) {
-        sink = DeviceBuffer(static_cast<size_t>((max_batch + 1) * 2 * B * kv_dim * 2));
-        residual = DeviceBuffer(static_cast<size_t>((max_batch + 1) * 2 * ring * B * kv_dim * 2));
-        staging_k = DeviceBuffer(static_cast<size_t>(max_batch * kv_dim * 2));
-        staging_v = DeviceBuffer(static_cast<size_t>(max_batch * kv_dim * 2));
-        for (DeviceBuffer* b : {&sink, &residual, &staging_k, &staging_v}) {
-          fill(b->data(), static_cast<int64_t>(b->bytes()), 5, 0x807f807fu, 0x3f803f80u);
-        }
-      }
+      std::optional<Int4Rows> rows;
+      if (int4) rows.emplace(max_batch + 1, max_batch, B, ring, kv_dim);
       for (int batch : batches) {
         for (int ctx : contexts) {
           if (int64_t{batch} * ctx > max_tokens) continue;
           // The batch: one decode token per sequence at position ctx - 1.
-          const int64_t blocks_per_seq = (ctx + B - 1) / B;
-          ForwardBatchBuilder builder(B, blocks_per_seq);
-          std::uniform_int_distribution<int64_t> pick(0, walk_blocks - 1);
-          std::vector<int32_t> table(static_cast<size_t>(blocks_per_seq));
-          const std::vector<int32_t> token{0};
-          for (int s = 0; s < batch; ++s) {
-            int64_t blk = pick(rng);
-            for (int32_t& id : table) {
-              id = static_cast<int32_t>(blk);
-              blk = (blk + 1 + pick(rng) % 64) % walk_blocks;  // a walk, not a run
-            }
-            if (int4 && !int4_v1) table[0] = static_cast<int32_t>(num_blocks + s);  // sink block
-            builder.add(token, ctx - 1, table, int4 ? s : -1, 0);
-          }
-          const ForwardBatch fb = builder.batch();
+          const ForwardBatchBuilder built =
+              walk_batch(batch, 1, ctx, B, walk_blocks, num_blocks, int4, int4_v1, rng);
+          const ForwardBatch fb = built.batch();
           DecodeShape ds;
           ds.cache = int4  ? kv::KvCacheDtype::kInt4Kivi
                      : fp8 ? kv::KvCacheDtype::kFp8E4M3
@@ -215,64 +196,19 @@ int run(int argc, char** argv) {
           DecodePlan plan;
           plan_attention(fb, ds, true, plan);
 
-          auto put = [](const auto& v) {
-            DeviceBuffer b(std::max<size_t>(v.size() * sizeof(v[0]), 16));
-            if (!v.empty()) b.copy_from_host(v.data(), v.size() * sizeof(v[0]));
-            return b;
-          };
-          DeviceBuffer d_qsl = put(fb.query_start_loc), d_lens = put(fb.seq_lens),
-                       d_pos = put(fb.positions), d_tables = put(fb.block_tables),
-                       d_seats = put(fb.seats), d_starts = put(fb.seat_starts),
-                       d_items = put(plan.items), d_seqs = put(plan.seqs),
+          const DeviceBatch db(fb);
+          DeviceBuffer d_items = put(plan.items), d_seqs = put(plan.seqs),
                        d_pool_ends = put(plan.pool_ends);
-          std::vector<int32_t> token_seq(batch);
-          for (int s = 0; s < batch; ++s) token_seq[s] = s;
-          DeviceBuffer d_token_seq = put(token_seq);
           DeviceBuffer q(static_cast<size_t>(batch) * sh.heads * kD * 4);
           DeviceBuffer out(static_cast<size_t>(batch) * sh.heads * kD * 2);
           fill(q.data(), static_cast<int64_t>(q.bytes()), 9, 0x807fffffu, 0x3f000000u);
           DeviceBuffer partials(static_cast<size_t>(std::max<size_t>(plan.items.size(), 1)) *
                                 sh.heads * kDecodePartialFloats * 4);
-
-          PagedAttentionArgs at;
-          at.q = static_cast<const float*>(q.data());
-          at.q_stride = int64_t{sh.heads} * kD;
-          at.out = out.data();
-          at.out_dtype = DType::kBF16;
-          at.num_tokens = batch;
-          at.num_heads = sh.heads;
-          at.num_kv_heads = sh.kv_heads;
-          at.block_size = B;
-          at.scale = 1.0f / std::sqrt(float{kD});
-          at.token_seq = static_cast<const int32_t*>(d_token_seq.data());
-          at.positions = static_cast<const int32_t*>(d_pos.data());
-          at.query_start_loc = static_cast<const int32_t*>(d_qsl.data());
-          at.seq_lens = static_cast<const int32_t*>(d_lens.data());
-          at.block_tables = static_cast<const int32_t*>(d_tables.data());
-          at.max_blocks_per_seq = blocks_per_seq;
-          at.cache = ds.cache;
-          at.bf16 = true;
-          if (int4) {
-            at.pool = base;
-            at.layout = layout;
-            at.num_pool_blocks = num_blocks;
-            at.residual = static_cast<const uint16_t*>(residual.data());
-            at.seat_stride = 2 * ring * B * kv_dim;  // packed rings
-            at.ring = ring;
-            at.sink = static_cast<const uint16_t*>(sink.data());
-            at.staging_k = static_cast<const uint16_t*>(staging_k.data());
-            at.staging_v = static_cast<const uint16_t*>(staging_v.data());
-            at.seats = static_cast<const int32_t*>(d_seats.data());
-            at.seat_starts = static_cast<const int32_t*>(d_starts.data());
-            at.pool_ends = static_cast<const int32_t*>(d_pool_ends.data());
-            at.rope_cos = static_cast<const float*>(rope.cos.data());
-            at.rope_sin = static_cast<const float*>(rope.sin.data());
-            at.int4_rotations = static_cast<const uint32_t*>(rope.rotations.data());
-            at.value_hadamard = !int4_v1;
-          } else {
-            at.k_cache = base;
-            at.v_cache = base + pool_bytes / 2;
-          }
+          const Int4Cache int4_cache{base, &layout,      num_blocks, int4 ? &*rows : nullptr,
+                                     ring, &d_pool_ends, int4_v1};
+          const PagedAttentionArgs at =
+              attention_args(sh, B, ds.cache, db, q, int64_t{sh.heads} * kD, out.data(), rope,
+                             int4 ? &int4_cache : nullptr, base, base + pool_bytes / 2);
           DecodeLaunch dl;
           dl.items = static_cast<const DecodeItem*>(d_items.data());
           dl.num_items = static_cast<int32_t>(plan.items.size());
@@ -300,18 +236,7 @@ int run(int argc, char** argv) {
             std::vector<float> f(elems), e(elems);
             fast.copy_to_host(f.data(), elems * 4);
             exact.copy_to_host(e.data(), elems * 4);
-            double worst = 0;
-            for (size_t row = 0; row < elems / kD; ++row) {
-              double num = 0, den = 0;
-              for (int ch = 0; ch < kD; ++ch) {
-                const double x = f[row * kD + ch], y = e[row * kD + ch];
-                num += (x - y) * (x - y);
-                den += y * y;
-              }
-              const double rel = std::sqrt(num / den);
-              worst = std::isnan(rel) ? 1e9 : std::max(worst, rel);
-            }
-            return worst;
+            return max_rel_l2(f, e);
           };
           double check = -1, check_fused = -1;
           if (check_only || (batch == batches.front() && ctx == contexts.front())) {

@@ -1,24 +1,30 @@
 // Helpers shared by the attention bench's modes (cuda_attention_bench.cu: decode,
 // cuda_prefill_bench.cu: --prefill): random device fills that never make a NaN, int4_kivi block
-// parameters, CUDA-event timing (median of reps after warm-up), list parsing. Bench code: each
-// including file gets its own copy (internal linkage).
+// parameters and 16-bit parts, the batch (block tables walking the pool) and its arguments on the
+// device, CUDA-event timing (median of reps after warm-up), list parsing, the check's distance.
+// Bench code: each including file gets its own copy (internal linkage).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/cpu/rope.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/device.h"
+#include "backend/cuda/paged_attention.cuh"
+#include "backend/forward_batch_builder.h"
 #include "backend/rope_table.h"
 #include "kv/int4_kivi_layout.h"
 
@@ -227,6 +233,154 @@ struct DeviceRope {
     rotations.copy_from_host(image.data(), image.size() * 4);
   }
 };
+
+// v's bytes on the device (at least 16, so that an empty array has an address too).
+template <typename V>
+DeviceBuffer put(const V& v) {
+  const size_t bytes = v.size() * sizeof(v[0]);
+  DeviceBuffer b(std::max<size_t>(bytes, 16));
+  if (bytes > 0) b.copy_from_host(v.data(), bytes);
+  return b;
+}
+
+// The largest relative L2 distance between rows of kD (NaN counts as 1e9).
+double max_rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {
+  double worst = 0;
+  for (size_t row = 0; row < ref.size() / kD; ++row) {
+    double num = 0, den = 0;
+    for (int c = 0; c < kD; ++c) {
+      const double x = got[row * kD + c], y = ref[row * kD + c];
+      num += (x - y) * (x - y);
+      den += y * y;
+    }
+    const double rel = std::sqrt(num / den);
+    worst = std::isnan(rel) ? 1e9 : std::max(worst, rel);
+  }
+  return worst;
+}
+
+// `seqs` sequences of q_len tokens ending at position context - 1, each block table a random
+// walk over the pool blocks [0, walk_blocks) (steps of 1 to 64: a walk, not a run). int4_kivi
+// (int4) gives sequence s seat s and, but for v1, the sink block num_blocks + s as its first.
+// The builder is returned: its batch() is spans into it, valid while it lives.
+ForwardBatchBuilder walk_batch(int seqs, int q_len, int context, int B, int64_t walk_blocks,
+                               int64_t num_blocks, bool int4, bool int4_v1, std::mt19937& rng) {
+  const int64_t blocks_per_seq = (context + B - 1) / B;
+  ForwardBatchBuilder builder(B, blocks_per_seq);
+  std::uniform_int_distribution<int64_t> pick(0, walk_blocks - 1);
+  std::vector<int32_t> table(static_cast<size_t>(blocks_per_seq));
+  const std::vector<int32_t> tokens(static_cast<size_t>(q_len), 0);
+  for (int s = 0; s < seqs; ++s) {
+    int64_t blk = pick(rng);
+    for (int32_t& id : table) {
+      id = static_cast<int32_t>(blk);
+      blk = (blk + 1 + pick(rng) % 64) % walk_blocks;
+    }
+    if (int4 && !int4_v1) table[0] = static_cast<int32_t>(num_blocks + s);  // sink block
+    builder.add(tokens, context - q_len, table, int4 ? s : -1, 0);
+  }
+  return builder;
+}
+
+// int4_kivi's 16-bit parts beside the pool, random bf16: the sink blocks and residual rings of
+// `seats` seats, the staging rows of `rows` tokens.
+struct Int4Rows {
+  DeviceBuffer sink, residual, staging_k, staging_v;
+  Int4Rows(int64_t seats, int64_t rows, int B, int ring, int64_t kv_dim)
+      : sink(static_cast<size_t>(seats * 2 * B * kv_dim * 2)),
+        residual(static_cast<size_t>(seats * 2 * ring * B * kv_dim * 2)),
+        staging_k(static_cast<size_t>(rows * kv_dim * 2)),
+        staging_v(static_cast<size_t>(rows * kv_dim * 2)) {
+    for (DeviceBuffer* b : {&sink, &residual, &staging_k, &staging_v}) {
+      fill(b->data(), static_cast<int64_t>(b->bytes()), 5, 0x807f807fu, 0x3f803f80u);
+    }
+  }
+};
+
+// A batch's arrays on the device, with each token's sequence.
+struct DeviceBatch {
+  DeviceBuffer qsl, lens, pos, tables, seats, starts, token_seq;
+  int64_t num_tokens, max_blocks_per_seq;
+  explicit DeviceBatch(const ForwardBatch& fb)
+      : qsl(put(fb.query_start_loc)),
+        lens(put(fb.seq_lens)),
+        pos(put(fb.positions)),
+        tables(put(fb.block_tables)),
+        seats(put(fb.seats)),
+        starts(put(fb.seat_starts)),
+        num_tokens(fb.num_tokens()),
+        max_blocks_per_seq(fb.max_num_blocks_per_seq) {
+    std::vector<int32_t> ts(static_cast<size_t>(num_tokens));
+    for (int64_t s = 0; s < fb.num_seqs(); ++s) {
+      for (int32_t t = fb.query_start_loc[s]; t < fb.query_start_loc[s + 1]; ++t) {
+        ts[static_cast<size_t>(t)] = static_cast<int32_t>(s);
+      }
+    }
+    token_seq = put(ts);
+  }
+};
+
+// Where an int4_kivi cache's parts are (the pool's blocks, their layout, the 16-bit parts, each
+// sequence's pool end) for attention_args.
+struct Int4Cache {
+  const std::byte* pool;
+  const kv::Int4KiviLayout* layout;
+  int64_t num_blocks;
+  const Int4Rows* rows;
+  int ring;
+  const DeviceBuffer* pool_ends;  // [num_seqs] DecodePlan::pool_ends
+  bool v1;
+};
+
+// The attention arguments of the batch on the device for both modes' kernels: queries q
+// (q_stride floats a token), bf16 out, the RoPE tables, and int4_kivi's parts (int4 non-null)
+// or the 16-bit / fp8 K and V caches.
+PagedAttentionArgs attention_args(const Shape& sh, int B, kv::KvCacheDtype cache,
+                                  const DeviceBatch& db, const DeviceBuffer& q, int64_t q_stride,
+                                  void* out, const DeviceRope& rope, const Int4Cache* int4,
+                                  const void* k_cache, const void* v_cache) {
+  PagedAttentionArgs at;
+  at.q = static_cast<const float*>(q.data());
+  at.q_stride = q_stride;
+  at.out = out;
+  at.out_dtype = DType::kBF16;
+  at.num_tokens = db.num_tokens;
+  at.num_heads = sh.heads;
+  at.num_kv_heads = sh.kv_heads;
+  at.block_size = B;
+  at.scale = 1.0f / std::sqrt(float{kD});
+  at.token_seq = static_cast<const int32_t*>(db.token_seq.data());
+  at.positions = static_cast<const int32_t*>(db.pos.data());
+  at.query_start_loc = static_cast<const int32_t*>(db.qsl.data());
+  at.seq_lens = static_cast<const int32_t*>(db.lens.data());
+  at.block_tables = static_cast<const int32_t*>(db.tables.data());
+  at.max_blocks_per_seq = db.max_blocks_per_seq;
+  at.cache = cache;
+  at.bf16 = true;
+  if (int4 != nullptr) {
+    const int64_t kv_dim = int64_t{sh.kv_heads} * kD;
+    at.pool = int4->pool;
+    at.layout = *int4->layout;
+    at.num_pool_blocks = int4->num_blocks;
+    at.residual = static_cast<const uint16_t*>(int4->rows->residual.data());
+    at.seat_stride = 2 * int4->ring * B * kv_dim;  // packed rings
+    at.ring = int4->ring;
+    at.sink = static_cast<const uint16_t*>(int4->rows->sink.data());
+    at.staging_k = static_cast<const uint16_t*>(int4->rows->staging_k.data());
+    at.staging_v = static_cast<const uint16_t*>(int4->rows->staging_v.data());
+    at.seats = static_cast<const int32_t*>(db.seats.data());
+    at.seat_starts = static_cast<const int32_t*>(db.starts.data());
+    at.pool_ends = static_cast<const int32_t*>(int4->pool_ends->data());
+    at.rope_cos = static_cast<const float*>(rope.cos.data());
+    at.rope_sin = static_cast<const float*>(rope.sin.data());
+    at.int4_rotations = static_cast<const uint32_t*>(rope.rotations.data());
+    at.value_hadamard = !int4->v1;
+  } else {
+    at.k_cache = k_cache;
+    at.v_cache = v_cache;
+  }
+  return at;
+}
 
 }  // namespace
 

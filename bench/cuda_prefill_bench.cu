@@ -22,8 +22,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
-#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -66,33 +66,6 @@ std::vector<PrefillCase> parse_cases(const std::string& s) {
     out.push_back(c);
   }
   return out;
-}
-
-template <typename T>
-DeviceBuffer put(const std::vector<T>& v) {
-  DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 16));
-  if (!v.empty()) b.copy_from_host(v.data(), v.size() * sizeof(T));
-  return b;
-}
-template <typename T>
-DeviceBuffer put(std::span<const T> v) {
-  return put(std::vector<T>(v.begin(), v.end()));
-}
-
-// The largest relative L2 distance between rows of 128 (NaN counts as 1e9).
-double max_rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {
-  double worst = 0;
-  for (size_t row = 0; row < ref.size() / kD; ++row) {
-    double num = 0, den = 0;
-    for (int c = 0; c < kD; ++c) {
-      const double x = got[row * kD + c], y = ref[row * kD + c];
-      num += (x - y) * (x - y);
-      den += y * y;
-    }
-    const double rel = std::sqrt(num / den);
-    worst = std::isnan(rel) ? 1e9 : std::max(worst, rel);
-  }
-  return worst;
 }
 
 std::vector<float> widen_bf16(const DeviceBuffer& b, size_t n) {
@@ -158,26 +131,14 @@ int run_prefill(int argc, char** argv) {
         // The batch: pc.seqs sequences of pc.q_len new tokens at context pc.context.
         const int64_t blocks_per_seq = (pc.context + B - 1) / B;
         const int64_t num_blocks = std::max<int64_t>(1024, 4 * pc.seqs * blocks_per_seq);
-        ForwardBatchBuilder builder(B, blocks_per_seq);
-        std::uniform_int_distribution<int64_t> pick(0, num_blocks - 1);
-        std::vector<int32_t> table(static_cast<size_t>(blocks_per_seq));
-        const std::vector<int32_t> tokens(static_cast<size_t>(pc.q_len), 0);
-        for (int s = 0; s < pc.seqs; ++s) {
-          int64_t blk = pick(rng);
-          for (int32_t& id : table) {
-            id = static_cast<int32_t>(blk);
-            blk = (blk + 1 + pick(rng) % 64) % num_blocks;
-          }
-          if (int4 && !int4_v1) table[0] = static_cast<int32_t>(num_blocks + s);  // sink block
-          builder.add(tokens, pc.context - pc.q_len, table, int4 ? s : -1, 0);
-        }
-        const ForwardBatch fb = builder.batch();
+        const ForwardBatchBuilder built = walk_batch(pc.seqs, pc.q_len, pc.context, B, num_blocks,
+                                                     num_blocks, int4, int4_v1, rng);
+        const ForwardBatch fb = built.batch();
         const int64_t n = fb.num_tokens();
-        std::vector<int32_t> token_seq(static_cast<size_t>(n)), pool_ends;
+        std::vector<int32_t> pool_ends;
         double work = 0;  // sum over rows of (position + 1)
         for (int64_t s = 0; s < fb.num_seqs(); ++s) {
           for (int32_t t = fb.query_start_loc[s]; t < fb.query_start_loc[s + 1]; ++t) {
-            token_seq[static_cast<size_t>(t)] = static_cast<int32_t>(s);
             work += fb.positions[t] + 1.0;
           }
           if (int4)
@@ -195,7 +156,8 @@ int run_prefill(int argc, char** argv) {
         }
 
         // The cache, random (no NaN).
-        DeviceBuffer kc, vc, pool, sink, residual, staging_k, staging_v;
+        DeviceBuffer kc, vc, pool;
+        std::optional<Int4Rows> rows;
         if (int4) {
           const int64_t pool_bytes =
               num_blocks * sh.kv_heads * static_cast<int64_t>(layout.block_bytes);
@@ -204,13 +166,7 @@ int run_prefill(int argc, char** argv) {
           fill_int4_params<<<4096, 128>>>(static_cast<std::byte*>(pool.data()),
                                           num_blocks * sh.kv_heads, layout);
           S4KV_CUDA_CHECK(cudaGetLastError());
-          sink = DeviceBuffer(static_cast<size_t>((pc.seqs + 1) * 2 * B * kv_dim * 2));
-          residual = DeviceBuffer(static_cast<size_t>((pc.seqs + 1) * 2 * ring * B * kv_dim * 2));
-          staging_k = DeviceBuffer(static_cast<size_t>(n * kv_dim * 2));
-          staging_v = DeviceBuffer(static_cast<size_t>(n * kv_dim * 2));
-          for (DeviceBuffer* b : {&sink, &residual, &staging_k, &staging_v}) {
-            fill(b->data(), static_cast<int64_t>(b->bytes()), 5, 0x807f807fu, 0x3f803f80u);
-          }
+          rows.emplace(pc.seqs + 1, n, B, ring, kv_dim);
         } else {
           const int64_t bytes = num_blocks * B * kv_dim * (fp8 ? 1 : 2);
           kc = DeviceBuffer(static_cast<size_t>(bytes));
@@ -227,54 +183,22 @@ int run_prefill(int argc, char** argv) {
         fill(q.data(), static_cast<int64_t>(q.bytes()), 9, 0x807fffffu, 0x3f000000u);
         const size_t out_elems = static_cast<size_t>(n * sh.heads * kD);
         DeviceBuffer out(out_elems * 2), exact(out_elems * 4);
-        DeviceBuffer d_qsl = put(fb.query_start_loc), d_lens = put(fb.seq_lens),
-                     d_pos = put(fb.positions), d_tables = put(fb.block_tables),
-                     d_seats = put(fb.seats), d_starts = put(fb.seat_starts),
-                     d_pool_ends = put(pool_ends), d_token_seq = put(token_seq),
-                     d_tiles = put(tiles), d_merges = put(merges);
+        const DeviceBatch db(fb);
+        DeviceBuffer d_pool_ends = put(pool_ends), d_tiles = put(tiles), d_merges = put(merges);
         DeviceBuffer partials(static_cast<size_t>(prefill_split_partial_floats(sh.heads) * 4));
         const PrefillSplitLaunch sl{static_cast<float*>(partials.data()),
                                     static_cast<const PrefillMerge*>(d_merges.data()),
                                     static_cast<int32_t>(merges.size())};
-
-        PagedAttentionArgs at;
-        at.q = static_cast<const float*>(q.data());
-        at.q_stride = q_stride;
-        at.out = out.data();
-        at.out_dtype = DType::kBF16;
-        at.num_tokens = n;
-        at.num_heads = sh.heads;
-        at.num_kv_heads = sh.kv_heads;
-        at.block_size = B;
-        at.scale = 1.0f / std::sqrt(float{kD});
-        at.token_seq = static_cast<const int32_t*>(d_token_seq.data());
-        at.positions = static_cast<const int32_t*>(d_pos.data());
-        at.query_start_loc = static_cast<const int32_t*>(d_qsl.data());
-        at.seq_lens = static_cast<const int32_t*>(d_lens.data());
-        at.block_tables = static_cast<const int32_t*>(d_tables.data());
-        at.max_blocks_per_seq = blocks_per_seq;
-        at.cache = cache;
-        at.bf16 = true;
-        if (int4) {
-          at.pool = static_cast<const std::byte*>(pool.data());
-          at.layout = layout;
-          at.num_pool_blocks = num_blocks;
-          at.residual = static_cast<const uint16_t*>(residual.data());
-          at.seat_stride = 2 * ring * B * kv_dim;  // packed rings
-          at.ring = ring;
-          at.sink = static_cast<const uint16_t*>(sink.data());
-          at.staging_k = static_cast<const uint16_t*>(staging_k.data());
-          at.staging_v = static_cast<const uint16_t*>(staging_v.data());
-          at.seats = static_cast<const int32_t*>(d_seats.data());
-          at.seat_starts = static_cast<const int32_t*>(d_starts.data());
-          at.pool_ends = static_cast<const int32_t*>(d_pool_ends.data());
-          at.rope_cos = static_cast<const float*>(rope.cos.data());
-          at.rope_sin = static_cast<const float*>(rope.sin.data());
-          at.value_hadamard = !int4_v1;
-        } else {
-          at.k_cache = kc.data();
-          at.v_cache = vc.data();
-        }
+        const Int4Cache int4_cache{static_cast<const std::byte*>(pool.data()),
+                                   &layout,
+                                   num_blocks,
+                                   int4 ? &*rows : nullptr,
+                                   ring,
+                                   &d_pool_ends,
+                                   int4_v1};
+        const PagedAttentionArgs at =
+            attention_args(sh, B, cache, db, q, q_stride, out.data(), rope,
+                           int4 ? &int4_cache : nullptr, kc.data(), vc.data());
         const auto* tiles_dev = static_cast<const PrefillTile*>(d_tiles.data());
         const auto num_tiles = static_cast<int32_t>(tiles.size());
         auto fast = [&] { launch_prefill_attention(at, tiles_dev, num_tiles, nullptr, &sl); };
