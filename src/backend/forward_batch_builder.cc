@@ -63,7 +63,7 @@ void ForwardBatchBuilder::want_all_logits() {
   for (int32_t i = 0; i < num_tokens(); ++i) logits_indices_.push_back(i);
 }
 
-ForwardBatch ForwardBatchBuilder::batch() const {
+ForwardBatch ForwardBatchBuilder::batch() const& {
   ForwardBatch b;
   b.token_ids = token_ids_;
   b.positions = positions_;

@@ -35,8 +35,10 @@ class ForwardBatchBuilder {
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids_.size()); }
   size_t num_logits() const { return logits_indices_.size(); }
 
-  // Spans into this builder: valid until the next add(), clear() or destruction.
-  ForwardBatch batch() const;
+  // Spans into this builder: valid until the next add(), clear() or destruction. Not callable
+  // on a temporary builder, whose spans would dangle at the end of the full expression.
+  ForwardBatch batch() const&;
+  ForwardBatch batch() const&& = delete;
 
  private:
   int64_t block_size_;
