@@ -24,6 +24,7 @@
 #include "backend/cuda/decode_attention.cuh"
 #include "backend/cuda/device.h"
 #include "backend/cuda/paged_attention.cuh"
+#include "backend/cuda/prefill_attention.cuh"
 #include "backend/forward_batch_builder.h"
 #include "backend/rope_table.h"
 #include "kv/int4_kivi_layout.h"
@@ -220,6 +221,7 @@ struct CacheFlags {
 struct DeviceRope {
   DeviceBuffer cos, sin;
   DeviceBuffer rotations;  // int4_rotation_image for the block size given
+  DeviceBuffer rows_f16;   // int4_prefill_rope_image
   DeviceRope(int64_t positions, int block_size) {
     RopeTable rope(cpu::rope_inv_freq(kD, 1000000.0, model::RopeScaling{}));
     rope.ensure(std::max<int64_t>(positions, block_size));
@@ -231,6 +233,9 @@ struct DeviceRope {
         int4_rotation_image(rope.cos_table(), rope.sin_table(), block_size);
     rotations = DeviceBuffer(image.size() * 4);
     rotations.copy_from_host(image.data(), image.size() * 4);
+    const std::vector<uint32_t> rows = int4_prefill_rope_image(rope.cos_table(), rope.sin_table());
+    rows_f16 = DeviceBuffer(rows.size() * 4);
+    rows_f16.copy_from_host(rows.data(), rows.size() * 4);
   }
 };
 
@@ -374,6 +379,7 @@ PagedAttentionArgs attention_args(const Shape& sh, int B, kv::KvCacheDtype cache
     at.rope_cos = static_cast<const float*>(rope.cos.data());
     at.rope_sin = static_cast<const float*>(rope.sin.data());
     at.int4_rotations = static_cast<const uint32_t*>(rope.rotations.data());
+    at.rope_f16 = static_cast<const uint32_t*>(rope.rows_f16.data());
     at.value_hadamard = !int4->v1;
   } else {
     at.k_cache = k_cache;

@@ -16,6 +16,9 @@ Suites (each for every format in --formats):
            >= 1.5x fp8_e4m3), --max-num-seqs 1024 so that the KV cache, not the sequence limit,
            bounds the batch (vLLM's default on 80 GB+ GPUs)
   prefill  throughput, input 8192, output 1, 64 prompts (int4_kivi >= 0.95x 16-bit)
+  prefill32k  throughput, input 32000, output 1, 16 prompts at --max-num-batched-tokens 8192
+           (a server's default budget): each prompt is four chunks, the last three attending
+           to the cached chunks before them (int4_kivi's pool blocks)
   eager    the latency suite's batch-1 and short throughput again with --enforce-eager
 """
 import argparse
@@ -52,6 +55,10 @@ def runs(suites, long_prompts):
         out.append(("prefill", "throughput_in8192_out1_n64",
                     ["throughput", "--input-len", "8192", "--output-len", "1", "--num-prompts",
                      "64"]))
+    if "prefill32k" in suites:
+        out.append(("prefill32k", "throughput_in32000_out1_n16_b8192",
+                    ["throughput", "--input-len", "32000", "--output-len", "1", "--num-prompts",
+                     "16", "--max-num-batched-tokens", "8192"]))
     if "eager" in suites:
         out.append(("eager", "latency_b1_in1024_out128_eager",
                     ["latency", "--batch-size", "1", "--input-len", "1024", "--output-len", "128",

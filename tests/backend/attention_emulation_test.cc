@@ -431,6 +431,8 @@ struct Scene {
       a.rope_sin = rope.sin_table().data();
       rotations = int4_rotation_image(rope.cos_table(), rope.sin_table(), B);
       a.int4_rotations = rotations.data();
+      rope_rows = int4_prefill_rope_image(rope.cos_table(), rope.sin_table());
+      a.rope_f16 = rope_rows.data();
       a.value_hadamard = pc.hadamard;
     }
   }
@@ -527,6 +529,7 @@ struct Scene {
   std::vector<int32_t> pool_ends, token_seq;
   RopeTable rope;
   std::vector<uint32_t> rotations;  // int4_rotation_image (a.int4_rotations)
+  std::vector<uint32_t> rope_rows;  // int4_prefill_rope_image (a.rope_f16)
   std::vector<float> q;
   PagedAttentionArgs a;
   mutable std::map<std::pair<int, int>, std::pair<std::vector<Row>, std::vector<Row>>> kv_rows;

@@ -272,7 +272,7 @@ double rel_l2(const float* got, const float* ref) {
 // (kPrefillSplitSlots slots, heaviest tiles first).
 void run_batch(Caches& c, const Heads& hs, const std::vector<SeqSpec>& specs, Normals& rnd,
                std::mt19937& rng, const RopeTable& rope, const DeviceBuffer& dcos,
-               const DeviceBuffer& dsin, Stats& stats) {
+               const DeviceBuffer& dsin, const DeviceBuffer& drows, Stats& stats) {
   const Format& f = c.f;
   const int B = f.block_size;
   const bool int4 = f.dtype == kInt4, fp8 = f.dtype == kFp8;
@@ -421,6 +421,7 @@ void run_batch(Caches& c, const Heads& hs, const std::vector<SeqSpec>& specs, No
     a.pool_ends = static_cast<const int32_t*>(d_pool_ends.data());
     a.rope_cos = static_cast<const float*>(dcos.data());
     a.rope_sin = static_cast<const float*>(dsin.data());
+    a.rope_f16 = static_cast<const uint32_t*>(drows.data());
     a.value_hadamard = f.hadamard;
   } else {
     a.k_cache = c.dk.data();
@@ -549,13 +550,14 @@ TEST_P(CudaPrefillAttention, MatchesTheReferenceKernel) {
   RopeTable rope(cpu::rope_inv_freq(kD, 1000000.0, model::RopeScaling{}));
   rope.ensure(kMaxContext);
   const DeviceBuffer dcos = upload(rope.cos_table()), dsin = upload(rope.sin_table());
+  const DeviceBuffer drows = upload(int4_prefill_rope_image(rope.cos_table(), rope.sin_table()));
   Caches c;
   make_caches(f, hs.kv_heads, rnd, c);
   Stats stats;
   const auto batches = batches_for(f.block_size, rng);
   for (size_t k = 0; k < batches.size(); ++k) {
     SCOPED_TRACE(testing::Message() << "batch " << k);
-    run_batch(c, hs, batches[k], rnd, rng, rope, dcos, dsin, stats);
+    run_batch(c, hs, batches[k], rnd, rng, rope, dcos, dsin, drows, stats);
     if (HasFatalFailure()) return;
   }
   std::vector<double>& nb = stats.neighbour;

@@ -61,9 +61,11 @@ Sizes::Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBac
   arena = static_cast<int64_t>(arena_bytes(T, o.max_num_seqs, o.max_num_seqs * max_blocks_per_seq,
                                            max_fills, nkv, decode_items));
   const bool int4 = kv.dtype == kv::KvCacheDtype::kInt4Kivi;
-  // The tables, and int4_kivi's rotations (int4_rotation_image: 4 KB a warp of its block).
-  rope = 2 * ceil_div(o.max_model_len, 1024) * 1024 * (kHeadDim / 2) * 4 +
-         (int4 ? kv.block_size / 16 * 4096 : 0);
+  // The tables, and int4_kivi's rotations (int4_rotation_image: 4 KB a warp of its block) and
+  // the tables' rows in fp16 (int4_prefill_rope_image: 256 bytes a row).
+  const int64_t rope_rows = ceil_div(o.max_model_len, 1024) * 1024;
+  rope = 2 * rope_rows * (kHeadDim / 2) * 4 +
+         (int4 ? kv.block_size / 16 * 4096 + rope_rows * kHeadDim * 2 : 0);
   staging = int4 ? T * kv_dim * 2 : 0;                                  // each of K, V
   scratch = int4 ? max_fills * nkv * kv.block_size * kHeadDim * 2 : 0;  // each of K, V
   x = T * c.hidden_size * 4;

@@ -110,12 +110,18 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
   rope_sin_ = sin;
 
   if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
-    // The decode kernel's rotations, from the tables (once); then per step, sized by the limits.
+    // The decode kernel's rotations and the prefill kernel's rows, from the tables (once); then
+    // per step, sized by the limits.
     const std::vector<uint32_t> image =
         int4_rotation_image(rope.cos_table(), rope.sin_table(), kv.block_size);
     auto* rot = static_cast<uint32_t*>(alloc(image.size() * 4));
     S4KV_CUDA_CHECK(cudaMemcpy(rot, image.data(), image.size() * 4, cudaMemcpyHostToDevice));
     int4_rotations_ = rot;
+    // The prefill kernel's RoPE rows in fp16.
+    const std::vector<uint32_t> rows = int4_prefill_rope_image(rope.cos_table(), rope.sin_table());
+    auto* rows_device = static_cast<uint32_t*>(alloc(rows.size() * 4));
+    S4KV_CUDA_CHECK(cudaMemcpy(rows_device, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+    rope_f16_ = rows_device;
     staging_k_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.staging)));
     staging_v_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.staging)));
     scratch_k_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.scratch)));

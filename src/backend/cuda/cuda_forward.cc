@@ -103,6 +103,7 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     at.rope_cos = rope_cos_;
     at.rope_sin = rope_sin_;
     at.int4_rotations = int4_rotations_;
+    at.rope_f16 = rope_f16_;
     at.keys_post_rope = kv_.int4_keys_post_rope;
     at.value_hadamard = kv_.int4_value_hadamard;
   } else {

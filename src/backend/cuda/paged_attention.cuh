@@ -76,6 +76,9 @@ struct PagedAttentionArgs {
   // int4_kivi decode: int4_rotation_image of those tables for block_size, in device memory
   // (16-byte aligned), made once beside them.
   const uint32_t* int4_rotations = nullptr;
+  // int4_kivi prefill: int4_prefill_rope_image of the tables (their rows rounded to fp16, a
+  // position's 64 cos then 64 sin), in device memory (16-byte aligned), made once beside them.
+  const uint32_t* rope_f16 = nullptr;
   bool keys_post_rope = false;
   bool value_hadamard = false;
 };

@@ -12,9 +12,9 @@
 //     stand; B = V (k = positions, n = channels): ldmatrix.trans of V rows [position][channel].
 // Shared memory: K and V stages of [64 positions][136] 16-bit (a row is 272 bytes, so the 8
 // rows an ldmatrix reads fall in distinct banks), two stages each, then a raw area for the
-// formats that are converted (fp8 bytes, int4_kivi code words and parameters): 69,632 bytes
-// per block for 16-bit caches (168 registers, __launch_bounds__ for 3 blocks per SM on sm_90),
-// 88,064 for fp8 and 83,968 for int4_kivi (about 225 registers, 2 blocks per SM).
+// formats that are converted (fp8 bytes, int4_kivi code words, parameters and RoPE rows): 69,632
+// bytes per block for 16-bit caches (168 registers, __launch_bounds__ for 3 blocks per SM on
+// sm_90), 88,064 for fp8 and 101,376 for int4_kivi (about 225 registers, 2 blocks per SM).
 // The loop over KV tiles, per tile k: wait for its copies and synchronize (every warp is then
 // done with tile k - 1), convert it in place if it came raw, issue tile k + 1 into the other
 // stage (or the raw area), then attend to tile k while tile k + 1 lands.
@@ -33,6 +33,7 @@
 #include "backend/cuda/prefill_attention.cuh"
 #include "backend/cuda/tensor_core.cuh"
 #include "common/check.h"
+#include "common/half.h"
 #include "kv/hadamard.h"
 
 namespace s4kv::backend::cuda {
@@ -51,14 +52,20 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 // The raw area. int4_kivi: code words of the tile's positions (96-byte rows, 64 used: the rows
 // two threads read at once fall in distinct banks), each block's k_scale then k_zero (a tile
-// spans at most two blocks: B = 32), the positions' v_scale / v_zero [64][G] fp16.
+// spans at most two blocks: B = 32), the positions' v_scale / v_zero [64][G] fp16, then their
+// rope_f16 rows (272 bytes apart, 256 used: the four rows of a quarter warp's 16-byte loads
+// start 4 banks apart).
 constexpr int kRawCodeLd = 96;
 constexpr int kRawKCodes = 0;
 constexpr int kRawVCodes = kRawKCodes + kKv * kRawCodeLd;
 constexpr int kRawKParams = kRawVCodes + kKv * kRawCodeLd;  // [2 blocks][256] fp16
 constexpr int kRawVScale = kRawKParams + 2 * 2 * kD * 2;    // [64][G <= 4] fp16
 constexpr int kRawVZero = kRawVScale + kKv * 4 * 2;
-constexpr int kRawInt4Bytes = kRawVZero + kKv * 4 * 2;
+constexpr int kRawRope = kRawVZero + kKv * 4 * 2;
+constexpr int kRawRopeLd = 272;
+constexpr int kRopeRowBytes = kD * 2;  // 64 cos, 64 sin
+constexpr int kRawInt4Bytes = kRawRope + kKv * kRawRopeLd;
+static_assert(kRawRope % 16 == 0 && kRawRopeLd % 16 == 0);
 // fp8_e4m3: K rows then V rows of 128 bytes, 144 apart.
 constexpr int kRawFp8Ld = 144;
 constexpr int kRawFp8Bytes = 2 * kKv * kRawFp8Ld;
@@ -247,14 +254,22 @@ __device__ inline void copy_pool16(const PagedAttentionArgs& a, int id, int g, s
   }
 }
 
-// An int4_kivi pool tile's code words and parameters into the raw area. A pool tile starts at
-// a multiple of 32 (pa is 0 or B, tiles are 64 apart) and holds a multiple of min(B, 64)
-// positions (pb is a multiple of B), so it spans whole 32-token halves of a B = 32 block pair,
-// one B = 64 block, or one half of a B = 128 block: every part below is whole 16-byte chunks.
+// An int4_kivi pool tile's code words, parameters and RoPE rows into the raw area. A pool tile
+// starts at a multiple of 32 (pa is 0 or B, tiles are 64 apart) and holds a multiple of min(B,
+// 64) positions (pb is a multiple of B), so it spans whole 32-token halves of a B = 32 block
+// pair, one B = 64 block, or one half of a B = 128 block: every part below is whole 16-byte
+// chunks.
 __device__ inline void issue_int4(const PagedAttentionArgs& a, const Ctx& c, const KvTile& kt,
                                   unsigned char* raw) {
   const kv::Int4KiviLayout& L = a.layout;
   const int b = a.block_size, groups = kD / L.value_group_size;
+  // The positions' rope_f16 rows: 16 chunks a position.
+  const auto* rope = reinterpret_cast<const unsigned char*>(a.rope_f16);
+  for (int i = threadIdx.x; i < kt.count * 16; i += kThreads) {
+    const int t = i / 16, ch = i % 16;
+    cp_async16(raw + kRawRope + t * kRawRopeLd + 16 * ch,
+               rope + static_cast<int64_t>(kt.p0 + t) * kRopeRowBytes + 16 * ch);
+  }
   // Code words: per position 4 chunks of keys, 4 of values.
   for (int i = threadIdx.x; i < kt.count * 8; i += kThreads) {
     const int t = i / 8, part = (i / 4) % 2, ch = i % 4;
@@ -301,8 +316,9 @@ __device__ inline uint32_t f16x2_operand(__half2 x) {
 // The staged pool tile dequantized into the stage in fp16 pairs of channels, as the decode
 // kernel reads its blocks: the codes as exact fp16 integers, scale and zero in one fp16 FMA
 // (q * scale + zero rounded once: the reference's value except where fp32's rounding of the sum
-// differed), keys rotated by their position's RoPE row rounded to fp16 (x1 c - x2 s, x2 c + x1 s:
-// a product and an FMA, two more roundings), then the operand type (bf16: one more rounding).
+// differed), keys rotated by their position's RoPE row rounded to fp16 (rope_f16, staged with
+// the codes; x1 c - x2 s, x2 c + x1 s: a product and an FMA, two more roundings), then the
+// operand type (bf16: one more rounding).
 // About half the instructions of fp32 arithmetic a channel; within the kernel's bounds against the
 // reference (cuda_prefill_attention_test, attention_emulation_test).
 template <bool kBf16>
@@ -323,8 +339,7 @@ __device__ inline void dequant_int4(const PagedAttentionArgs& a, const KvTile& k
   const int b = a.block_size, gv = a.layout.value_group_size, groups = kD / gv;
   const int p = kt.p0 + t;
   const unsigned char* kp = raw + kRawKParams + (p / b - kt.p0 / b) * 512;  // k_scale, k_zero
-  const float* cos_row = a.rope_cos + static_cast<int64_t>(p) * (kD / 2);
-  const float* sin_row = a.rope_sin + static_cast<int64_t>(p) * (kD / 2);
+  const unsigned char* rope = raw + kRawRope + t * kRawRopeLd;  // cos [64], sin [64] fp16
   // Words 4h .. 4h + 3 (channels 32h ..) and 8 + 4h .. (channels 64 + 32h ..) of keys, values.
   const unsigned char* kc = raw + kRawKCodes + t * kRawCodeLd;
   const unsigned char* vc = raw + kRawVCodes + t * kRawCodeLd;
@@ -343,11 +358,8 @@ __device__ inline void dequant_int4(const PagedAttentionArgs& a, const KvTile& k
     const uint4 zl = *reinterpret_cast<const uint4*>(kp + 2 * kD + 2 * cl);
     const uint4 sh = *reinterpret_cast<const uint4*>(kp + 2 * (cl + 64));
     const uint4 zh = *reinterpret_cast<const uint4*>(kp + 2 * kD + 2 * (cl + 64));
-    float co[8], si[8];
-    *reinterpret_cast<float4*>(co) = __ldg(reinterpret_cast<const float4*>(cos_row + cl));
-    *reinterpret_cast<float4*>(co + 4) = __ldg(reinterpret_cast<const float4*>(cos_row + cl + 4));
-    *reinterpret_cast<float4*>(si) = __ldg(reinterpret_cast<const float4*>(sin_row + cl));
-    *reinterpret_cast<float4*>(si + 4) = __ldg(reinterpret_cast<const float4*>(sin_row + cl + 4));
+    const uint4 co = *reinterpret_cast<const uint4*>(rope + 2 * cl);  // cos of cl .. cl + 7
+    const uint4 si = *reinterpret_cast<const uint4*>(rope + kD + 2 * cl);
     uint32_t ql[4], qh[4];  // channel pairs (cl + 2m, cl + 2m + 1) and their partners
     codes8_to_f16x2(word(kw[0], j), ql);
     codes8_to_f16x2(word(kw[1], j), qh);
@@ -356,8 +368,7 @@ __device__ inline void dequant_int4(const PagedAttentionArgs& a, const KvTile& k
     for (int m = 0; m < 4; ++m) {
       const __half2 x1 = __hfma2(h2(ql[m]), h2(word(sl, m)), h2(word(zl, m)));
       const __half2 x2 = __hfma2(h2(qh[m]), h2(word(sh, m)), h2(word(zh, m)));
-      const __half2 c2 = __floats2half2_rn(co[2 * m], co[2 * m + 1]);
-      const __half2 s2 = __floats2half2_rn(si[2 * m], si[2 * m + 1]);
+      const __half2 c2 = h2(word(co, m)), s2 = h2(word(si, m));
       lo[m] = f16x2_operand<kBf16>(__hfma2(x1, c2, __hneg2(__hmul2(x2, s2))));
       hi[m] = f16x2_operand<kBf16>(__hfma2(x2, c2, __hmul2(x1, s2)));
     }
@@ -841,7 +852,7 @@ void launch_prefill_attention(const PagedAttentionArgs& a, const PrefillTile* ti
   if (int4) {
     S4KV_CHECK(
         a.pool && a.residual && a.staging_k && a.staging_v && a.seats && a.pool_ends &&
-            a.rope_cos && a.rope_sin && a.ring >= 1 &&
+            a.rope_f16 && reinterpret_cast<uintptr_t>(a.rope_f16) % 16 == 0 && a.ring >= 1 &&
             ring_stride_fits(a.seat_stride, a.block_size, a.ring, int64_t{a.num_kv_heads} * kD),
         "prefill attention: int4_kivi arguments");
   } else {
@@ -868,6 +879,25 @@ void launch_prefill_attention(const PagedAttentionArgs& a, const PrefillTile* ti
                  static_cast<const float*>(split->partials), split->merges);
     S4KV_CUDA_CHECK(cudaGetLastError());
   }
+}
+
+std::vector<uint32_t> int4_prefill_rope_image(std::span<const float> cos,
+                                              std::span<const float> sin) {
+  constexpr size_t kHalf = kD / 2;
+  S4KV_CHECK(cos.size() == sin.size() && cos.size() % kHalf == 0,
+             "int4_kivi prefill RoPE rows: tables of ", cos.size(), " and ", sin.size(),
+             " entries");
+  std::vector<uint32_t> out(cos.size());  // a row's 64 + 64 halves in 64 words
+  for (size_t row = 0; row < cos.size() / kHalf; ++row) {
+    uint32_t* w = out.data() + row * kHalf;
+    for (size_t i = 0; i < kHalf; i += 2) {
+      const size_t at = row * kHalf + i;
+      w[i / 2] = uint32_t{float_to_fp16(cos[at])} | (uint32_t{float_to_fp16(cos[at + 1])} << 16);
+      w[kHalf / 2 + i / 2] =
+          uint32_t{float_to_fp16(sin[at])} | (uint32_t{float_to_fp16(sin[at + 1])} << 16);
+    }
+  }
+  return out;
 }
 
 int prefill_blocks_per_sm(kv::KvCacheDtype cache) {

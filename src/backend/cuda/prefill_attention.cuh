@@ -19,10 +19,10 @@
 // The MMA part is one code path; the formats differ only in how a tile reaches shared memory:
 //   16-bit cache, int4_kivi's sink block / residual ring / staging: rows copied as they are;
 //   fp8_e4m3: bytes staged, then widened to fp16 (exact);
-//   int4_kivi pool blocks: code words and parameters staged, then dequantized in fp16 pairs as
-//     the decode kernel does (exact codes, q * scale + zero in one FMA), keys rotated from
-//     pre-RoPE with the RoPE table row of their own position rounded to fp16, then the operand
-//     type.
+//   int4_kivi pool blocks: code words, parameters and the positions' RoPE rows in fp16
+//     (PagedAttentionArgs::rope_f16) staged, then dequantized in fp16 pairs as the decode kernel
+//     does (exact codes, q * scale + zero in one FMA), keys rotated from pre-RoPE with the RoPE
+//     table row of their own position rounded to fp16, then the operand type.
 // Operands: fp16 for fp8 caches, else the cache's 16-bit type (PagedAttentionArgs::bf16); the
 // output in out_dtype (bf16 or fp16). int4_kivi v2's Hadamard-domain pool values: the pool's
 // KV tiles come first and, after the last of them, the accumulator is rotated back (the
@@ -34,6 +34,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -100,6 +101,12 @@ void remove_prefill_rows(const ForwardBatch& b, int min_q_len, std::vector<int32
 // group, a bf16 / fp16 output (not the float32 compute mode), and for int4_kivi pre-RoPE keys
 // and B, Gv in 32 / 64 / 128.
 bool prefill_kernels_support(int num_heads, int num_kv_heads, const PagedAttentionArgs& a);
+
+// The int4_kivi prefill kernel's RoPE rows (PagedAttentionArgs::rope_f16) from the tables'
+// ([row][64] cos, sin): per row its 64 cos then its 64 sin rounded to fp16 (round to nearest
+// even, as __float2half_rn), two to a word, the lower channel in the low half. Made once.
+std::vector<uint32_t> int4_prefill_rope_image(std::span<const float> cos,
+                                              std::span<const float> sin);
 
 // Resident thread blocks of the prefill kernel for this cache format on one multiprocessor.
 int prefill_blocks_per_sm(kv::KvCacheDtype cache);
