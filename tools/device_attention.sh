@@ -23,7 +23,8 @@
 #   bash tools/device_attention.sh ab TAG... [-- cuda_attention_bench args]  # check, then run,
 #       each tagged build in turn (results in $OUT/ab_TAG.txt and .json), for an A/B of kernel
 #       versions
-# Tagged builds sit side by side: `build TAG` here leaves .devcarry/attention_bench_TAG.xz
+# ATTN_PACK=1: the bench of the pack that tools/device_cuda_tests.sh's `run` unpacked into
+# /tmp/s4kv in the same call, instead of a tagged build. Tagged builds sit side by side: `build TAG` here leaves .devcarry/attention_bench_TAG.xz
 # (ATTN_NVCC_FLAGS adds nvcc flags), and ATTN_TAG=TAG makes run / ncu / check / prefill use it.
 # A launch block by block: ATTN_NVCC_FLAGS=-DS4KV_DECODE_TIMELINE `build tl`, then there the
 # bench itself with --timeline (or --timeline-csv DIR): src/backend/cuda/decode_timeline.cuh.
@@ -78,7 +79,11 @@ case "${1:-}" in
     mode=$1 && shift
     mkdir -p "$OUT"
     attn=/tmp/attn${ATTN_TAG:+_$ATTN_TAG}
-    mkdir -p "$attn" && xz -dc ".devcarry/attention_bench${ATTN_TAG:+_$ATTN_TAG}.xz" | tar -C "$attn" -xf -
+    if [ -n "${ATTN_PACK:-}" ]; then  # the bench of the pack tools/device_cuda_tests.sh unpacked
+      mkdir -p "$attn" && cp /tmp/s4kv/bin/cuda_attention_bench /tmp/s4kv/BUILD_INFO "$attn"/
+    else
+      mkdir -p "$attn" && xz -dc ".devcarry/attention_bench${ATTN_TAG:+_$ATTN_TAG}.xz" | tar -C "$attn" -xf -
+    fi
     cat "$attn/BUILD_INFO"
     # The case's first int4_kivi launch (the checks and warm-up launch the same kernel) under
     # ncu into report $1: ncu's options up to --, the bench's arguments after it.
