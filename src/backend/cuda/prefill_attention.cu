@@ -356,29 +356,31 @@ __device__ inline void dequant_int4(const PagedAttentionArgs& a, const KvTile& k
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
   };
   auto h2 = [](uint32_t w) { return *reinterpret_cast<const __half2*>(&w); };
+  if (keys) {
 #pragma unroll
-  for (int j = 0; j < 4 && keys; ++j) {
-    const int cl = 32 * h + 8 * j;  // channels cl .. cl + 7 and their partners cl + 64 ..
-    const uint4 sl = *reinterpret_cast<const uint4*>(kp + 2 * cl);
-    const uint4 zl = *reinterpret_cast<const uint4*>(kp + 2 * kD + 2 * cl);
-    const uint4 sh = *reinterpret_cast<const uint4*>(kp + 2 * (cl + 64));
-    const uint4 zh = *reinterpret_cast<const uint4*>(kp + 2 * kD + 2 * (cl + 64));
-    const uint4 co = *reinterpret_cast<const uint4*>(rope + 2 * cl);  // cos of cl .. cl + 7
-    const uint4 si = *reinterpret_cast<const uint4*>(rope + kD + 2 * cl);
-    uint32_t ql[4], qh[4];  // channel pairs (cl + 2m, cl + 2m + 1) and their partners
-    codes8_to_f16x2(word(kw[0], j), ql);
-    codes8_to_f16x2(word(kw[1], j), qh);
-    uint32_t lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) {
+      const int cl = 32 * h + 8 * j;  // channels cl .. cl + 7 and their partners cl + 64 ..
+      const uint4 sl = *reinterpret_cast<const uint4*>(kp + 2 * cl);
+      const uint4 zl = *reinterpret_cast<const uint4*>(kp + 2 * kD + 2 * cl);
+      const uint4 sh = *reinterpret_cast<const uint4*>(kp + 2 * (cl + 64));
+      const uint4 zh = *reinterpret_cast<const uint4*>(kp + 2 * kD + 2 * (cl + 64));
+      const uint4 co = *reinterpret_cast<const uint4*>(rope + 2 * cl);  // cos of cl .. cl + 7
+      const uint4 si = *reinterpret_cast<const uint4*>(rope + kD + 2 * cl);
+      uint32_t ql[4], qh[4];  // channel pairs (cl + 2m, cl + 2m + 1) and their partners
+      codes8_to_f16x2(word(kw[0], j), ql);
+      codes8_to_f16x2(word(kw[1], j), qh);
+      uint32_t lo[4], hi[4];
 #pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const __half2 x1 = __hfma2(h2(ql[m]), h2(word(sl, m)), h2(word(zl, m)));
-      const __half2 x2 = __hfma2(h2(qh[m]), h2(word(sh, m)), h2(word(zh, m)));
-      const __half2 c2 = h2(word(co, m)), s2 = h2(word(si, m));
-      lo[m] = f16x2_operand<kBf16>(__hfma2(x1, c2, __hneg2(__hmul2(x2, s2))));
-      hi[m] = f16x2_operand<kBf16>(__hfma2(x2, c2, __hmul2(x1, s2)));
+      for (int m = 0; m < 4; ++m) {
+        const __half2 x1 = __hfma2(h2(ql[m]), h2(word(sl, m)), h2(word(zl, m)));
+        const __half2 x2 = __hfma2(h2(qh[m]), h2(word(sh, m)), h2(word(zh, m)));
+        const __half2 c2 = h2(word(co, m)), s2 = h2(word(si, m));
+        lo[m] = f16x2_operand<kBf16>(__hfma2(x1, c2, __hneg2(__hmul2(x2, s2))));
+        hi[m] = f16x2_operand<kBf16>(__hfma2(x2, c2, __hmul2(x1, s2)));
+      }
+      *reinterpret_cast<uint4*>(kd + cl) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      *reinterpret_cast<uint4*>(kd + cl + 64) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
     }
-    *reinterpret_cast<uint4*>(kd + cl) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-    *reinterpret_cast<uint4*>(kd + cl + 64) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
   }
   if (!values) return;
   const auto* vscale = reinterpret_cast<const __half*>(raw + kRawVScale) + t * groups;
@@ -662,11 +664,11 @@ __global__ void __launch_bounds__(kThreads* kHeads, S == Src::k16Bit ? 3 : 2 / k
       if (a.value_hadamard && k == pool_last) hadamard_rows(st.o);
     }
   }
+  if (!active) return;  // (a non-copying warp: nothing in flight)
   cp_async_wait<0>();
-  if (!active) return;
 
-    // O / l, the rows of the tile; a split tile's partial sums instead: the row's max (log2
-    // units), sum and unnormalized output, for prefill_merge_kernel.
+  // O / l, the rows of the tile; a split tile's partial sums instead: the row's max (log2
+  // units), sum and unnormalized output, for prefill_merge_kernel.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = st.l[r];
