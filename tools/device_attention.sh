@@ -24,7 +24,8 @@
 #       each tagged build in turn (results in $OUT/ab_TAG.txt and .json), for an A/B of kernel
 #       versions
 # ATTN_PACK=1: the bench of the pack that tools/device_cuda_tests.sh's `run` unpacked into
-# /tmp/s4kv in the same call, instead of a tagged build. Tagged builds sit side by side: `build TAG` here leaves .devcarry/attention_bench_TAG.xz
+# /tmp/s4kv in the same call, instead of a tagged build.
+# Tagged builds sit side by side: `build TAG` here leaves .devcarry/attention_bench_TAG.xz
 # (ATTN_NVCC_FLAGS adds nvcc flags), and ATTN_TAG=TAG makes run / ncu / check / prefill use it.
 # A launch block by block: ATTN_NVCC_FLAGS=-DS4KV_DECODE_TIMELINE `build tl`, then there the
 # bench itself with --timeline (or --timeline-csv DIR): src/backend/cuda/decode_timeline.cuh.

@@ -117,7 +117,6 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
     auto* rot = static_cast<uint32_t*>(alloc(image.size() * 4));
     S4KV_CUDA_CHECK(cudaMemcpy(rot, image.data(), image.size() * 4, cudaMemcpyHostToDevice));
     int4_rotations_ = rot;
-    // The prefill kernel's RoPE rows in fp16.
     const std::vector<uint32_t> rows = int4_prefill_rope_image(rope.cos_table(), rope.sin_table());
     auto* rows_device = static_cast<uint32_t*>(alloc(rows.size() * 4));
     S4KV_CUDA_CHECK(cudaMemcpy(rows_device, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
