@@ -14,7 +14,7 @@
 // rows an ldmatrix reads fall in distinct banks), two stages each, then a raw area for the
 // formats that are converted (fp8 bytes, int4_kivi code words, parameters and RoPE rows): 69,632
 // bytes per block for 16-bit caches (168 registers, __launch_bounds__ for 3 blocks per SM on
-// sm_90), 88,064 for fp8 and 101,376 for int4_kivi (about 225 registers, 2 blocks per SM).
+// sm_90), 88,064 for fp8 and 101,376 for int4_kivi (230 and 244 registers, 2 blocks per SM).
 // The loop over KV tiles, per tile k: wait for its copies and synchronize (every warp is then
 // done with tile k - 1), convert it in place if it came raw, issue tile k + 1 into the other
 // stage (or the raw area), then attend to tile k while tile k + 1 lands.
