@@ -216,6 +216,15 @@ struct CacheFlags {
   }
 };
 
+// v's bytes on the device (at least 16, so that an empty array has an address too).
+template <typename V>
+DeviceBuffer put(const V& v) {
+  const size_t bytes = v.size() * sizeof(v[0]);
+  DeviceBuffer b(std::max<size_t>(bytes, 16));
+  if (bytes > 0) b.copy_from_host(v.data(), bytes);
+  return b;
+}
+
 // The RoPE cos and sin tables (theta 1e6, head_dim kD) of positions 0 .. positions - 1 (at
 // least) on the device.
 struct DeviceRope {
@@ -225,28 +234,12 @@ struct DeviceRope {
   DeviceRope(int64_t positions, int block_size) {
     RopeTable rope(cpu::rope_inv_freq(kD, 1000000.0, model::RopeScaling{}));
     rope.ensure(std::max<int64_t>(positions, block_size));
-    cos = DeviceBuffer(rope.cos_table().size_bytes());
-    sin = DeviceBuffer(rope.sin_table().size_bytes());
-    cos.copy_from_host(rope.cos_table().data(), rope.cos_table().size_bytes());
-    sin.copy_from_host(rope.sin_table().data(), rope.sin_table().size_bytes());
-    const std::vector<uint32_t> image =
-        int4_rotation_image(rope.cos_table(), rope.sin_table(), block_size);
-    rotations = DeviceBuffer(image.size() * 4);
-    rotations.copy_from_host(image.data(), image.size() * 4);
-    const std::vector<uint32_t> rows = int4_prefill_rope_image(rope.cos_table(), rope.sin_table());
-    rows_f16 = DeviceBuffer(rows.size() * 4);
-    rows_f16.copy_from_host(rows.data(), rows.size() * 4);
+    cos = put(rope.cos_table());
+    sin = put(rope.sin_table());
+    rotations = put(int4_rotation_image(rope.cos_table(), rope.sin_table(), block_size));
+    rows_f16 = put(int4_prefill_rope_image(rope.cos_table(), rope.sin_table()));
   }
 };
-
-// v's bytes on the device (at least 16, so that an empty array has an address too).
-template <typename V>
-DeviceBuffer put(const V& v) {
-  const size_t bytes = v.size() * sizeof(v[0]);
-  DeviceBuffer b(std::max<size_t>(bytes, 16));
-  if (bytes > 0) b.copy_from_host(v.data(), bytes);
-  return b;
-}
 
 // The largest relative L2 distance between rows of kD (NaN counts as 1e9).
 double max_rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {
@@ -379,7 +372,7 @@ PagedAttentionArgs attention_args(const Shape& sh, int B, kv::KvCacheDtype cache
     at.rope_cos = static_cast<const float*>(rope.cos.data());
     at.rope_sin = static_cast<const float*>(rope.sin.data());
     at.int4_rotations = static_cast<const uint32_t*>(rope.rotations.data());
-    at.rope_f16 = static_cast<const uint32_t*>(rope.rows_f16.data());
+    at.rope_f16 = static_cast<const uint16_t*>(rope.rows_f16.data());
     at.value_hadamard = !int4->v1;
   } else {
     at.k_cache = k_cache;

@@ -529,7 +529,7 @@ struct Scene {
   std::vector<int32_t> pool_ends, token_seq;
   RopeTable rope;
   std::vector<uint32_t> rotations;  // int4_rotation_image (a.int4_rotations)
-  std::vector<uint32_t> rope_rows;  // int4_prefill_rope_image (a.rope_f16)
+  std::vector<uint16_t> rope_rows;  // int4_prefill_rope_image (a.rope_f16)
   std::vector<float> q;
   PagedAttentionArgs a;
   mutable std::map<std::pair<int, int>, std::pair<std::vector<Row>, std::vector<Row>>> kv_rows;

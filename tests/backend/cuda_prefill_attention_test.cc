@@ -421,7 +421,7 @@ void run_batch(Caches& c, const Heads& hs, const std::vector<SeqSpec>& specs, No
     a.pool_ends = static_cast<const int32_t*>(d_pool_ends.data());
     a.rope_cos = static_cast<const float*>(dcos.data());
     a.rope_sin = static_cast<const float*>(dsin.data());
-    a.rope_f16 = static_cast<const uint32_t*>(drows.data());
+    a.rope_f16 = static_cast<const uint16_t*>(drows.data());
     a.value_hadamard = f.hadamard;
   } else {
     a.k_cache = c.dk.data();

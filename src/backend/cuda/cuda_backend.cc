@@ -117,9 +117,9 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
     auto* rot = static_cast<uint32_t*>(alloc(image.size() * 4));
     S4KV_CUDA_CHECK(cudaMemcpy(rot, image.data(), image.size() * 4, cudaMemcpyHostToDevice));
     int4_rotations_ = rot;
-    const std::vector<uint32_t> rows = int4_prefill_rope_image(rope.cos_table(), rope.sin_table());
-    auto* rows_device = static_cast<uint32_t*>(alloc(rows.size() * 4));
-    S4KV_CUDA_CHECK(cudaMemcpy(rows_device, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+    const std::vector<uint16_t> rows = int4_prefill_rope_image(rope.cos_table(), rope.sin_table());
+    auto* rows_device = static_cast<uint16_t*>(alloc(rows.size() * 2));
+    S4KV_CUDA_CHECK(cudaMemcpy(rows_device, rows.data(), rows.size() * 2, cudaMemcpyHostToDevice));
     rope_f16_ = rows_device;
     staging_k_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.staging)));
     staging_v_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.staging)));

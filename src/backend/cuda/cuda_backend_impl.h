@@ -128,7 +128,7 @@ class CudaBackend final : public Backend {
   const float* rope_cos_ = nullptr;
   const float* rope_sin_ = nullptr;
   const uint32_t* int4_rotations_ = nullptr;  // int4_kivi: int4_rotation_image of the tables
-  const uint32_t* rope_f16_ = nullptr;        // int4_kivi: int4_prefill_rope_image of the tables
+  const uint16_t* rope_f16_ = nullptr;        // int4_kivi: int4_prefill_rope_image of the tables
 
   // KV cache (per layer strides in elements / bytes).
   void* kv_k_ = nullptr;  // 16-bit / fp8: [L, num_blocks * B * kv_dim]

@@ -78,7 +78,7 @@ struct PagedAttentionArgs {
   const uint32_t* int4_rotations = nullptr;
   // int4_kivi prefill: int4_prefill_rope_image of the tables (their rows rounded to fp16, a
   // position's 64 cos then 64 sin), in device memory (16-byte aligned), made once beside them.
-  const uint32_t* rope_f16 = nullptr;
+  const uint16_t* rope_f16 = nullptr;
   bool keys_post_rope = false;
   bool value_hadamard = false;
 };

@@ -881,21 +881,17 @@ void launch_prefill_attention(const PagedAttentionArgs& a, const PrefillTile* ti
   }
 }
 
-std::vector<uint32_t> int4_prefill_rope_image(std::span<const float> cos,
+std::vector<uint16_t> int4_prefill_rope_image(std::span<const float> cos,
                                               std::span<const float> sin) {
   constexpr size_t kHalf = kD / 2;
   S4KV_CHECK(cos.size() == sin.size() && cos.size() % kHalf == 0,
              "int4_kivi prefill RoPE rows: tables of ", cos.size(), " and ", sin.size(),
              " entries");
-  std::vector<uint32_t> out(cos.size());  // a row's 64 + 64 halves in 64 words
-  for (size_t row = 0; row < cos.size() / kHalf; ++row) {
-    uint32_t* w = out.data() + row * kHalf;
-    for (size_t i = 0; i < kHalf; i += 2) {
-      const size_t at = row * kHalf + i;
-      w[i / 2] = uint32_t{float_to_fp16(cos[at])} | (uint32_t{float_to_fp16(cos[at + 1])} << 16);
-      w[kHalf / 2 + i / 2] =
-          uint32_t{float_to_fp16(sin[at])} | (uint32_t{float_to_fp16(sin[at + 1])} << 16);
-    }
+  std::vector<uint16_t> out(2 * cos.size());
+  for (size_t at = 0; at < cos.size(); ++at) {
+    const size_t row = at / kHalf, i = at % kHalf;
+    out[2 * kHalf * row + i] = float_to_fp16(cos[at]);
+    out[2 * kHalf * row + kHalf + i] = float_to_fp16(sin[at]);
   }
   return out;
 }

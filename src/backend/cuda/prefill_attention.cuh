@@ -104,8 +104,8 @@ bool prefill_kernels_support(int num_heads, int num_kv_heads, const PagedAttenti
 
 // The int4_kivi prefill kernel's RoPE rows (PagedAttentionArgs::rope_f16) from the tables'
 // ([row][64] cos, sin): per row its 64 cos then its 64 sin rounded to fp16 (round to nearest
-// even, as __float2half_rn), two to a word, the lower channel in the low half. Made once.
-std::vector<uint32_t> int4_prefill_rope_image(std::span<const float> cos,
+// even, as __float2half_rn). Made once.
+std::vector<uint16_t> int4_prefill_rope_image(std::span<const float> cos,
                                               std::span<const float> sin);
 
 // Resident thread blocks of the prefill kernel for this cache format on one multiprocessor.
