@@ -25,7 +25,9 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/int4_kivi_device.cuh"
@@ -321,18 +323,21 @@ __device__ inline uint32_t f16x2_operand(__half2 x) {
 // operand type (bf16: one more rounding).
 // About half the instructions of fp32 arithmetic a channel; within the kernel's bounds against the
 // reference (cuda_prefill_attention_test, attention_emulation_test).
+// keys / values: which of the two this thread makes (a thread block of two heads splits them
+// between its halves; thread 2 t + h of a half as above).
 template <bool kBf16>
 __device__ inline void dequant_int4(const PagedAttentionArgs& a, const KvTile& kt,
-                                    const unsigned char* raw, uint16_t* kb, uint16_t* vb) {
-  const int t = threadIdx.x / 2, h = threadIdx.x % 2;
+                                    const unsigned char* raw, uint16_t* kb, uint16_t* vb, bool keys,
+                                    bool values) {
+  const int t = threadIdx.x % kThreads / 2, h = threadIdx.x % 2;
   uint16_t* kd = kb + t * kLd;
   uint16_t* vd = vb + t * kLd;
   if (t >= kt.count) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int cb = 64 * (j / 4) + 32 * h + 8 * (j % 4);
-      zero16(kd + cb);
-      zero16(vd + cb);
+      if (keys) zero16(kd + cb);
+      if (values) zero16(vd + cb);
     }
     return;
   }
@@ -351,30 +356,33 @@ __device__ inline void dequant_int4(const PagedAttentionArgs& a, const KvTile& k
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
   };
   auto h2 = [](uint32_t w) { return *reinterpret_cast<const __half2*>(&w); };
+  if (keys) {
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int cl = 32 * h + 8 * j;  // channels cl .. cl + 7 and their partners cl + 64 ..
-    const uint4 sl = *reinterpret_cast<const uint4*>(kp + 2 * cl);
-    const uint4 zl = *reinterpret_cast<const uint4*>(kp + 2 * kD + 2 * cl);
-    const uint4 sh = *reinterpret_cast<const uint4*>(kp + 2 * (cl + 64));
-    const uint4 zh = *reinterpret_cast<const uint4*>(kp + 2 * kD + 2 * (cl + 64));
-    const uint4 co = *reinterpret_cast<const uint4*>(rope + 2 * cl);  // cos of cl .. cl + 7
-    const uint4 si = *reinterpret_cast<const uint4*>(rope + kD + 2 * cl);
-    uint32_t ql[4], qh[4];  // channel pairs (cl + 2m, cl + 2m + 1) and their partners
-    codes8_to_f16x2(word(kw[0], j), ql);
-    codes8_to_f16x2(word(kw[1], j), qh);
-    uint32_t lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) {
+      const int cl = 32 * h + 8 * j;  // channels cl .. cl + 7 and their partners cl + 64 ..
+      const uint4 sl = *reinterpret_cast<const uint4*>(kp + 2 * cl);
+      const uint4 zl = *reinterpret_cast<const uint4*>(kp + 2 * kD + 2 * cl);
+      const uint4 sh = *reinterpret_cast<const uint4*>(kp + 2 * (cl + 64));
+      const uint4 zh = *reinterpret_cast<const uint4*>(kp + 2 * kD + 2 * (cl + 64));
+      const uint4 co = *reinterpret_cast<const uint4*>(rope + 2 * cl);  // cos of cl .. cl + 7
+      const uint4 si = *reinterpret_cast<const uint4*>(rope + kD + 2 * cl);
+      uint32_t ql[4], qh[4];  // channel pairs (cl + 2m, cl + 2m + 1) and their partners
+      codes8_to_f16x2(word(kw[0], j), ql);
+      codes8_to_f16x2(word(kw[1], j), qh);
+      uint32_t lo[4], hi[4];
 #pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const __half2 x1 = __hfma2(h2(ql[m]), h2(word(sl, m)), h2(word(zl, m)));
-      const __half2 x2 = __hfma2(h2(qh[m]), h2(word(sh, m)), h2(word(zh, m)));
-      const __half2 c2 = h2(word(co, m)), s2 = h2(word(si, m));
-      lo[m] = f16x2_operand<kBf16>(__hfma2(x1, c2, __hneg2(__hmul2(x2, s2))));
-      hi[m] = f16x2_operand<kBf16>(__hfma2(x2, c2, __hmul2(x1, s2)));
+      for (int m = 0; m < 4; ++m) {
+        const __half2 x1 = __hfma2(h2(ql[m]), h2(word(sl, m)), h2(word(zl, m)));
+        const __half2 x2 = __hfma2(h2(qh[m]), h2(word(sh, m)), h2(word(zh, m)));
+        const __half2 c2 = h2(word(co, m)), s2 = h2(word(si, m));
+        lo[m] = f16x2_operand<kBf16>(__hfma2(x1, c2, __hneg2(__hmul2(x2, s2))));
+        hi[m] = f16x2_operand<kBf16>(__hfma2(x2, c2, __hmul2(x1, s2)));
+      }
+      *reinterpret_cast<uint4*>(kd + cl) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      *reinterpret_cast<uint4*>(kd + cl + 64) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
     }
-    *reinterpret_cast<uint4*>(kd + cl) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-    *reinterpret_cast<uint4*>(kd + cl + 64) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
   }
+  if (!values) return;
   const auto* vscale = reinterpret_cast<const __half*>(raw + kRawVScale) + t * groups;
   const auto* vzero = reinterpret_cast<const __half*>(raw + kRawVZero) + t * groups;
 #pragma unroll
@@ -526,20 +534,32 @@ __device__ inline void attend_tile(const uint32_t (&qa)[8][4], const uint16_t* k
   }
 }
 
-template <Src S, bool kBf16>
-__global__ void __launch_bounds__(kThreads, S == Src::k16Bit ? 3 : 2)
+// kHeads query heads of one KV group a thread block (1, or 2 for int4_kivi: its pool tiles are
+// dequantized once for both): warps 4 h .. 4 h + 3 take head h's rows, the first kThreads threads
+// issue the copies, and a pool tile's keys are made by the first half, its values by the second.
+// Where the group has an odd number of heads, its last block's second half has none: it copies,
+// dequantizes and waits at the barriers, but attends to nothing.
+template <Src S, bool kBf16, int kHeads>
+__global__ void __launch_bounds__(kThreads* kHeads, S == Src::k16Bit ? 3 : 2 / kHeads)
     prefill_attention_kernel(PagedAttentionArgs a, const PrefillTile* tiles, float* partials) {
   S4KV_DYNAMIC_SHARED(smem);
   uint16_t* kbuf = reinterpret_cast<uint16_t*>(smem);  // [2][64][kLd]
   uint16_t* vbuf = kbuf + 2 * kStage;                  // [2][64][kLd]
   unsigned char* raw = smem + kBufBytes;
-  const int tile_index = static_cast<int>(blockIdx.x) / a.num_heads;
-  const int head = static_cast<int>(blockIdx.x) % a.num_heads;
+  const int group = a.num_heads / a.num_kv_heads;
+  const int slots = (group + kHeads - 1) / kHeads;  // thread blocks a KV head and tile
+  const int per_tile = a.num_kv_heads * slots;
+  const int tile_index = static_cast<int>(blockIdx.x) / per_tile;
+  const int in_tile = static_cast<int>(blockIdx.x) % per_tile;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % kWarps, gq = lane / 4, tq = lane % 4;
+  const int head_in_group = in_tile % slots * kHeads + static_cast<int>(threadIdx.x) / kThreads;
+  const bool active = head_in_group < group;  // (warp-uniform)
+  const int head = in_tile / slots * group + head_in_group;
   const PrefillTile tile = tiles[tile_index];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, gq = lane / 4, tq = lane % 4;
+  const bool copier = threadIdx.x < kThreads;
 
   Ctx c;
-  c.g = head / (a.num_heads / a.num_kv_heads);
+  c.g = in_tile / slots;
   c.table = a.block_tables + static_cast<int64_t>(tile.seq) * a.max_blocks_per_seq;
   c.q0 = a.query_start_loc[tile.seq];
   c.start = a.seq_lens[tile.seq] - (a.query_start_loc[tile.seq + 1] - c.q0);
@@ -566,6 +586,7 @@ __global__ void __launch_bounds__(kThreads, S == Src::k16Bit ? 3 : 2)
   const int pool_last = min(k_end, c.n_pool) - 1;
 
   auto issue = [&](int k) {
+    if (!copier) return;
     const KvTile kt = kv_tile(c, k);
     uint16_t* kb = kbuf + (k % 2) * kStage;
     uint16_t* vb = vbuf + (k % 2) * kStage;
@@ -597,7 +618,8 @@ __global__ void __launch_bounds__(kThreads, S == Src::k16Bit ? 3 : 2)
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi) {
           float2 v = make_float2(0.0f, 0.0f);
-          if (row < n_rows) v = *reinterpret_cast<const float2*>(q + 16 * kk + 2 * tq + 8 * hi);
+          if (active && row < n_rows)
+            v = *reinterpret_cast<const float2*>(q + 16 * kk + 2 * tq + 8 * hi);
           qa[kk][r + 2 * hi] = pack2<kBf16>(v.x * f, v.y * f);
         }
       }
@@ -627,11 +649,13 @@ __global__ void __launch_bounds__(kThreads, S == Src::k16Bit ? 3 : 2)
       __syncthreads();
     } else if constexpr (S == Src::kInt4) {
       if (kt.pool) {
-        dequant_int4<kBf16>(a, kt, raw, kbuf + (k % 2) * kStage, vbuf + (k % 2) * kStage);
+        dequant_int4<kBf16>(a, kt, raw, kbuf + (k % 2) * kStage, vbuf + (k % 2) * kStage,
+                            kHeads == 1 || copier, kHeads == 1 || !copier);
         __syncthreads();
       }
     }
     if (k + 1 < k_end) issue(k + 1);
+    if (!active) continue;
     const bool mask = kt.count < kKv || kt.p0 + kKv - 1 > warp_pos;
     attend_tile<kBf16>(qa, kb, vb, kt, row_pos, mask, st);
     if constexpr (S == Src::kInt4) {
@@ -640,6 +664,7 @@ __global__ void __launch_bounds__(kThreads, S == Src::k16Bit ? 3 : 2)
       if (a.value_hadamard && k == pool_last) hadamard_rows(st.o);
     }
   }
+  if (!active) return;  // (a non-copying warp: nothing in flight)
   cp_async_wait<0>();
 
   // O / l, the rows of the tile; a split tile's partial sums instead: the row's max (log2
@@ -717,24 +742,38 @@ __global__ void __launch_bounds__(kD)
 
 // The kernel for S and kBf16 with its shared memory attribute set (once), for launches and
 // occupancy queries.
-template <Src S, bool kBf16>
+template <Src S, bool kBf16, int kHeads = 1>
 auto configured_kernel() {
   static const bool attribute_set = [] {
-    S4KV_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<S, kBf16>,
+    S4KV_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<S, kBf16, kHeads>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          smem_bytes<S>()));
     return true;
   }();
   (void)attribute_set;
-  return prefill_attention_kernel<S, kBf16>;
+  return prefill_attention_kernel<S, kBf16, kHeads>;
 }
 
-template <Src S, bool kBf16>
+template <Src S, bool kBf16, int kHeads = 1>
 void launch(const PagedAttentionArgs& a, const PrefillTile* tiles, int32_t num_tiles,
             float* partials, cudaStream_t stream) {
-  const auto blocks = static_cast<unsigned>(int64_t{num_tiles} * a.num_heads);
-  launch_plain(configured_kernel<S, kBf16>(), blocks, kThreads, smem_bytes<S>(), stream, a, tiles,
-               partials);
+  const int group = a.num_heads / a.num_kv_heads;
+  const auto blocks =
+      static_cast<unsigned>(int64_t{num_tiles} * a.num_kv_heads * ((group + kHeads - 1) / kHeads));
+  launch_plain(configured_kernel<S, kBf16, kHeads>(), blocks, kThreads * kHeads, smem_bytes<S>(),
+               stream, a, tiles, partials);
+}
+
+// int4_kivi's thread blocks of two heads (a group of at least two), unless
+// S4KV_PREFILL_HEAD_PAIRS=0 (one head a block, as the other formats: for A/B runs).
+bool int4_head_pairs() {
+  static const bool pairs = [] {
+    const char* env = std::getenv("S4KV_PREFILL_HEAD_PAIRS");
+    const std::string_view v = env != nullptr ? env : "1";
+    S4KV_CHECK(v == "0" || v == "1", "S4KV_PREFILL_HEAD_PAIRS=", v, ": expected 0 or 1");
+    return v == "1";
+  }();
+  return pairs;
 }
 
 bool in_32_64_128(int x) { return x == 32 || x == 64 || x == 128; }
@@ -861,10 +900,13 @@ void launch_prefill_attention(const PagedAttentionArgs& a, const PrefillTile* ti
   if (a.cache == kv::KvCacheDtype::kFp8E4M3) {
     launch<Src::kFp8, false>(a, tiles_device, num_tiles, partials, stream);
   } else if (int4) {
+    const bool pairs = int4_head_pairs() && a.num_heads / a.num_kv_heads >= 2;
     if (a.bf16) {
-      launch<Src::kInt4, true>(a, tiles_device, num_tiles, partials, stream);
+      (pairs ? launch<Src::kInt4, true, 2>
+             : launch<Src::kInt4, true, 1>)(a, tiles_device, num_tiles, partials, stream);
     } else {
-      launch<Src::kInt4, false>(a, tiles_device, num_tiles, partials, stream);
+      (pairs ? launch<Src::kInt4, false, 2>
+             : launch<Src::kInt4, false, 1>)(a, tiles_device, num_tiles, partials, stream);
     }
   } else if (a.bf16) {
     launch<Src::k16Bit, true>(a, tiles_device, num_tiles, partials, stream);
@@ -908,7 +950,10 @@ int prefill_blocks_per_sm(kv::KvCacheDtype cache) {
   if (cache == kv::KvCacheDtype::kFp8E4M3) {
     query(configured_kernel<Src::kFp8, false>(), smem_bytes<Src::kFp8>());
   } else if (cache == kv::KvCacheDtype::kInt4Kivi) {
-    query(configured_kernel<Src::kInt4, true>(), smem_bytes<Src::kInt4>());
+    // In one-head thread blocks (split_prefill counts blocks of one head): a block of two heads
+    // counts twice.
+    query(configured_kernel<Src::kInt4, true, 2>(), smem_bytes<Src::kInt4>());
+    n *= 2;
   } else {
     query(configured_kernel<Src::k16Bit, true>(), smem_bytes<Src::k16Bit>());
   }

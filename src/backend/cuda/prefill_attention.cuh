@@ -11,6 +11,9 @@
 // amount (64 rows per K/V tile) but needs groups that divide 64 (Qwen's 7 does not) and more
 // index arithmetic per row. With the head fastest, the group's heads run side by side and read
 // the same K/V through L2, and plan_prefill's heaviest tiles (longest contexts) start first.
+// int4_kivi, where a group has two heads or more, runs 8 warps a block instead: two heads of the
+// group (the last block of an odd group has one), 64 rows each, so that a pool tile is
+// dequantized once for 128 rows (S4KV_PREFILL_HEAD_PAIRS=0 keeps one head a block).
 //
 // Per block, the context streams in KV tiles of 64 positions, staged in shared memory as 16-bit
 // K and V rows [64][128 + 8 pad] (two stages, cp.async): S = Q K^T (Q scaled by scale * log2 e
