@@ -14,7 +14,8 @@
 // rows an ldmatrix reads fall in distinct banks), two stages each, then a raw area for the
 // formats that are converted (fp8 bytes, int4_kivi code words, parameters and RoPE rows): 69,632
 // bytes per block for 16-bit caches (168 registers, __launch_bounds__ for 3 blocks per SM on
-// sm_90), 88,064 for fp8 and 101,376 for int4_kivi (230 and 244 registers, 2 blocks per SM).
+// sm_90), 88,064 for fp8 and 101,376 for int4_kivi (230 and 244 registers, 2 blocks per SM;
+// int4_kivi's blocks of two heads, below, 246 registers, 1 block per SM).
 // The loop over KV tiles, per tile k: wait for its copies and synchronize (every warp is then
 // done with tile k - 1), convert it in place if it came raw, issue tile k + 1 into the other
 // stage (or the raw area), then attend to tile k while tile k + 1 lands.
@@ -552,11 +553,12 @@ __global__ void __launch_bounds__(kThreads* kHeads, S == Src::k16Bit ? 3 : 2 / k
   const int tile_index = static_cast<int>(blockIdx.x) / per_tile;
   const int in_tile = static_cast<int>(blockIdx.x) % per_tile;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % kWarps, gq = lane / 4, tq = lane % 4;
-  const int head_in_group = in_tile % slots * kHeads + static_cast<int>(threadIdx.x) / kThreads;
-  const bool active = head_in_group < group;  // (warp-uniform)
+  const int half = kHeads == 1 ? 0 : static_cast<int>(threadIdx.x) / kThreads;
+  const int head_in_group = in_tile % slots * kHeads + half;
+  const bool active = kHeads == 1 || head_in_group < group;  // (warp-uniform)
   const int head = in_tile / slots * group + head_in_group;
   const PrefillTile tile = tiles[tile_index];
-  const bool copier = threadIdx.x < kThreads;
+  const bool copier = half == 0;
 
   Ctx c;
   c.g = in_tile / slots;
