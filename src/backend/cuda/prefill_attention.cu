@@ -946,16 +946,18 @@ int prefill_blocks_per_sm(kv::KvCacheDtype cache) {
   return 2;
 #else
   int n = 0;
-  auto query = [&](auto kernel, int smem) {
-    S4KV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem));
+  auto query = [&](auto kernel, int smem, int threads = kThreads) {
+    S4KV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
   };
   if (cache == kv::KvCacheDtype::kFp8E4M3) {
     query(configured_kernel<Src::kFp8, false>(), smem_bytes<Src::kFp8>());
-  } else if (cache == kv::KvCacheDtype::kInt4Kivi) {
+  } else if (cache == kv::KvCacheDtype::kInt4Kivi && int4_head_pairs()) {
     // In one-head thread blocks (split_prefill counts blocks of one head): a block of two heads
-    // counts twice.
-    query(configured_kernel<Src::kInt4, true, 2>(), smem_bytes<Src::kInt4>());
+    // counts twice. (A group of one head runs one-head blocks: two a multiprocessor as well.)
+    query(configured_kernel<Src::kInt4, true, 2>(), smem_bytes<Src::kInt4>(), 2 * kThreads);
     n *= 2;
+  } else if (cache == kv::KvCacheDtype::kInt4Kivi) {
+    query(configured_kernel<Src::kInt4, true, 1>(), smem_bytes<Src::kInt4>());
   } else {
     query(configured_kernel<Src::k16Bit, true>(), smem_bytes<Src::k16Bit>());
   }
