@@ -542,6 +542,20 @@ std::vector<std::vector<SeqSpec>> batches_for(int B, std::mt19937& rng) {
 
 class CudaPrefillAttention : public ::testing::TestWithParam<std::tuple<Format, Heads>> {};
 
+// split_prefill's device width: resident blocks a multiprocessor counted in blocks of one head,
+// as they run on compute capability 9.x (64K registers, 228 KB of shared memory): 16-bit three,
+// fp8 two, int4_kivi two (one block of two heads; two of one head with
+// S4KV_PREFILL_HEAD_PAIRS=0), whatever the size of the block the occupancy query is asked about.
+TEST(CudaPrefillOccupancy, BlocksPerMultiprocessorAsTheKernelsRun) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (prop.major != 9) GTEST_SKIP() << "figures for compute capability 9.x";
+  EXPECT_EQ(prefill_blocks_per_sm(kv::KvCacheDtype::k16Bit), 3);
+  EXPECT_EQ(prefill_blocks_per_sm(kv::KvCacheDtype::kFp8E4M3), 2);
+  EXPECT_EQ(prefill_blocks_per_sm(kv::KvCacheDtype::kInt4Kivi), 2);
+}
+
 TEST_P(CudaPrefillAttention, MatchesTheReferenceKernel) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const auto& [f, hs] = GetParam();

@@ -111,7 +111,8 @@ bool prefill_kernels_support(int num_heads, int num_kv_heads, const PagedAttenti
 std::vector<uint16_t> int4_prefill_rope_image(std::span<const float> cos,
                                               std::span<const float> sin);
 
-// Resident thread blocks of the prefill kernel for this cache format on one multiprocessor.
+// Resident thread blocks of the prefill kernel for this cache format on one multiprocessor, in
+// blocks of one head (int4_kivi's blocks of two heads count twice).
 int prefill_blocks_per_sm(kv::KvCacheDtype cache);
 
 // Split tiles' partial sums and their merges (split_prefill), device copies.
