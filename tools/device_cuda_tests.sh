@@ -11,7 +11,8 @@
 # `stash` keeps it in /tmp/s4kv-stash (a warm machine keeps /tmp; the carried folder is replaced
 # on every call); the last call carries the last part and the sums and runs the steps:
 #   tests     backend_cuda_test (the `cuda` label: kernels, attention, whole backend, goldens)
-#   sanitize  compute-sanitizer memcheck and racecheck on a subset of it
+#   sanitize  compute-sanitizer memcheck and racecheck on a subset of it (memcheck, racecheck:
+#             one of them; each run under SANITIZE_TIMEOUT, 240 s)
 #   sanitize_serve  a short s4kv serve --device cuda run under memcheck (greedy and seeded
 #             requests with every sampling setting); racecheck_serve the same under racecheck
 #   memcheck_all, racecheck_all  the whole backend_cuda_test under memcheck / racecheck

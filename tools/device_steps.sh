@@ -55,21 +55,30 @@ case $step in
     grep -E '^\[  (PASSED|FAILED) ' $res/tests.txt
     exit $status
     ;;
-  sanitize)
-    # SANITIZE_MEMCHECK_FILTER / SANITIZE_RACECHECK_FILTER replace the gtest filters below
-    # (e.g. one kernel's tests after a change to it).
-    status=0
-    compute-sanitizer --tool memcheck backend_cuda_test \
-      --gtest_filter="${SANITIZE_MEMCHECK_FILTER:-*Int4Kivi*:*Rope*:*Rmsnorm*:*CudaAttention*int4_v2_b64*:*CudaAttention*fp8_b32*:*CudaPrefillAttention*int4_v2_b64*:*CudaPrefillAttention*fp8_b32*:*llama_tiny_int4_v2_b32*:*OnePrefill/s4kv_tiny_cuda_bf16*:*Refuses*:*CudaSampler*:*CudaPadding*int4*}" \
-      > $res/memcheck.txt 2>&1 || status=1
-    verdict memcheck $res/memcheck.txt || status=1
+  sanitize | memcheck | racecheck)
+    # sanitize runs both tools, memcheck and racecheck one each, every run under a timeout
+    # (SANITIZE_TIMEOUT, default 240 s: a cut run still leaves its log and fails the step; the
+    # whole step once did not fit a call, 2026-12-07). SANITIZE_MEMCHECK_FILTER /
+    # SANITIZE_RACECHECK_FILTER replace the gtest filters below (e.g. one kernel's tests after a
+    # change to it).
+    # memcheck: a subset of every kernel family, each at one layout.
     # racecheck: every test that runs no cuBLAS GEMM, i.e. each kernel of ours on its own
     # (attention, prefill attention, int4 quantize / commit / dequantize, RMSNorm, RoPE,
     # sampler). Graph capture under racecheck ended the process (CudaGraphs, 2026-12-07).
-    compute-sanitizer --tool racecheck backend_cuda_test \
-      --gtest_filter="${SANITIZE_RACECHECK_FILTER:--*CudaBackendEquivalence*:*CudaPadding*:*CpuForwardGolden*:*CudaGraphs*:*GemmCuda*:*CudaBackendSmall*}" \
-      > $res/racecheck.txt 2>&1 || status=1
-    verdict racecheck $res/racecheck.txt || status=1
+    memcheck_filter="${SANITIZE_MEMCHECK_FILTER:-*Int4Kivi*:*Rope*:*Rmsnorm*:*CudaAttention*int4_v2_b64*:*CudaAttention*fp8_b32*:*CudaPrefillAttention*int4_v2_b64*:*CudaPrefillAttention*fp8_b32*:*llama_tiny_int4_v2_b32*:*OnePrefill/s4kv_tiny_cuda_bf16*:*Refuses*:*CudaSampler*:*CudaPadding*int4*}"
+    racecheck_filter="${SANITIZE_RACECHECK_FILTER:--*CudaBackendEquivalence*:*CudaPadding*:*CpuForwardGolden*:*CudaGraphs*:*GemmCuda*:*CudaBackendSmall*}"
+    tools=(memcheck racecheck)
+    [ "$step" = sanitize ] || tools=("$step")
+    status=0
+    for tool in "${tools[@]}"; do
+      filter=$memcheck_filter
+      [ "$tool" = racecheck ] && filter=$racecheck_filter
+      start=$(date +%s)
+      timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool "$tool" backend_cuda_test \
+        --gtest_filter="$filter" > "$res/$tool.txt" 2>&1 || status=1
+      echo "$tool: $(( $(date +%s) - start )) s"
+      verdict "$tool" "$res/$tool.txt" || status=1
+    done
     exit $status
     ;;
   memcheck_all | racecheck_all)
