@@ -545,7 +545,8 @@ class CudaPrefillAttention : public ::testing::TestWithParam<std::tuple<Format, 
 // split_prefill's device width: resident blocks a multiprocessor counted in blocks of one head,
 // as they run on compute capability 9.x (64K registers, 228 KB of shared memory): 16-bit three,
 // fp8 two, int4_kivi two (one block of two heads; two of one head with
-// S4KV_PREFILL_HEAD_PAIRS=0), whatever the size of the block the occupancy query is asked about.
+// S4KV_PREFILL_HEAD_PAIRS=0). An occupancy query for the two-head kernel in blocks of 128
+// threads, doubled, said four.
 TEST(CudaPrefillOccupancy, BlocksPerMultiprocessorAsTheKernelsRun) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
   cudaDeviceProp prop{};
