@@ -80,10 +80,11 @@ case "${1:-}" in
     mode=$1 && shift
     mkdir -p "$OUT"
     attn=/tmp/attn${ATTN_TAG:+_$ATTN_TAG}
+    mkdir -p "$attn"
     if [ -n "${ATTN_PACK:-}" ]; then  # the bench of the pack tools/device_cuda_tests.sh unpacked
-      mkdir -p "$attn" && cp /tmp/s4kv/bin/cuda_attention_bench /tmp/s4kv/BUILD_INFO "$attn"/
+      cp /tmp/s4kv/bin/cuda_attention_bench /tmp/s4kv/BUILD_INFO "$attn"/
     else
-      mkdir -p "$attn" && xz -dc ".devcarry/attention_bench${ATTN_TAG:+_$ATTN_TAG}.xz" | tar -C "$attn" -xf -
+      xz -dc ".devcarry/attention_bench${ATTN_TAG:+_$ATTN_TAG}.xz" | tar -C "$attn" -xf -
     fi
     cat "$attn/BUILD_INFO"
     # The case's first int4_kivi launch (the checks and warm-up launch the same kernel) under

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -100,27 +101,22 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
   // Every position a sequence reaches, and at least row block_size: the int4_kivi decode kernel
   // turns its query from one block to the next by that row's angles.
   rope.ensure(std::max<int64_t>(options.max_model_len, int64_t{kv.block_size} + 1));
-  auto* cos = static_cast<float*>(alloc(rope.cos_table().size_bytes()));
-  auto* sin = static_cast<float*>(alloc(rope.sin_table().size_bytes()));
-  S4KV_CUDA_CHECK(cudaMemcpy(cos, rope.cos_table().data(), rope.cos_table().size_bytes(),
-                             cudaMemcpyHostToDevice));
-  S4KV_CUDA_CHECK(cudaMemcpy(sin, rope.sin_table().data(), rope.sin_table().size_bytes(),
-                             cudaMemcpyHostToDevice));
-  rope_cos_ = cos;
-  rope_sin_ = sin;
+  // A host table into device memory of its own (alloc: freed with the backend).
+  auto to_device = [this]<typename T>(std::span<const T> host) {
+    auto* d = static_cast<T*>(alloc(host.size_bytes()));
+    S4KV_CUDA_CHECK(cudaMemcpy(d, host.data(), host.size_bytes(), cudaMemcpyHostToDevice));
+    return static_cast<const T*>(d);
+  };
+  rope_cos_ = to_device(rope.cos_table());
+  rope_sin_ = to_device(rope.sin_table());
 
   if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
     // The decode kernel's rotations and the prefill kernel's rows, from the tables (once); then
     // per step, sized by the limits.
-    const std::vector<uint32_t> image =
-        int4_rotation_image(rope.cos_table(), rope.sin_table(), kv.block_size);
-    auto* rot = static_cast<uint32_t*>(alloc(image.size() * 4));
-    S4KV_CUDA_CHECK(cudaMemcpy(rot, image.data(), image.size() * 4, cudaMemcpyHostToDevice));
-    int4_rotations_ = rot;
-    const std::vector<uint16_t> rows = int4_prefill_rope_image(rope.cos_table(), rope.sin_table());
-    auto* rows_device = static_cast<uint16_t*>(alloc(rows.size() * 2));
-    S4KV_CUDA_CHECK(cudaMemcpy(rows_device, rows.data(), rows.size() * 2, cudaMemcpyHostToDevice));
-    rope_f16_ = rows_device;
+    int4_rotations_ = to_device(std::span<const uint32_t>(
+        int4_rotation_image(rope.cos_table(), rope.sin_table(), kv.block_size)));
+    rope_f16_ = to_device(
+        std::span<const uint16_t>(int4_prefill_rope_image(rope.cos_table(), rope.sin_table())));
     staging_k_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.staging)));
     staging_v_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.staging)));
     scratch_k_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.scratch)));
