@@ -38,7 +38,7 @@ case "${1:-}" in
     # shellcheck disable=SC2086  # ATTN_NVCC_FLAGS is a list of flags
     nvcc -std=c++20 -O3 -arch=sm_90 ${ATTN_NVCC_FLAGS:-} -Isrc -o build-attn/cuda_attention_bench \
       bench/cuda_attention_bench.cu bench/cuda_prefill_bench.cu src/backend/cuda/decode_attention.cu src/backend/cuda/decode_int4.cu \
-      src/backend/cuda/prefill_attention.cu src/backend/cuda/paged_attention.cu src/backend/cuda/device.cu src/backend/rope_table.cc \
+      src/backend/cuda/prefill_attention.cu src/backend/cuda/prefill_plan.cc src/backend/cuda/paged_attention.cu src/backend/cuda/device.cu src/backend/rope_table.cc \
       src/backend/cpu/rope.cc src/backend/cpu/thread_pool.cc src/backend/forward_batch_builder.cc src/common/check.cc src/common/dtype.cc src/backend/cpu/gemm16.cc src/backend/cpu/gemm16_packed.cc \
       src/kv/int4_kivi_layout.cc src/kv/kv_format.cc
     strip build-attn/cuda_attention_bench
