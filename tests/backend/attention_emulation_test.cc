@@ -774,6 +774,49 @@ TEST(DecodeAttentionEmulated, EveryFormatMatchesFp64) {
 
 // ---- prefill attention (prefill_attention.cu) ----------------------------------------------
 
+// int4_kivi's pool tiles made before the prefill kernel (plan_int4_pool_rows,
+// launch_int4_pool_rows) give the output of the kernel that dequantizes them itself, bit for bit:
+// every sequence's pool in rows, then (where two or more have pool blocks) only the first
+// planned one's, the others dequantized in the kernel. The rows start as NaN, so a row not made
+// shows.
+void check_pool_rows(const Scene& sc, const std::vector<PrefillTile>& tiles,
+                     const PrefillSplitLaunch& split, const std::vector<uint16_t>& want) {
+  const PagedAttentionArgs& base_args = sc.a;
+  const auto n = static_cast<size_t>(sc.b.num_seqs());
+  std::vector<int32_t> first_blocks(n);
+  for (size_t s = 0; s < n; ++s) {
+    first_blocks[s] = base_args.block_tables[s * static_cast<size_t>(base_args.max_blocks_per_seq)];
+  }
+  Int4PoolRows all;
+  plan_int4_pool_rows(tiles, sc.pool_ends, first_blocks, base_args.num_pool_blocks,
+                      base_args.block_size, INT32_MAX, all);
+  ASSERT_FALSE(all.seqs.empty()) << "the scene has a sequence with pool blocks";
+  std::vector<int64_t> capacities = {all.rows};
+  if (all.seqs.size() >= 2) capacities.push_back(all.base[static_cast<size_t>(all.seqs[1])]);
+  for (const int64_t capacity : capacities) {
+    SCOPED_TRACE(testing::Message() << "pool rows for " << capacity << " of " << all.rows);
+    Int4PoolRows plan;
+    plan_int4_pool_rows(tiles, sc.pool_ends, first_blocks, base_args.num_pool_blocks,
+                        base_args.block_size, capacity, plan);
+    EXPECT_EQ(plan.seqs.size(), capacity == all.rows ? all.seqs.size() : 1U);
+    const auto kv_elems = static_cast<size_t>(plan.rows) * kPathKv * kHeadDim;
+    std::vector<uint16_t> rows_k(kv_elems, 0xffffu), rows_v(kv_elems, 0xffffu);
+    std::vector<uint16_t> out(want.size(), 0xffffu);
+    PagedAttentionArgs a = base_args;
+    a.out = out.data();
+    a.out_dtype = a.bf16 ? DType::kBF16 : DType::kF16;
+    a.pool_rows_k = rows_k.data();
+    a.pool_rows_v = rows_v.data();
+    a.pool_row_base = plan.base.data();
+    launch_int4_pool_rows(a, plan.seqs.data(), static_cast<int32_t>(plan.seqs.size()),
+                          plan.max_tiles, nullptr);
+    launch_prefill_attention(a, tiles.data(), static_cast<int32_t>(tiles.size()), nullptr, &split);
+    size_t differ = 0;
+    for (size_t i = 0; i < out.size(); ++i) differ += out[i] != want[i] ? 1 : 0;
+    EXPECT_EQ(differ, 0U) << "outputs differ from the kernel's own dequantization";
+  }
+}
+
 // Prefill rows of `seqs` ({seq_len, q_len}) through plan_prefill and launch_prefill_attention,
 // with split_prefill's split of the context when `wave_blocks` > 0 (its merges must be there
 // then); every row a tile covers against Scene::reference (causal), the others unwritten.
@@ -799,6 +842,7 @@ double check_prefill(const PathCase& pc, const std::vector<std::pair<int, int>>&
   const PrefillSplitLaunch split{partials.data(), merges.data(),
                                  static_cast<int32_t>(merges.size())};
   launch_prefill_attention(a, tiles.data(), static_cast<int32_t>(tiles.size()), nullptr, &split);
+  if (pc.cache == kv::KvCacheDtype::kInt4Kivi) check_pool_rows(sc, tiles, split, out);
   // fp16 operands and output: 4e-3; bf16 taking part: 2e-2 (the GPU test's bounds).
   const double bound = pc.bf16 ? 2e-2 : 4e-3;
   double worst = 0.0;

@@ -79,6 +79,13 @@ struct PagedAttentionArgs {
   // int4_kivi prefill: int4_prefill_rope_image of the tables (their rows rounded to fp16, a
   // position's 64 cos then 64 sin), in device memory (16-byte aligned), made once beside them.
   const uint16_t* rope_f16 = nullptr;
+  // int4_kivi prefill: the pool rows of sequences whose pool tiles launch_int4_pool_rows made
+  // before the attention ([rows][num_kv_heads * 128] 16-bit operands each of K and V, a
+  // sequence's pool positions pa .. pb - 1 from row pool_row_base[s]); pool_row_base[s] = -1 (or
+  // no pool_row_base): the prefill kernel dequantizes sequence s's pool tiles itself.
+  uint16_t* pool_rows_k = nullptr;
+  uint16_t* pool_rows_v = nullptr;
+  const int32_t* pool_row_base = nullptr;
   bool keys_post_rope = false;
   bool value_hadamard = false;
 };

@@ -100,6 +100,7 @@ struct Ctx {
   int slot;              // int4_kivi: residual seat
   int pa, pb, kv_end;
   int n_pool, n_sink, n_tiles;
+  int row_base;  // int4_kivi: the first of its pool rows (a.pool_rows_k / _v), -1: none
 };
 
 struct KvTile {
@@ -124,8 +125,9 @@ __device__ inline KvTile kv_tile(const Ctx& c, int k) {
 }
 
 // The 16-bit K and V rows (kv head g's 128 elements) of position p, as load_kv reads them: the
-// 16-bit cache's paged rows; int4_kivi's sink block (a block before pool_end: only the sink
-// block reaches here), residual ring (before start) or this step's staging.
+// 16-bit cache's paged rows; int4_kivi's pool rows (made by launch_int4_pool_rows), sink block
+// (a block before pool_end: only the sink block reaches here otherwise), residual ring (before
+// start) or this step's staging.
 __device__ inline void rows16(const PagedAttentionArgs& a, const Ctx& c, int p, const uint16_t*& k,
                               const uint16_t*& v) {
   const int b = a.block_size;
@@ -135,6 +137,12 @@ __device__ inline void rows16(const PagedAttentionArgs& a, const Ctx& c, int p, 
     const int64_t row = (static_cast<int64_t>(c.table[blk]) * b + p % b) * kv_dim + c.g * kD;
     k = static_cast<const uint16_t*>(a.k_cache) + row;
     v = static_cast<const uint16_t*>(a.v_cache) + row;
+    return;
+  }
+  if (c.row_base >= 0 && p >= c.pa && p < c.pb) {  // a pool position, made before the kernel
+    const int64_t row = static_cast<int64_t>(c.row_base + p - c.pa) * kv_dim + c.g * kD;
+    k = a.pool_rows_k + row;
+    v = a.pool_rows_v + row;
     return;
   }
   if (blk < c.pool_end) {
@@ -569,7 +577,9 @@ __global__ void __launch_bounds__(kThreads* kHeads, S == Src::k16Bit ? 3 : 2 / k
   const int pos0 = c.start + (tile.q_begin - c.q0);  // the tile's first row's position
   c.kv_end = pos0 + n_rows;
   c.pool_end = c.slot = c.pa = c.pb = 0;
+  c.row_base = -1;
   if constexpr (S == Src::kInt4) {
+    if (a.pool_row_base != nullptr) c.row_base = a.pool_row_base[tile.seq];
     c.pool_end = a.pool_ends[tile.seq];
     c.slot = a.seats[tile.seq];
     c.pb = c.pool_end * a.block_size;  // <= start: pool blocks were full before the step
@@ -595,7 +605,7 @@ __global__ void __launch_bounds__(kThreads* kHeads, S == Src::k16Bit ? 3 : 2 / k
     if constexpr (S == Src::kFp8) {
       issue_fp8(a, c, kt, raw);
     } else if constexpr (S == Src::kInt4) {
-      if (kt.pool) {
+      if (kt.pool && c.row_base < 0) {
         issue_int4(a, c, kt, raw);
       } else {
         issue_rows16(a, c, kt, kb, vb);
@@ -650,7 +660,7 @@ __global__ void __launch_bounds__(kThreads* kHeads, S == Src::k16Bit ? 3 : 2 / k
       convert_fp8(raw, kt, kbuf + (k % 2) * kStage, vbuf + (k % 2) * kStage);
       __syncthreads();
     } else if constexpr (S == Src::kInt4) {
-      if (kt.pool) {
+      if (kt.pool && c.row_base < 0) {
         dequant_int4<kBf16>(a, kt, raw, kbuf + (k % 2) * kStage, vbuf + (k % 2) * kStage,
                             kHeads == 1 || copier, kHeads == 1 || !copier);
         __syncthreads();
@@ -706,6 +716,44 @@ __global__ void __launch_bounds__(kThreads* kHeads, S == Src::k16Bit ? 3 : 2 / k
             __floats2half2_rn(x, y);
       }
     }
+  }
+}
+
+// launch_int4_pool_rows: grid (listed sequences x max_tiles, KV heads), one pool tile of one KV
+// head a block, staged and dequantized as the prefill kernel does (issue_int4, dequant_int4 into
+// stage 0), then its rows written out.
+template <bool kBf16>
+__global__ void __launch_bounds__(kThreads)
+    int4_pool_rows_kernel(PagedAttentionArgs a, const int32_t* seqs, int max_tiles) {
+  S4KV_DYNAMIC_SHARED(smem);
+  uint16_t* kb = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* vb = kb + 2 * kStage;  // (the prefill kernel's V stage 0)
+  unsigned char* raw = smem + kBufBytes;
+  const int seq = seqs[blockIdx.x / max_tiles], k = static_cast<int>(blockIdx.x) % max_tiles;
+  Ctx c;
+  c.g = static_cast<int>(blockIdx.y);
+  c.table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
+  c.pool_end = a.pool_ends[seq];
+  c.pb = c.pool_end * a.block_size;
+  c.pa = c.pool_end > 0 && c.table[0] >= a.num_pool_blocks ? a.block_size : 0;
+  const int p0 = c.pa + kKv * k;
+  if (p0 >= c.pb) return;
+  const KvTile kt{p0, min(kKv, c.pb - p0), true};
+  issue_int4(a, c, kt, raw);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  dequant_int4<kBf16>(a, kt, raw, kb, vb, true, true);
+  __syncthreads();
+  const int64_t kv_dim = static_cast<int64_t>(a.num_kv_heads) * kD;
+  const int64_t first = a.pool_row_base[seq] + (p0 - c.pa);
+  for (int i = threadIdx.x; i < kt.count * 16; i += kThreads) {
+    const int t = i / 16, ch = i % 16;
+    const int64_t at = (first + t) * kv_dim + c.g * kD + 8 * ch;
+    *reinterpret_cast<uint4*>(a.pool_rows_k + at) =
+        *reinterpret_cast<const uint4*>(kb + t * kLd + 8 * ch);
+    *reinterpret_cast<uint4*>(a.pool_rows_v + at) =
+        *reinterpret_cast<const uint4*>(vb + t * kLd + 8 * ch);
   }
 }
 
@@ -781,6 +829,31 @@ bool int4_head_pairs() {
 bool in_32_64_128(int x) { return x == 32 || x == 64 || x == 128; }
 
 }  // namespace
+
+void launch_int4_pool_rows(const PagedAttentionArgs& a, const int32_t* seqs_device,
+                           int32_t num_seqs, int32_t max_tiles, cudaStream_t stream) {
+  if (num_seqs == 0 || max_tiles == 0) return;
+  S4KV_CHECK(a.cache == kv::KvCacheDtype::kInt4Kivi &&
+                 prefill_kernels_support(a.num_heads, a.num_kv_heads, a) &&
+                 a.pool_rows_k != nullptr && a.pool_rows_v != nullptr &&
+                 a.pool_row_base != nullptr && seqs_device != nullptr && num_seqs > 0 &&
+                 max_tiles > 0 && int64_t{num_seqs} * max_tiles <= INT_MAX,
+             "int4_kivi pool rows: unsupported arguments (", num_seqs, " sequences, ", max_tiles,
+             " tiles)");
+  const dim3 grid(static_cast<unsigned>(num_seqs * max_tiles),
+                  static_cast<unsigned>(a.num_kv_heads));
+  const auto kernel = a.bf16 ? int4_pool_rows_kernel<true> : int4_pool_rows_kernel<false>;
+  static const bool attributes_set = [] {
+    for (auto* k : {int4_pool_rows_kernel<true>, int4_pool_rows_kernel<false>}) {
+      S4KV_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           smem_bytes<Src::kInt4>()));
+    }
+    return true;
+  }();
+  (void)attributes_set;
+  launch_plain(kernel, grid, kThreads, smem_bytes<Src::kInt4>(), stream, a, seqs_device,
+               static_cast<int>(max_tiles));
+}
 
 bool prefill_kernels_support(int num_heads, int num_kv_heads, const PagedAttentionArgs& a) {
   if (num_heads <= 0 || num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return false;

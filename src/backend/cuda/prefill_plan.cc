@@ -2,6 +2,7 @@
 // rows and their split over the context, the rows they cover, the fp16 RoPE rows of int4_kivi's
 // pool tiles.
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -102,6 +103,33 @@ std::vector<uint16_t> int4_prefill_rope_image(std::span<const float> cos,
     out[2 * kHalf * row + kHalf + i] = float_to_fp16(sin[at]);
   }
   return out;
+}
+
+void plan_int4_pool_rows(std::span<const PrefillTile> tiles, std::span<const int32_t> pool_ends,
+                         std::span<const int32_t> first_blocks, int64_t num_pool_blocks,
+                         int block_size, int64_t capacity_rows, Int4PoolRows& out) {
+  S4KV_CHECK(pool_ends.size() == first_blocks.size() && block_size > 0 && capacity_rows >= 0 &&
+                 capacity_rows <= INT32_MAX,
+             "plan_int4_pool_rows: ", pool_ends.size(), " pool ends, ", first_blocks.size(),
+             " first blocks, block size ", block_size);
+  out.base.assign(pool_ends.size(), -1);
+  out.seqs.clear();
+  out.max_tiles = 0;
+  out.rows = 0;
+  for (const PrefillTile& t : tiles) {
+    const auto s = static_cast<size_t>(t.seq);
+    S4KV_CHECK(s < pool_ends.size(), "plan_int4_pool_rows: tile of sequence ", t.seq);
+    if (out.base[s] != -1) continue;
+    const int32_t pool_end = pool_ends[s];
+    const int64_t pa = pool_end > 0 && first_blocks[s] >= num_pool_blocks ? block_size : 0;
+    const int64_t pb = int64_t{pool_end} * block_size;
+    const int64_t n = pb - pa;
+    if (n <= 0 || out.rows + n > capacity_rows) continue;
+    out.base[s] = static_cast<int32_t>(out.rows);
+    out.seqs.push_back(t.seq);
+    out.max_tiles = std::max(out.max_tiles, static_cast<int32_t>((n + 63) / 64));
+    out.rows += n;
+  }
 }
 
 }  // namespace s4kv::backend::cuda
