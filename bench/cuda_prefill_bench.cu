@@ -8,16 +8,20 @@
 //
 //   cuda_attention_bench --prefill [--heads 28/4,32/8] [--formats 16bit,fp8,int4]
 //       [--cases 1x1024,1x4096,1x8192,4x2048,2048@8192] [--reps 10] [--no-reference]
-//       [--block-size 64] [--value-group-size 128] [--int4-v1] [--no-split]   > results.json
+//       [--block-size 64] [--value-group-size 128] [--int4-v1] [--no-split] [--pool-rows]
+//       > results.json
 // A case NxL is N sequences each prefilling an L-token prompt from position 0 (int4_kivi reads
 // all of it from staging); L@C is one chunk of L tokens at context C (positions C - L .. C - 1),
 // whose earlier context is in the cache (int4_kivi: sink block, pool blocks, window and tail in
 // the residual ring). Caches hold random values (no NaN); block tables are random walks over a
 // pool of four times the blocks a case needs. Tiles are split over the context as the backend
 // splits them (split_prefill: a short chunk at a long context) unless --no-split.
+// --pool-rows: int4_kivi's pool tiles made into pool rows first (launch_int4_pool_rows), timed with
+// the attention.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -85,7 +89,7 @@ int run_prefill(int argc, char** argv) {
   CacheFlags flags;
   std::vector<PrefillCase> cases = parse_cases("1x1024,1x4096,1x8192,4x2048,2048@8192");
   int reps = 10;
-  bool reference = true, split = true;
+  bool reference = true, split = true, pool_rows = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -100,6 +104,8 @@ int run_prefill(int argc, char** argv) {
       reference = false;
     } else if (a == "--no-split") {
       split = false;
+    } else if (a == "--pool-rows") {
+      pool_rows = true;
     } else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -196,12 +202,37 @@ int run_prefill(int argc, char** argv) {
                                    ring,
                                    &d_pool_ends,
                                    int4_v1};
-        const PagedAttentionArgs at =
+        const PagedAttentionArgs at0 =
             attention_args(sh, B, cache, db, q, q_stride, out.data(), rope,
                            int4 ? &int4_cache : nullptr, kc.data(), vc.data());
+        PagedAttentionArgs at = at0;
+        // --pool-rows: int4_kivi's pool tiles made once a KV head before the attention (every
+        // sequence's), timed with it.
+        Int4PoolRows pr;
+        DeviceBuffer rows_k, rows_v, d_row_base, d_row_seqs;
+        if (int4 && pool_rows) {
+          std::vector<int32_t> first_blocks;
+          for (int64_t s = 0; s < fb.num_seqs(); ++s) {
+            first_blocks.push_back(fb.block_tables[s * fb.max_num_blocks_per_seq]);
+          }
+          plan_int4_pool_rows(tiles, pool_ends, first_blocks, num_blocks, B, INT32_MAX, pr);
+          rows_k = DeviceBuffer(static_cast<size_t>(std::max<int64_t>(1, pr.rows * kv_dim * 2)));
+          rows_v = DeviceBuffer(rows_k.bytes());
+          d_row_base = put(pr.base);
+          d_row_seqs = put(pr.seqs);
+          at.pool_rows_k = static_cast<uint16_t*>(rows_k.data());
+          at.pool_rows_v = static_cast<uint16_t*>(rows_v.data());
+          at.pool_row_base = static_cast<const int32_t*>(d_row_base.data());
+        }
         const auto* tiles_dev = static_cast<const PrefillTile*>(d_tiles.data());
         const auto num_tiles = static_cast<int32_t>(tiles.size());
-        auto fast = [&] { launch_prefill_attention(at, tiles_dev, num_tiles, nullptr, &sl); };
+        auto fast = [&] {
+          if (at.pool_row_base != nullptr) {
+            launch_int4_pool_rows(at, static_cast<const int32_t*>(d_row_seqs.data()),
+                                  static_cast<int32_t>(pr.seqs.size()), pr.max_tiles, nullptr);
+          }
+          launch_prefill_attention(at, tiles_dev, num_tiles, nullptr, &sl);
+        };
         auto slow = [&] { launch_paged_attention(at, nullptr); };
 
         // Check: every row against the reference in fp32.
@@ -226,18 +257,20 @@ int run_prefill(int argc, char** argv) {
             "\"seqs\": %d, \"q_len\": %d, \"context\": %d, \"tiles\": %d, \"split_tiles\": %d, "
             "\"us\": %.2f, "
             "\"us_min\": %.2f, \"us_max\": %.2f, \"tflops\": %.2f, \"reference_us\": %.2f, "
-            "\"reference_tflops\": %.3f, \"speedup\": %.1f, \"check_rel_l2\": %.3g}",
+            "\"reference_tflops\": %.3f, \"speedup\": %.1f, \"check_rel_l2\": %.3g, "
+            "\"pool_rows\": %lld}",
             first_row ? "" : ",\n", fmt.c_str(), sh.heads, sh.kv_heads, pc.name.c_str(), pc.seqs,
             pc.q_len, pc.context, num_tiles, static_cast<int>(merges.size()), t.us_median, t.us_min,
             t.us_max, tflops, ref.us_median, ref_tflops,
-            ref.us_median > 0 ? ref.us_median / t.us_median : 0.0, check);
+            ref.us_median > 0 ? ref.us_median / t.us_median : 0.0, check,
+            static_cast<long long>(pr.rows));
         std::fflush(stdout);
         std::fprintf(stderr,
-                     "prefill %-5s %2d/%d %-10s: %10.1f us %7.1f TFLOP/s (%d tiles, %d split) | "
-                     "reference %11.1f us %6.2f TFLOP/s | check rel L2 %.3g%s\n",
+                     "prefill %-5s %2d/%d %-10s: %10.1f us %7.1f TFLOP/s (%d tiles, %d split%s) "
+                     "| reference %11.1f us %6.2f TFLOP/s | check rel L2 %.3g%s\n",
                      fmt.c_str(), sh.heads, sh.kv_heads, pc.name.c_str(), t.us_median, tflops,
-                     num_tiles, static_cast<int>(merges.size()), ref.us_median, ref_tflops, check,
-                     check <= 2e-2 ? "" : "  FAILED (> 2e-2)");
+                     num_tiles, static_cast<int>(merges.size()), pr.rows > 0 ? ", pool rows" : "",
+                     ref.us_median, ref_tflops, check, check <= 2e-2 ? "" : "  FAILED (> 2e-2)");
         first_row = false;
       }
     }

@@ -254,6 +254,7 @@ struct SeqSpec {
 struct Stats {
   double max_rel = 0;
   int64_t rows = 0, tiles = 0, power_rows = 0, split_tiles = 0;
+  int64_t pool_row_runs = 0;  // int4_kivi launches with pool rows (launch_int4_pool_rows)
   std::vector<double> neighbour;  // the reference's row vs the next row of the sequence
 };
 
@@ -508,6 +509,34 @@ void run_batch(Caches& c, const Heads& hs, const std::vector<SeqSpec>& specs, No
     }
     ASSERT_EQ(failures, 0) << failures << " rows past the bound";
     stats.tiles += static_cast<int64_t>(tiles.size());
+    // int4_kivi: the sequences' pool tiles made into pool rows first (launch_int4_pool_rows),
+    // then the same launch: the same bits.
+    if (!int4) continue;
+    std::vector<int32_t> first_blocks;
+    for (int64_t s = 0; s < b.num_seqs(); ++s) {
+      first_blocks.push_back(b.block_tables[s * b.max_num_blocks_per_seq]);
+    }
+    Int4PoolRows pr;
+    plan_int4_pool_rows(tiles, pool_ends, first_blocks, c.num_blocks, B, INT32_MAX, pr);
+    if (pr.seqs.empty()) continue;
+    DeviceBuffer rows_k(static_cast<size_t>(pr.rows * kv_dim * 2)), rows_v(rows_k.bytes());
+    DeviceBuffer d_base = upload(pr.base), d_seqs = upload(pr.seqs);
+    PagedAttentionArgs ar = a;
+    ar.pool_rows_k = static_cast<uint16_t*>(rows_k.data());
+    ar.pool_rows_v = static_cast<uint16_t*>(rows_v.data());
+    ar.pool_row_base = static_cast<const int32_t*>(d_base.data());
+    ASSERT_EQ(cudaMemset(rows_k.data(), 0xff, rows_k.bytes()), cudaSuccess);  // NaN: unmade
+    ASSERT_EQ(cudaMemset(rows_v.data(), 0xff, rows_v.bytes()), cudaSuccess);
+    ASSERT_EQ(cudaMemset(d_out.data(), 0xff, out_elems * 2), cudaSuccess);
+    launch_int4_pool_rows(ar, static_cast<const int32_t*>(d_seqs.data()),
+                          static_cast<int32_t>(pr.seqs.size()), pr.max_tiles, nullptr);
+    launch_prefill_attention(ar, static_cast<const PrefillTile*>(d_tiles.data()),
+                             static_cast<int32_t>(tiles.size()), nullptr, &sl);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint16_t> bits_rows(out_elems);
+    d_out.copy_to_host(bits_rows.data(), out_elems * 2);
+    EXPECT_TRUE(bits_rows == bits) << "outputs with pool rows differ from the kernel's own";
+    ++stats.pool_row_runs;
   }
 }
 
@@ -587,6 +616,9 @@ TEST_P(CudaPrefillAttention, MatchesTheReferenceKernel) {
   // A one-row slip moves most rows far past the bound (so the comparison can fail).
   EXPECT_GT(tenth, 0.2);
   EXPECT_GT(stats.split_tiles, 0) << "no tile was split: the split path went untested";
+  if (f.dtype == kInt4) {
+    EXPECT_GT(stats.pool_row_runs, 0) << "no batch had pool rows to make";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaPrefillAttention,
