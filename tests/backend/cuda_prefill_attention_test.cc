@@ -254,7 +254,7 @@ struct SeqSpec {
 struct Stats {
   double max_rel = 0;
   int64_t rows = 0, tiles = 0, power_rows = 0, split_tiles = 0;
-  int64_t pool_row_runs = 0;  // int4_kivi launches with pool rows (launch_int4_pool_rows)
+  int64_t pool_row_runs = 0;      // int4_kivi launches with pool rows (launch_int4_pool_rows)
   std::vector<double> neighbour;  // the reference's row vs the next row of the sequence
 };
 

@@ -1,17 +1,21 @@
 #include "backend/cuda/backend_memory.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/device.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/prefill_attention.cuh"
 #include "backend/cuda/sampler.h"
+#include "common/check.h"
 
 namespace s4kv::backend::cuda {
 namespace {
 
 // The step arena: ForwardBatch's arrays, the int4 fills, the attention plan (items, sequences,
-// prefill tiles, pool ends) and the graph counts, in bytes with alignment slack.
+// prefill tiles, pool ends, pool rows' bases and sequences) and the graph counts, in bytes with
+// alignment slack (16 bytes for each of its 22 arrays).
 size_t arena_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_table, int64_t max_fills,
                    int64_t nkv, int64_t max_items) {
   const int64_t max_tiles = max_tokens / kPrefillTileRows + max_seqs;
@@ -25,9 +29,20 @@ size_t arena_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_table, int6
   const int64_t i32 = 4 * max_tokens + 4 * max_seqs + 1 + max_table + max_fills * nkv +
                       kItemWords * max_items + kSeqWords * max_seqs + max_tokens + max_seqs +
                       kStepLiveWords + kTileWords * (max_tiles + kPrefillSplitSlots) +
-                      kMergeWords * (kPrefillSplitSlots / 2);
+                      kMergeWords * (kPrefillSplitSlots / 2) + 2 * max_seqs;
   const int64_t i64 = max_tokens + max_fills * nkv;
-  return static_cast<size_t>(i32 * 4 + i64 * 8 + max_fills * 12 + 20 * 16 + 4096);
+  return static_cast<size_t>(i32 * 4 + i64 * 8 + max_fills * 12 + 22 * 16 + 4096);
+}
+
+// S4KV_PREFILL_POOL_ROWS: 1 (default) or 0 (for A/B runs).
+bool prefill_pool_rows_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("S4KV_PREFILL_POOL_ROWS");
+    const std::string_view v = env != nullptr ? env : "1";
+    S4KV_CHECK(v == "0" || v == "1", "S4KV_PREFILL_POOL_ROWS=", v, ": expected 0 or 1");
+    return v == "1";
+  }();
+  return on;
 }
 
 }  // namespace
@@ -68,6 +83,9 @@ Sizes::Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBac
          (int4 ? kv.block_size / 16 * 4096 + rope_rows * kHeadDim * 2 : 0);
   staging = int4 ? T * kv_dim * 2 : 0;                                  // each of K, V
   scratch = int4 ? max_fills * nkv * kv.block_size * kHeadDim * 2 : 0;  // each of K, V
+  pool_rows_capacity =
+      int4 && prefill_pool_rows_enabled() ? std::min<int64_t>(o.max_model_len, 32768) : 0;
+  pool_rows = pool_rows_capacity * kv_dim * 2;  // each of K, V
   x = T * c.hidden_size * 4;
   h = T * c.hidden_size * as;
   qkv = T * qkv_dim * 4;
@@ -82,8 +100,8 @@ Sizes::Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBac
 }
 
 int64_t Sizes::total() const {
-  return arena + partials + merge_counts + rope + 2 * staging + 2 * scratch + x + h + qkv + attn +
-         gate_up + act + rows + logits + sampler + Gemm::kWorkspaceBytes;
+  return arena + partials + merge_counts + rope + 2 * staging + 2 * scratch + 2 * pool_rows + x +
+         h + qkv + attn + gate_up + act + rows + logits + sampler + Gemm::kWorkspaceBytes;
 }
 
 KvParts kv_parts(const model::ModelConfig& c, const KvCacheConfig& kv,

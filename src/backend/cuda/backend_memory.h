@@ -43,6 +43,10 @@ DecodeShape decode_shape(const model::ModelConfig& c, const KvCacheConfig& kv, i
 struct Sizes {
   int64_t max_blocks_per_seq, max_fills, decode_items, partials, merge_counts, arena, rope, staging,
       scratch;
+  // int4_kivi prefill: rows of pool positions made before the attention (launch_int4_pool_rows),
+  // and the bytes of each of K and V: min(max_model_len, 32768) rows, none with
+  // S4KV_PREFILL_POOL_ROWS=0 (the prefill kernel then dequantizes every pool tile itself).
+  int64_t pool_rows_capacity, pool_rows;
   int64_t x, h, qkv, attn, gate_up, act, rows, logits, sample_rows, sampler;
   int64_t logit_rows;  // rows of logits a step may ask for (max_num_logits, else max_num_tokens)
 

@@ -121,6 +121,10 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
     staging_v_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.staging)));
     scratch_k_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.scratch)));
     scratch_v_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.scratch)));
+    if (z.pool_rows > 0) {
+      pool_rows_k_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.pool_rows)));
+      pool_rows_v_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.pool_rows)));
+    }
   }
 
   partials_ = static_cast<float*>(alloc(static_cast<size_t>(z.partials)));
@@ -501,6 +505,19 @@ void CudaBackend::stage(const ForwardBatch& b, int64_t size) {
                   prefill_merges_);
     remove_prefill_rows(b, 2, attention_plan_.other_tokens);
   }
+  // int4_kivi: the prefilling sequences' pool tiles made once a KV head and layer, as many as
+  // the rows hold (the rest dequantized in the prefill kernel).
+  pool_rows_plan_.base.clear();
+  pool_rows_plan_.seqs.clear();
+  if (pool_rows_k_ != nullptr && !prefill_tiles_.empty()) {
+    first_blocks_.resize(static_cast<size_t>(num_seqs));
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      first_blocks_[static_cast<size_t>(s)] =
+          b.block_tables[static_cast<size_t>(s * b.max_num_blocks_per_seq)];
+    }
+    plan_int4_pool_rows(prefill_tiles_, attention_plan_.pool_ends, first_blocks_, kv_.num_blocks,
+                        static_cast<int>(B), sizes_.pool_rows_capacity, pool_rows_plan_);
+  }
   const DecodePlan& plan = attention_plan_;
   S4KV_CHECK(static_cast<int64_t>(plan.items.size()) <= sizes_.decode_items,
              "cuda forward: ", plan.items.size(), " attention items (limit ", sizes_.decode_items,
@@ -549,6 +566,8 @@ void CudaBackend::stage(const ForwardBatch& b, int64_t size) {
   step_.live = arena_.put(live, kStepLiveWords);
   step_.prefill_tiles = arena_.put(prefill_tiles_.data(), prefill_tiles_.size());
   step_.prefill_merges = arena_.put(prefill_merges_.data(), prefill_merges_.size());
+  step_.pool_row_base = arena_.put(pool_rows_plan_.base.data(), pool_rows_plan_.base.size());
+  step_.pool_row_seqs = arena_.put(pool_rows_plan_.seqs.data(), pool_rows_plan_.seqs.size());
   arena_.upload(stream_);
 }
 

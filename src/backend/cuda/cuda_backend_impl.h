@@ -141,6 +141,12 @@ class CudaBackend final : public Backend {
   uint16_t* staging_v_ = nullptr;
   uint16_t* scratch_k_ = nullptr;  // [max_fills, nkv, B, 128]
   uint16_t* scratch_v_ = nullptr;
+  // The prefilling sequences' pool rows (launch_int4_pool_rows), [Sizes::pool_rows_capacity,
+  // kv_dim] each; the step's plan of them (none where the capacity is 0).
+  uint16_t* pool_rows_k_ = nullptr;
+  uint16_t* pool_rows_v_ = nullptr;
+  Int4PoolRows pool_rows_plan_;
+  std::vector<int32_t> first_blocks_;  // the step's sequences' first table entries
 
   // Attention: decode rows on the tensor-core kernels (16-bit compute), the rest on the
   // reference kernel; the plan is made per step.
@@ -174,7 +180,8 @@ class CudaBackend final : public Backend {
   StepArena arena_;
   struct StepArrays {
     const int32_t *token_ids, *positions, *token_seq, *qsl, *seq_lens, *tables, *logits_rows,
-        *res_slots, *res_starts, *first_pos, *other_tokens, *pool_ends, *live;
+        *res_slots, *res_starts, *first_pos, *other_tokens, *pool_ends, *live, *pool_row_base,
+        *pool_row_seqs;
     const PrefillTile* prefill_tiles;
     const PrefillMerge* prefill_merges;
     const int64_t *slots, *out_index;

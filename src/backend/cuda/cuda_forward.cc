@@ -113,6 +113,14 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
   const DecodePlan& plan = attention_plan_;
   // int4_kivi: a decode-only step's tokens go into the residual ring in the decode merge.
   const bool ring_in_merge = int4 && static_cast<int64_t>(plan.seqs.size()) == n;
+  if (!pool_rows_plan_.seqs.empty()) {
+    at.pool_rows_k = pool_rows_k_;
+    at.pool_rows_v = pool_rows_v_;
+    at.pool_row_base = step_.pool_row_base;
+    launch_int4_pool_rows(at, step_.pool_row_seqs,
+                          static_cast<int32_t>(pool_rows_plan_.seqs.size()),
+                          pool_rows_plan_.max_tiles, stream_);
+  }
   if (!prefill_tiles_.empty()) {
     // Split tiles' partial sums, merged before the decode items use the buffer.
     const PrefillSplitLaunch split{partials_, step_.prefill_merges,
