@@ -1,14 +1,12 @@
 #include "backend/cuda/backend_memory.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 #include "backend/cuda/device.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/prefill_attention.cuh"
 #include "backend/cuda/sampler.h"
-#include "common/check.h"
+#include "common/env_switch.h"
 
 namespace s4kv::backend::cuda {
 namespace {
@@ -36,12 +34,7 @@ size_t arena_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_table, int6
 
 // S4KV_PREFILL_POOL_ROWS: 1 (default) or 0 (for A/B runs).
 bool prefill_pool_rows_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("S4KV_PREFILL_POOL_ROWS");
-    const std::string_view v = env != nullptr ? env : "1";
-    S4KV_CHECK(v == "0" || v == "1", "S4KV_PREFILL_POOL_ROWS=", v, ": expected 0 or 1");
-    return v == "1";
-  }();
+  static const bool on = env_switch("S4KV_PREFILL_POOL_ROWS");
   return on;
 }
 

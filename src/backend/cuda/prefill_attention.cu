@@ -26,9 +26,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/int4_kivi_device.cuh"
@@ -36,6 +34,7 @@
 #include "backend/cuda/prefill_attention.cuh"
 #include "backend/cuda/tensor_core.cuh"
 #include "common/check.h"
+#include "common/env_switch.h"
 #include "common/half.h"
 #include "kv/hadamard.h"
 
@@ -817,12 +816,7 @@ void launch(const PagedAttentionArgs& a, const PrefillTile* tiles, int32_t num_t
 // int4_kivi's thread blocks of two heads (a group of at least two), unless
 // S4KV_PREFILL_HEAD_PAIRS=0 (one head a block, as the other formats: for A/B runs).
 bool int4_head_pairs() {
-  static const bool pairs = [] {
-    const char* env = std::getenv("S4KV_PREFILL_HEAD_PAIRS");
-    const std::string_view v = env != nullptr ? env : "1";
-    S4KV_CHECK(v == "0" || v == "1", "S4KV_PREFILL_HEAD_PAIRS=", v, ": expected 0 or 1");
-    return v == "1";
-  }();
+  static const bool pairs = env_switch("S4KV_PREFILL_HEAD_PAIRS");
   return pairs;
 }
 
