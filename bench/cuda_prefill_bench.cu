@@ -202,20 +202,14 @@ int run_prefill(int argc, char** argv) {
                                    ring,
                                    &d_pool_ends,
                                    int4_v1};
-        const PagedAttentionArgs at0 =
-            attention_args(sh, B, cache, db, q, q_stride, out.data(), rope,
-                           int4 ? &int4_cache : nullptr, kc.data(), vc.data());
-        PagedAttentionArgs at = at0;
+        PagedAttentionArgs at = attention_args(sh, B, cache, db, q, q_stride, out.data(), rope,
+                                               int4 ? &int4_cache : nullptr, kc.data(), vc.data());
         // --pool-rows: int4_kivi's pool tiles made once a KV head before the attention (every
         // sequence's), timed with it.
         Int4PoolRows pr;
         DeviceBuffer rows_k, rows_v, d_row_base, d_row_seqs;
         if (int4 && pool_rows) {
-          std::vector<int32_t> first_blocks;
-          for (int64_t s = 0; s < fb.num_seqs(); ++s) {
-            first_blocks.push_back(fb.block_tables[s * fb.max_num_blocks_per_seq]);
-          }
-          plan_int4_pool_rows(tiles, pool_ends, first_blocks, num_blocks, B, INT32_MAX, pr);
+          plan_int4_pool_rows(fb, tiles, pool_ends, num_blocks, B, INT32_MAX, pr);
           rows_k = DeviceBuffer(static_cast<size_t>(std::max<int64_t>(1, pr.rows * kv_dim * 2)));
           rows_v = DeviceBuffer(rows_k.bytes());
           d_row_base = put(pr.base);

@@ -782,22 +782,17 @@ TEST(DecodeAttentionEmulated, EveryFormatMatchesFp64) {
 void check_pool_rows(const Scene& sc, const std::vector<PrefillTile>& tiles,
                      const PrefillSplitLaunch& split, const std::vector<uint16_t>& want) {
   const PagedAttentionArgs& base_args = sc.a;
-  const auto n = static_cast<size_t>(sc.b.num_seqs());
-  std::vector<int32_t> first_blocks(n);
-  for (size_t s = 0; s < n; ++s) {
-    first_blocks[s] = base_args.block_tables[s * static_cast<size_t>(base_args.max_blocks_per_seq)];
-  }
   Int4PoolRows all;
-  plan_int4_pool_rows(tiles, sc.pool_ends, first_blocks, base_args.num_pool_blocks,
-                      base_args.block_size, INT32_MAX, all);
+  plan_int4_pool_rows(sc.b, tiles, sc.pool_ends, base_args.num_pool_blocks, base_args.block_size,
+                      INT32_MAX, all);
   ASSERT_FALSE(all.seqs.empty()) << "the scene has a sequence with pool blocks";
   std::vector<int64_t> capacities = {all.rows};
   if (all.seqs.size() >= 2) capacities.push_back(all.base[static_cast<size_t>(all.seqs[1])]);
   for (const int64_t capacity : capacities) {
     SCOPED_TRACE(testing::Message() << "pool rows for " << capacity << " of " << all.rows);
     Int4PoolRows plan;
-    plan_int4_pool_rows(tiles, sc.pool_ends, first_blocks, base_args.num_pool_blocks,
-                        base_args.block_size, capacity, plan);
+    plan_int4_pool_rows(sc.b, tiles, sc.pool_ends, base_args.num_pool_blocks, base_args.block_size,
+                        capacity, plan);
     EXPECT_EQ(plan.seqs.size(), capacity == all.rows ? all.seqs.size() : 1U);
     const auto kv_elems = static_cast<size_t>(plan.rows) * kPathKv * kHeadDim;
     std::vector<uint16_t> rows_k(kv_elems, 0xffffu), rows_v(kv_elems, 0xffffu);

@@ -512,12 +512,8 @@ void run_batch(Caches& c, const Heads& hs, const std::vector<SeqSpec>& specs, No
     // int4_kivi: the sequences' pool tiles made into pool rows first (launch_int4_pool_rows),
     // then the same launch: the same bits.
     if (!int4) continue;
-    std::vector<int32_t> first_blocks;
-    for (int64_t s = 0; s < b.num_seqs(); ++s) {
-      first_blocks.push_back(b.block_tables[s * b.max_num_blocks_per_seq]);
-    }
     Int4PoolRows pr;
-    plan_int4_pool_rows(tiles, pool_ends, first_blocks, c.num_blocks, B, INT32_MAX, pr);
+    plan_int4_pool_rows(b, tiles, pool_ends, c.num_blocks, B, INT32_MAX, pr);
     if (pr.seqs.empty()) continue;
     DeviceBuffer rows_k(static_cast<size_t>(pr.rows * kv_dim * 2)), rows_v(rows_k.bytes());
     DeviceBuffer d_base = upload(pr.base), d_seqs = upload(pr.seqs);

@@ -130,29 +130,34 @@ TEST(Int4PoolRows, RowsInTileOrderWhileTheyFit) {
   constexpr int64_t kPoolBlocks = 1000;  // ids from here on are sink blocks
   // Sequences: 0 pool of 10 blocks after a sink, 1 none, 2 pool of 3 blocks, 3 pool of 5.
   const std::vector<int32_t> pool_ends = {11, 0, 3, 5};
-  const std::vector<int32_t> first_blocks = {1003, 7, 12, 1001};
+  ForwardBatchBuilder builder(kB, 1);  // each sequence one token, in its first block
+  const int32_t token = 0;
+  for (const int32_t first_block : {1003, 7, 12, 1001}) {
+    builder.add({&token, 1}, 0, {&first_block, 1});
+  }
+  const ForwardBatch b = builder.batch();
   const std::vector<PrefillTile> tiles = {{2, 0, 64},    {0, 64, 128},  {2, 64, 100},
                                           {1, 128, 130}, {3, 130, 194}, {0, 194, 200}};
   Int4PoolRows r;
-  plan_int4_pool_rows(tiles, pool_ends, first_blocks, kPoolBlocks, kB, 1 << 20, r);
+  plan_int4_pool_rows(b, tiles, pool_ends, kPoolBlocks, kB, 1 << 20, r);
   EXPECT_EQ(r.base, (std::vector<int32_t>{96, -1, 0, 416}));
   EXPECT_EQ(r.seqs, (std::vector<int32_t>{2, 0, 3}));
   EXPECT_EQ(r.rows, 96 + 320 + 128);  // 3 blocks; 10 after the sink; 4 after the sink
   EXPECT_EQ(r.max_tiles, 5);          // 320 positions
   // Room for 300 rows: sequence 2 (96) fits, 0 (320) does not, 3 (128) does after it.
-  plan_int4_pool_rows(tiles, pool_ends, first_blocks, kPoolBlocks, kB, 300, r);
+  plan_int4_pool_rows(b, tiles, pool_ends, kPoolBlocks, kB, 300, r);
   EXPECT_EQ(r.base, (std::vector<int32_t>{-1, -1, 0, 96}));
   EXPECT_EQ(r.seqs, (std::vector<int32_t>{2, 3}));
   EXPECT_EQ(r.rows, 96 + 128);
   EXPECT_EQ(r.max_tiles, 2);
   // No room: nothing planned.
-  plan_int4_pool_rows(tiles, pool_ends, first_blocks, kPoolBlocks, kB, 0, r);
+  plan_int4_pool_rows(b, tiles, pool_ends, kPoolBlocks, kB, 0, r);
   EXPECT_EQ(r.base, (std::vector<int32_t>(4, -1)));
   EXPECT_TRUE(r.seqs.empty());
   EXPECT_EQ(r.max_tiles, 0);
   // A tile of a sequence the arrays do not have is an internal error (S4KV_CHECK aborts).
   const std::vector<PrefillTile> bad = {{4, 0, 64}};
-  EXPECT_DEATH(plan_int4_pool_rows(bad, pool_ends, first_blocks, kPoolBlocks, kB, 100, r),
+  EXPECT_DEATH(plan_int4_pool_rows(b, bad, pool_ends, kPoolBlocks, kB, 100, r),
                "tile of sequence 4");
 }
 

@@ -510,12 +510,7 @@ void CudaBackend::stage(const ForwardBatch& b, int64_t size) {
   pool_rows_plan_.base.clear();
   pool_rows_plan_.seqs.clear();
   if (pool_rows_k_ != nullptr && !prefill_tiles_.empty()) {
-    first_blocks_.resize(static_cast<size_t>(num_seqs));
-    for (int64_t s = 0; s < num_seqs; ++s) {
-      first_blocks_[static_cast<size_t>(s)] =
-          b.block_tables[static_cast<size_t>(s * b.max_num_blocks_per_seq)];
-    }
-    plan_int4_pool_rows(prefill_tiles_, attention_plan_.pool_ends, first_blocks_, kv_.num_blocks,
+    plan_int4_pool_rows(b, prefill_tiles_, attention_plan_.pool_ends, kv_.num_blocks,
                         static_cast<int>(B), sizes_.pool_rows_capacity, pool_rows_plan_);
   }
   const DecodePlan& plan = attention_plan_;

@@ -146,7 +146,6 @@ class CudaBackend final : public Backend {
   uint16_t* pool_rows_k_ = nullptr;
   uint16_t* pool_rows_v_ = nullptr;
   Int4PoolRows pool_rows_plan_;
-  std::vector<int32_t> first_blocks_;  // the step's sequences' first table entries
 
   // Attention: decode rows on the tensor-core kernels (16-bit compute), the rest on the
   // reference kernel; the plan is made per step.

@@ -102,6 +102,14 @@ struct Ctx {
   int row_base;  // int4_kivi: the first of its pool rows (a.pool_rows_k / _v), -1: none
 };
 
+// int4_kivi: sequence seq's pool end and pool positions pa .. pb - 1 (pa = B after a sink block,
+// whose id in c.table is at or above num_pool_blocks).
+__device__ inline void pool_range(const PagedAttentionArgs& a, int seq, Ctx& c) {
+  c.pool_end = a.pool_ends[seq];
+  c.pb = c.pool_end * a.block_size;
+  c.pa = c.pool_end > 0 && c.table[0] >= a.num_pool_blocks ? a.block_size : 0;
+}
+
 struct KvTile {
   int p0;     // first position
   int count;  // positions p0 .. p0 + count - 1 (1..64); the rest of the stage is zero
@@ -579,10 +587,8 @@ __global__ void __launch_bounds__(kThreads* kHeads, S == Src::k16Bit ? 3 : 2 / k
   c.row_base = -1;
   if constexpr (S == Src::kInt4) {
     if (a.pool_row_base != nullptr) c.row_base = a.pool_row_base[tile.seq];
-    c.pool_end = a.pool_ends[tile.seq];
     c.slot = a.seats[tile.seq];
-    c.pb = c.pool_end * a.block_size;  // <= start: pool blocks were full before the step
-    c.pa = c.pool_end > 0 && c.table[0] >= a.num_pool_blocks ? a.block_size : 0;
+    pool_range(a, tile.seq, c);  // pb <= start: pool blocks were full before the step
   }
   c.n_pool = (c.pb - c.pa + kKv - 1) / kKv;
   c.n_sink = (c.pa + kKv - 1) / kKv;
@@ -732,9 +738,7 @@ __global__ void __launch_bounds__(kThreads)
   Ctx c;
   c.g = static_cast<int>(blockIdx.y);
   c.table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
-  c.pool_end = a.pool_ends[seq];
-  c.pb = c.pool_end * a.block_size;
-  c.pa = c.pool_end > 0 && c.table[0] >= a.num_pool_blocks ? a.block_size : 0;
+  pool_range(a, seq, c);
   const int p0 = c.pa + kKv * k;
   if (p0 >= c.pb) return;
   const KvTile kt{p0, min(kKv, c.pb - p0), true};

@@ -112,19 +112,19 @@ std::vector<uint16_t> int4_prefill_rope_image(std::span<const float> cos,
                                               std::span<const float> sin);
 
 // int4_kivi's pool rows for a step's prefill tiles (PagedAttentionArgs::pool_rows_k / _v): each
-// sequence of `tiles` whose pool holds positions pa .. pb - 1 (pa: B after a sink block, else 0;
-// pb = pool_ends[s] * B) gets pb - pa rows from base[s], in the order of first appearance, while
-// they fit in capacity_rows; the rest keep base -1 (dequantized in the prefill kernel). `seqs`
-// lists the sequences given rows, max_tiles the most pool tiles (64 positions) one of them
-// has. Host code.
+// sequence of `tiles` whose pool holds positions pa .. pb - 1 (pa: B after a sink block, i.e. a
+// first table entry of b at or above num_pool_blocks, else 0; pb = pool_ends[s] * B) gets pb - pa
+// rows from base[s], in the order of first appearance, while they fit in capacity_rows; the rest
+// keep base -1 (dequantized in the prefill kernel). `seqs` lists the sequences given rows,
+// max_tiles the most pool tiles (64 positions) one of them has. Host code.
 struct Int4PoolRows {
   std::vector<int32_t> base;  // [num_seqs]
   std::vector<int32_t> seqs;
   int32_t max_tiles = 0;
   int64_t rows = 0;
 };
-void plan_int4_pool_rows(std::span<const PrefillTile> tiles, std::span<const int32_t> pool_ends,
-                         std::span<const int32_t> first_blocks, int64_t num_pool_blocks,
+void plan_int4_pool_rows(const ForwardBatch& b, std::span<const PrefillTile> tiles,
+                         std::span<const int32_t> pool_ends, int64_t num_pool_blocks,
                          int block_size, int64_t capacity_rows, Int4PoolRows& out);
 
 // The pool rows planned by plan_int4_pool_rows (seqs_device: its seqs, device copies): each pool

@@ -105,13 +105,13 @@ std::vector<uint16_t> int4_prefill_rope_image(std::span<const float> cos,
   return out;
 }
 
-void plan_int4_pool_rows(std::span<const PrefillTile> tiles, std::span<const int32_t> pool_ends,
-                         std::span<const int32_t> first_blocks, int64_t num_pool_blocks,
+void plan_int4_pool_rows(const ForwardBatch& b, std::span<const PrefillTile> tiles,
+                         std::span<const int32_t> pool_ends, int64_t num_pool_blocks,
                          int block_size, int64_t capacity_rows, Int4PoolRows& out) {
-  S4KV_CHECK(pool_ends.size() == first_blocks.size() && block_size > 0 && capacity_rows >= 0 &&
-                 capacity_rows <= INT32_MAX,
-             "plan_int4_pool_rows: ", pool_ends.size(), " pool ends, ", first_blocks.size(),
-             " first blocks, block size ", block_size);
+  S4KV_CHECK(static_cast<int64_t>(pool_ends.size()) == b.num_seqs() && block_size > 0 &&
+                 capacity_rows >= 0 && capacity_rows <= INT32_MAX,
+             "plan_int4_pool_rows: ", pool_ends.size(), " pool ends, ", b.num_seqs(),
+             " sequences, block size ", block_size);
   out.base.assign(pool_ends.size(), -1);
   out.seqs.clear();
   out.max_tiles = 0;
@@ -121,7 +121,8 @@ void plan_int4_pool_rows(std::span<const PrefillTile> tiles, std::span<const int
     S4KV_CHECK(s < pool_ends.size(), "plan_int4_pool_rows: tile of sequence ", t.seq);
     if (out.base[s] != -1) continue;
     const int32_t pool_end = pool_ends[s];
-    const int64_t pa = pool_end > 0 && first_blocks[s] >= num_pool_blocks ? block_size : 0;
+    const int32_t first_block = b.block_tables[s * static_cast<size_t>(b.max_num_blocks_per_seq)];
+    const int64_t pa = pool_end > 0 && first_block >= num_pool_blocks ? block_size : 0;
     const int64_t pb = int64_t{pool_end} * block_size;
     const int64_t n = pb - pa;
     if (n <= 0 || out.rows + n > capacity_rows) continue;
