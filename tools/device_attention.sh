@@ -18,7 +18,7 @@
 #       each with the merge kernel and fused (--fused-merge); fails past 2e-2 relative L2 (bf16
 #       operands), 4e-3 for fp8
 #   bash tools/device_attention.sh prefill [cuda_attention_bench --prefill args]  # the prefill
-#       kernels against the reference kernel, every format: $OUT/prefill_h200.json, the table
+#       kernels against the reference kernel, every format: $OUT/prefill_<card>.json (h100, h200: the card it ran on), the table
 #       in $OUT/prefill.txt; fails when a case's check is past 2e-2
 #   bash tools/device_attention.sh ab TAG... [-- cuda_attention_bench args]  # check, then run,
 #       each tagged build in turn (results in $OUT/ab_TAG.txt and .json), for an A/B of kernel
@@ -70,7 +70,7 @@ case "${1:-}" in
       # checks, the table and the bench's stderr.
       cat "$OUT/$tag"/check_log.txt "$OUT/$tag"/attention.txt "$OUT/$tag"/attention_err.txt \
         > "$OUT/ab_$tag.txt" 2> /dev/null || true
-      [ -f "$OUT/$tag/attention_h200.json" ] && mv "$OUT/$tag/attention_h200.json" "$OUT/ab_$tag.json"
+      for f in "$OUT/$tag"/attention_*.json; do [ -f "$f" ] && mv "$f" "$OUT/ab_$tag.json"; done
       rm -rf "${OUT:?}/$tag"
     done
     exit $status
@@ -80,6 +80,7 @@ case "${1:-}" in
     mode=$1 && shift
     mkdir -p "$OUT"
     attn=/tmp/attn${ATTN_TAG:+_$ATTN_TAG}
+    card=$(bash tools/device_card.sh)
     mkdir -p "$attn"
     if [ -n "${ATTN_PACK:-}" ]; then  # the bench of the pack tools/device_cuda_tests.sh unpacked
       cp /tmp/s4kv/bin/cuda_attention_bench /tmp/s4kv/BUILD_INFO "$attn"/
@@ -99,7 +100,7 @@ case "${1:-}" in
     }
     if [ "$mode" = prefill ]; then
       status=0
-      "$attn"/cuda_attention_bench --prefill "$@" > "$OUT/prefill_h200.json" \
+      "$attn"/cuda_attention_bench --prefill "$@" > "$OUT/prefill_$card.json" \
         2> "$OUT/prefill.txt" || status=$?
       cat "$OUT/prefill.txt"
       [ "$status" = 0 ] || { echo "FAILED: exit status $status"; exit 1; }
@@ -148,7 +149,7 @@ case "${1:-}" in
     elif [ "$mode" = run ]; then
       S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' "$attn"/BUILD_INFO) \
         python3 bench/attention_bench.py --bin "$attn"/cuda_attention_bench \
-        --out "$OUT/attention_h200.json" -- "$@" 2> "$OUT/attention_err.txt" | tee "$OUT/attention.txt"
+        --out "$OUT/attention_$card.json" -- "$@" 2> "$OUT/attention_err.txt" | tee "$OUT/attention.txt"
     else
       ncu --clock-control none --section SpeedOfLight --section Occupancy \
         --section WarpStateStats --section SchedulerStats --section LaunchStats \
