@@ -207,16 +207,18 @@ int run_prefill(int argc, char** argv) {
         // --pool-rows: int4_kivi's pool tiles made once a KV head before the attention (every
         // sequence's), timed with it.
         Int4PoolRows pr;
-        DeviceBuffer rows_k, rows_v, d_row_base, d_row_seqs;
+        DeviceBuffer rows_k, rows_v, d_row_base, d_row_tiles, d_row_seqs;
         if (int4 && pool_rows) {
           plan_int4_pool_rows(fb, tiles, pool_ends, num_blocks, B, INT32_MAX, pr);
           rows_k = DeviceBuffer(static_cast<size_t>(std::max<int64_t>(1, pr.rows * kv_dim * 2)));
           rows_v = DeviceBuffer(rows_k.bytes());
           d_row_base = put(pr.base);
+          d_row_tiles = put(pr.tiles);
           d_row_seqs = put(pr.seqs);
           at.pool_rows_k = static_cast<uint16_t*>(rows_k.data());
           at.pool_rows_v = static_cast<uint16_t*>(rows_v.data());
           at.pool_row_base = static_cast<const int32_t*>(d_row_base.data());
+          at.pool_row_tiles = static_cast<const int32_t*>(d_row_tiles.data());
         }
         const auto* tiles_dev = static_cast<const PrefillTile*>(d_tiles.data());
         const auto num_tiles = static_cast<int32_t>(tiles.size());

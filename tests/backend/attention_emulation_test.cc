@@ -774,11 +774,16 @@ TEST(DecodeAttentionEmulated, EveryFormatMatchesFp64) {
 
 // ---- prefill attention (prefill_attention.cu) ----------------------------------------------
 
+// Scenes whose pool rows held part of a sequence's pool (check_pool_rows), and of them those
+// whose launch had tiles past the cut.
+int g_partial_pool_rows = 0, g_wider_grid_cuts = 0;
+
 // int4_kivi's pool tiles made before the prefill kernel (plan_int4_pool_rows,
 // launch_int4_pool_rows) give the output of the kernel that dequantizes them itself, bit for bit:
-// every sequence's pool in rows, then (where two or more have pool blocks) only the first
-// planned one's, the others dequantized in the kernel. The rows start as NaN, so a row not made
-// shows.
+// every sequence's pool in rows; (where two or more have pool blocks) only the first planned
+// one's, the others dequantized in the kernel; and the first pool of two tiles or more cut in
+// half, its later tiles dequantized in the kernel. The rows start as NaN (room for all), so a row
+// read but not made shows.
 void check_pool_rows(const Scene& sc, const std::vector<PrefillTile>& tiles,
                      const PrefillSplitLaunch& split, const std::vector<uint16_t>& want) {
   const PagedAttentionArgs& base_args = sc.a;
@@ -786,15 +791,44 @@ void check_pool_rows(const Scene& sc, const std::vector<PrefillTile>& tiles,
   plan_int4_pool_rows(sc.b, tiles, sc.pool_ends, base_args.num_pool_blocks, base_args.block_size,
                       INT32_MAX, all);
   ASSERT_FALSE(all.seqs.empty()) << "the scene has a sequence with pool blocks";
-  std::vector<int64_t> capacities = {all.rows};
-  if (all.seqs.size() >= 2) capacities.push_back(all.base[static_cast<size_t>(all.seqs[1])]);
-  for (const int64_t capacity : capacities) {
-    SCOPED_TRACE(testing::Message() << "pool rows for " << capacity << " of " << all.rows);
+  struct Capacity {
+    int64_t rows;
+    size_t seqs;    // sequences given rows
+    int32_t tiles;  // the last one's tiles in rows
+  };
+  const auto tiles_of = [&](size_t i) { return all.tiles[static_cast<size_t>(all.seqs[i])]; };
+  std::vector<Capacity> capacities = {{all.rows, all.seqs.size(), tiles_of(all.seqs.size() - 1)}};
+  if (all.seqs.size() >= 2) {
+    capacities.push_back({all.base[static_cast<size_t>(all.seqs[1])], 1, tiles_of(0)});
+  }
+  // The cut: the first pool of two tiles or more after a longer pool where there is one (the
+  // launch's grid then has tiles for the cut sequence past those it may make).
+  size_t cut = all.seqs.size();
+  int32_t longest = 0;  // of the pools before i
+  for (size_t i = 0; i < all.seqs.size(); ++i) {
+    if (tiles_of(i) >= 2 && (cut == all.seqs.size() || longest > tiles_of(i) / 2)) {
+      const bool wider = longest > tiles_of(i) / 2;
+      cut = i;
+      if (wider) {
+        ++g_wider_grid_cuts;
+        break;
+      }
+    }
+    longest = std::max(longest, tiles_of(i));
+  }
+  if (cut < all.seqs.size()) {
+    const int32_t half = tiles_of(cut) / 2;
+    capacities.push_back({all.base[static_cast<size_t>(all.seqs[cut])] + 64 * half, cut + 1, half});
+    ++g_partial_pool_rows;
+  }
+  for (const Capacity& capacity : capacities) {
+    SCOPED_TRACE(testing::Message() << "pool rows for " << capacity.rows << " of " << all.rows);
     Int4PoolRows plan;
     plan_int4_pool_rows(sc.b, tiles, sc.pool_ends, base_args.num_pool_blocks, base_args.block_size,
-                        capacity, plan);
-    EXPECT_EQ(plan.seqs.size(), capacity == all.rows ? all.seqs.size() : 1U);
-    const auto kv_elems = static_cast<size_t>(plan.rows) * kPathKv * kHeadDim;
+                        capacity.rows, plan);
+    ASSERT_EQ(plan.seqs.size(), capacity.seqs);
+    EXPECT_EQ(plan.tiles[static_cast<size_t>(plan.seqs.back())], capacity.tiles);
+    const auto kv_elems = static_cast<size_t>(all.rows) * kPathKv * kHeadDim;
     std::vector<uint16_t> rows_k(kv_elems, 0xffffu), rows_v(kv_elems, 0xffffu);
     std::vector<uint16_t> out(want.size(), 0xffffu);
     PagedAttentionArgs a = base_args;
@@ -803,12 +837,18 @@ void check_pool_rows(const Scene& sc, const std::vector<PrefillTile>& tiles,
     a.pool_rows_k = rows_k.data();
     a.pool_rows_v = rows_v.data();
     a.pool_row_base = plan.base.data();
+    a.pool_row_tiles = plan.tiles.data();
     launch_int4_pool_rows(a, plan.seqs.data(), static_cast<int32_t>(plan.seqs.size()),
                           plan.max_tiles, nullptr);
     launch_prefill_attention(a, tiles.data(), static_cast<int32_t>(tiles.size()), nullptr, &split);
     size_t differ = 0;
     for (size_t i = 0; i < out.size(); ++i) differ += out[i] != want[i] ? 1 : 0;
     EXPECT_EQ(differ, 0U) << "outputs differ from the kernel's own dequantization";
+    // Past the planned rows (the room a capacity leaves): nothing written.
+    const auto made = static_cast<size_t>(plan.rows) * kPathKv * kHeadDim;
+    size_t past = 0;
+    for (size_t i = made; i < kv_elems; ++i) past += rows_k[i] != 0xffffu || rows_v[i] != 0xffffu;
+    EXPECT_EQ(past, 0U) << "pool rows written past the plan's " << plan.rows;
   }
 }
 
@@ -921,6 +961,9 @@ TEST(PrefillAttentionEmulated, SplitContextsMatchFp64) {
       {kv::KvCacheDtype::kInt4Kivi, false, 128, 1, false, false},
   };
   run_cases(cases, 31, run_prefill_split, "split prefill");
+  EXPECT_GT(g_partial_pool_rows, 0) << "no pool was cut: the rows' partial path went untested";
+  EXPECT_GT(g_wider_grid_cuts, 0) << "no cut pool after a longer one: the rows kernel's limit "
+                                     "went untested";
 }
 
 }  // namespace

@@ -254,8 +254,9 @@ struct SeqSpec {
 struct Stats {
   double max_rel = 0;
   int64_t rows = 0, tiles = 0, power_rows = 0, split_tiles = 0;
-  int64_t pool_row_runs = 0;      // int4_kivi launches with pool rows (launch_int4_pool_rows)
-  std::vector<double> neighbour;  // the reference's row vs the next row of the sequence
+  int64_t pool_row_runs = 0;          // int4_kivi launches with pool rows (launch_int4_pool_rows)
+  int64_t partial_pool_row_runs = 0;  // ... with a sequence's pool partly in rows
+  std::vector<double> neighbour;      // the reference's row vs the next row of the sequence
 };
 
 double rel_l2(const float* got, const float* ref) {
@@ -510,29 +511,45 @@ void run_batch(Caches& c, const Heads& hs, const std::vector<SeqSpec>& specs, No
     ASSERT_EQ(failures, 0) << failures << " rows past the bound";
     stats.tiles += static_cast<int64_t>(tiles.size());
     // int4_kivi: the sequences' pool tiles made into pool rows first (launch_int4_pool_rows),
-    // then the same launch: the same bits.
+    // then the same launch: the same bits. Every pool in rows, then the rows cut in the middle
+    // of the first pool of two tiles or more (its later tiles, and the pools after it,
+    // dequantized by the prefill kernel).
     if (!int4) continue;
-    Int4PoolRows pr;
-    plan_int4_pool_rows(b, tiles, pool_ends, c.num_blocks, B, INT32_MAX, pr);
-    if (pr.seqs.empty()) continue;
-    DeviceBuffer rows_k(static_cast<size_t>(pr.rows * kv_dim * 2)), rows_v(rows_k.bytes());
-    DeviceBuffer d_base = upload(pr.base), d_seqs = upload(pr.seqs);
-    PagedAttentionArgs ar = a;
-    ar.pool_rows_k = static_cast<uint16_t*>(rows_k.data());
-    ar.pool_rows_v = static_cast<uint16_t*>(rows_v.data());
-    ar.pool_row_base = static_cast<const int32_t*>(d_base.data());
-    ASSERT_EQ(cudaMemset(rows_k.data(), 0xff, rows_k.bytes()), cudaSuccess);  // NaN: unmade
-    ASSERT_EQ(cudaMemset(rows_v.data(), 0xff, rows_v.bytes()), cudaSuccess);
-    ASSERT_EQ(cudaMemset(d_out.data(), 0xff, out_elems * 2), cudaSuccess);
-    launch_int4_pool_rows(ar, static_cast<const int32_t*>(d_seqs.data()),
-                          static_cast<int32_t>(pr.seqs.size()), pr.max_tiles, nullptr);
-    launch_prefill_attention(ar, static_cast<const PrefillTile*>(d_tiles.data()),
-                             static_cast<int32_t>(tiles.size()), nullptr, &sl);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    std::vector<uint16_t> bits_rows(out_elems);
-    d_out.copy_to_host(bits_rows.data(), out_elems * 2);
-    EXPECT_TRUE(bits_rows == bits) << "outputs with pool rows differ from the kernel's own";
-    ++stats.pool_row_runs;
+    Int4PoolRows all;
+    plan_int4_pool_rows(b, tiles, pool_ends, c.num_blocks, B, INT32_MAX, all);
+    if (all.seqs.empty()) continue;
+    std::vector<int64_t> capacities = {all.rows};
+    for (const int32_t s : all.seqs) {
+      const int32_t n = all.tiles[static_cast<size_t>(s)];
+      if (n < 2) continue;
+      capacities.push_back(all.base[static_cast<size_t>(s)] + 64 * (n / 2));
+      break;
+    }
+    DeviceBuffer rows_k(static_cast<size_t>(all.rows * kv_dim * 2)), rows_v(rows_k.bytes());
+    for (const int64_t capacity : capacities) {
+      SCOPED_TRACE(testing::Message() << "pool rows for " << capacity << " of " << all.rows);
+      Int4PoolRows pr;
+      plan_int4_pool_rows(b, tiles, pool_ends, c.num_blocks, B, capacity, pr);
+      DeviceBuffer d_base = upload(pr.base), d_tiles_in_rows = upload(pr.tiles),
+                   d_seqs = upload(pr.seqs);
+      PagedAttentionArgs ar = a;
+      ar.pool_rows_k = static_cast<uint16_t*>(rows_k.data());
+      ar.pool_rows_v = static_cast<uint16_t*>(rows_v.data());
+      ar.pool_row_base = static_cast<const int32_t*>(d_base.data());
+      ar.pool_row_tiles = static_cast<const int32_t*>(d_tiles_in_rows.data());
+      ASSERT_EQ(cudaMemset(rows_k.data(), 0xff, rows_k.bytes()), cudaSuccess);  // NaN: unmade
+      ASSERT_EQ(cudaMemset(rows_v.data(), 0xff, rows_v.bytes()), cudaSuccess);
+      ASSERT_EQ(cudaMemset(d_out.data(), 0xff, out_elems * 2), cudaSuccess);
+      launch_int4_pool_rows(ar, static_cast<const int32_t*>(d_seqs.data()),
+                            static_cast<int32_t>(pr.seqs.size()), pr.max_tiles, nullptr);
+      launch_prefill_attention(ar, static_cast<const PrefillTile*>(d_tiles.data()),
+                               static_cast<int32_t>(tiles.size()), nullptr, &sl);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<uint16_t> bits_rows(out_elems);
+      d_out.copy_to_host(bits_rows.data(), out_elems * 2);
+      EXPECT_TRUE(bits_rows == bits) << "outputs with pool rows differ from the kernel's own";
+      ++(capacity == all.rows ? stats.pool_row_runs : stats.partial_pool_row_runs);
+    }
   }
 }
 
@@ -614,6 +631,7 @@ TEST_P(CudaPrefillAttention, MatchesTheReferenceKernel) {
   EXPECT_GT(stats.split_tiles, 0) << "no tile was split: the split path went untested";
   if (f.dtype == kInt4) {
     EXPECT_GT(stats.pool_row_runs, 0) << "no batch had pool rows to make";
+    EXPECT_GT(stats.partial_pool_row_runs, 0) << "no batch had a pool of two tiles to cut";
   }
 }
 

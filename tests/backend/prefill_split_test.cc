@@ -123,8 +123,9 @@ TEST(PrefillSplit, AShortChunkAtALongContextFillsAboutAWave) {
 }
 
 // plan_int4_pool_rows: a sequence's pool positions pa .. pb - 1 (pa = B after a sink block), rows
-// in the order the tiles first name the sequences, while they fit; none for a sequence without
-// pool blocks; max_tiles the largest pool in tiles of 64.
+// in the order the tiles first name the sequences, while they fit, then the whole tiles of 64
+// the room left holds of the next; none for a sequence without pool blocks; max_tiles the
+// largest count of tiles in rows.
 TEST(Int4PoolRows, RowsInTileOrderWhileTheyFit) {
   constexpr int kB = 32;
   constexpr int64_t kPoolBlocks = 1000;  // ids from here on are sink blocks
@@ -141,18 +142,27 @@ TEST(Int4PoolRows, RowsInTileOrderWhileTheyFit) {
   Int4PoolRows r;
   plan_int4_pool_rows(b, tiles, pool_ends, kPoolBlocks, kB, 1 << 20, r);
   EXPECT_EQ(r.base, (std::vector<int32_t>{96, -1, 0, 416}));
+  EXPECT_EQ(r.tiles, (std::vector<int32_t>{5, 0, 2, 2}));  // the last tile of 2 may be short
   EXPECT_EQ(r.seqs, (std::vector<int32_t>{2, 0, 3}));
   EXPECT_EQ(r.rows, 96 + 320 + 128);  // 3 blocks; 10 after the sink; 4 after the sink
   EXPECT_EQ(r.max_tiles, 5);          // 320 positions
-  // Room for 300 rows: sequence 2 (96) fits, 0 (320) does not, 3 (128) does after it.
+  // Room for 300 rows: sequence 2 (96) fits, of 0 (320) the 3 whole tiles the 204 rows left
+  // hold, none of 3 (12 rows left).
   plan_int4_pool_rows(b, tiles, pool_ends, kPoolBlocks, kB, 300, r);
-  EXPECT_EQ(r.base, (std::vector<int32_t>{-1, -1, 0, 96}));
-  EXPECT_EQ(r.seqs, (std::vector<int32_t>{2, 3}));
-  EXPECT_EQ(r.rows, 96 + 128);
-  EXPECT_EQ(r.max_tiles, 2);
+  EXPECT_EQ(r.base, (std::vector<int32_t>{96, -1, 0, -1}));
+  EXPECT_EQ(r.tiles, (std::vector<int32_t>{3, 0, 2, 0}));
+  EXPECT_EQ(r.seqs, (std::vector<int32_t>{2, 0}));
+  EXPECT_EQ(r.rows, 96 + 192);
+  EXPECT_EQ(r.max_tiles, 3);
+  // Room for 150: sequence 2, then 54 rows, less than a tile: nothing of 0 or 3.
+  plan_int4_pool_rows(b, tiles, pool_ends, kPoolBlocks, kB, 150, r);
+  EXPECT_EQ(r.base, (std::vector<int32_t>{-1, -1, 0, -1}));
+  EXPECT_EQ(r.seqs, (std::vector<int32_t>{2}));
+  EXPECT_EQ(r.rows, 96);
   // No room: nothing planned.
   plan_int4_pool_rows(b, tiles, pool_ends, kPoolBlocks, kB, 0, r);
   EXPECT_EQ(r.base, (std::vector<int32_t>(4, -1)));
+  EXPECT_EQ(r.tiles, (std::vector<int32_t>(4, 0)));
   EXPECT_TRUE(r.seqs.empty());
   EXPECT_EQ(r.max_tiles, 0);
   // A tile of a sequence the arrays do not have is an internal error (S4KV_CHECK aborts).

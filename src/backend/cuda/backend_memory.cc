@@ -12,8 +12,8 @@ namespace s4kv::backend::cuda {
 namespace {
 
 // The step arena: ForwardBatch's arrays, the int4 fills, the attention plan (items, sequences,
-// prefill tiles, pool ends, pool rows' bases and sequences) and the graph counts, in bytes with
-// alignment slack (16 bytes for each of its 22 arrays).
+// prefill tiles, pool ends, pool rows' bases, tiles and sequences) and the graph counts, in bytes
+// with alignment slack (16 bytes for each of its 23 arrays).
 size_t arena_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_table, int64_t max_fills,
                    int64_t nkv, int64_t max_items) {
   const int64_t max_tiles = max_tokens / kPrefillTileRows + max_seqs;
@@ -27,9 +27,9 @@ size_t arena_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_table, int6
   const int64_t i32 = 4 * max_tokens + 4 * max_seqs + 1 + max_table + max_fills * nkv +
                       kItemWords * max_items + kSeqWords * max_seqs + max_tokens + max_seqs +
                       kStepLiveWords + kTileWords * (max_tiles + kPrefillSplitSlots) +
-                      kMergeWords * (kPrefillSplitSlots / 2) + 2 * max_seqs;
+                      kMergeWords * (kPrefillSplitSlots / 2) + 3 * max_seqs;
   const int64_t i64 = max_tokens + max_fills * nkv;
-  return static_cast<size_t>(i32 * 4 + i64 * 8 + max_fills * 12 + 22 * 16 + 4096);
+  return static_cast<size_t>(i32 * 4 + i64 * 8 + max_fills * 12 + 23 * 16 + 4096);
 }
 
 // S4KV_PREFILL_POOL_ROWS: 1 (default) or 0 (for A/B runs).

@@ -508,6 +508,7 @@ void CudaBackend::stage(const ForwardBatch& b, int64_t size) {
   // int4_kivi: the prefilling sequences' pool tiles made once a KV head and layer, as many as
   // the rows hold (the rest dequantized in the prefill kernel).
   pool_rows_plan_.base.clear();
+  pool_rows_plan_.tiles.clear();
   pool_rows_plan_.seqs.clear();
   if (pool_rows_k_ != nullptr && !prefill_tiles_.empty()) {
     plan_int4_pool_rows(b, prefill_tiles_, attention_plan_.pool_ends, kv_.num_blocks,
@@ -562,6 +563,7 @@ void CudaBackend::stage(const ForwardBatch& b, int64_t size) {
   step_.prefill_tiles = arena_.put(prefill_tiles_.data(), prefill_tiles_.size());
   step_.prefill_merges = arena_.put(prefill_merges_.data(), prefill_merges_.size());
   step_.pool_row_base = arena_.put(pool_rows_plan_.base.data(), pool_rows_plan_.base.size());
+  step_.pool_row_tiles = arena_.put(pool_rows_plan_.tiles.data(), pool_rows_plan_.tiles.size());
   step_.pool_row_seqs = arena_.put(pool_rows_plan_.seqs.data(), pool_rows_plan_.seqs.size());
   arena_.upload(stream_);
 }

@@ -180,7 +180,7 @@ class CudaBackend final : public Backend {
   struct StepArrays {
     const int32_t *token_ids, *positions, *token_seq, *qsl, *seq_lens, *tables, *logits_rows,
         *res_slots, *res_starts, *first_pos, *other_tokens, *pool_ends, *live, *pool_row_base,
-        *pool_row_seqs;
+        *pool_row_tiles, *pool_row_seqs;
     const PrefillTile* prefill_tiles;
     const PrefillMerge* prefill_merges;
     const int64_t *slots, *out_index;

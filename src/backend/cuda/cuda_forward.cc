@@ -117,6 +117,7 @@ void CudaBackend::attention_block(int64_t layer, int64_t n) {
     at.pool_rows_k = pool_rows_k_;
     at.pool_rows_v = pool_rows_v_;
     at.pool_row_base = step_.pool_row_base;
+    at.pool_row_tiles = step_.pool_row_tiles;
     launch_int4_pool_rows(at, step_.pool_row_seqs,
                           static_cast<int32_t>(pool_rows_plan_.seqs.size()),
                           pool_rows_plan_.max_tiles, stream_);

@@ -80,12 +80,14 @@ struct PagedAttentionArgs {
   // position's 64 cos then 64 sin), in device memory (16-byte aligned), made once beside them.
   const uint16_t* rope_f16 = nullptr;
   // int4_kivi prefill: the pool rows of sequences whose pool tiles launch_int4_pool_rows made
-  // before the attention ([rows][num_kv_heads * 128] 16-bit operands each of K and V, a
-  // sequence's pool positions pa .. pb - 1 from row pool_row_base[s]); pool_row_base[s] = -1 (or
-  // no pool_row_base): the prefill kernel dequantizes sequence s's pool tiles itself.
+  // before the attention ([rows][num_kv_heads * 128] 16-bit operands each of K and V): the first
+  // pool_row_tiles[s] pool tiles (64 positions from pa) of sequence s from row pool_row_base[s];
+  // its other pool tiles, and every pool tile of a sequence with pool_row_base[s] = -1 (or
+  // without pool_row_base), dequantized by the prefill kernel itself.
   uint16_t* pool_rows_k = nullptr;
   uint16_t* pool_rows_v = nullptr;
   const int32_t* pool_row_base = nullptr;
+  const int32_t* pool_row_tiles = nullptr;
   bool keys_post_rope = false;
   bool value_hadamard = false;
 };

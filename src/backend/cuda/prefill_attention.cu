@@ -99,7 +99,9 @@ struct Ctx {
   int slot;              // int4_kivi: residual seat
   int pa, pb, kv_end;
   int n_pool, n_sink, n_tiles;
-  int row_base;  // int4_kivi: the first of its pool rows (a.pool_rows_k / _v), -1: none
+  // int4_kivi: pool positions pa .. row_end - 1 are in the pool rows (a.pool_rows_k / _v), from
+  // row row_base (row_end = pa: none; the positions from row_end on dequantized here)
+  int row_base, row_end;
 };
 
 // int4_kivi: sequence seq's pool end and pool positions pa .. pb - 1 (pa = B after a sink block,
@@ -146,7 +148,7 @@ __device__ inline void rows16(const PagedAttentionArgs& a, const Ctx& c, int p, 
     v = static_cast<const uint16_t*>(a.v_cache) + row;
     return;
   }
-  if (c.row_base >= 0 && p >= c.pa && p < c.pb) {  // a pool position, made before the kernel
+  if (p >= c.pa && p < c.row_end) {  // a pool position, made before the kernel
     const int64_t row = static_cast<int64_t>(c.row_base + p - c.pa) * kv_dim + c.g * kD;
     k = a.pool_rows_k + row;
     v = a.pool_rows_v + row;
@@ -585,10 +587,13 @@ __global__ void __launch_bounds__(kThreads* kHeads, S == Src::k16Bit ? 3 : 2 / k
   c.kv_end = pos0 + n_rows;
   c.pool_end = c.slot = c.pa = c.pb = 0;
   c.row_base = -1;
+  c.row_end = 0;
   if constexpr (S == Src::kInt4) {
-    if (a.pool_row_base != nullptr) c.row_base = a.pool_row_base[tile.seq];
     c.slot = a.seats[tile.seq];
     pool_range(a, tile.seq, c);  // pb <= start: pool blocks were full before the step
+    c.row_end = c.pa;
+    if (a.pool_row_base != nullptr) c.row_base = a.pool_row_base[tile.seq];
+    if (c.row_base >= 0) c.row_end = min(c.pb, c.pa + kKv * a.pool_row_tiles[tile.seq]);
   }
   c.n_pool = (c.pb - c.pa + kKv - 1) / kKv;
   c.n_sink = (c.pa + kKv - 1) / kKv;
@@ -610,7 +615,7 @@ __global__ void __launch_bounds__(kThreads* kHeads, S == Src::k16Bit ? 3 : 2 / k
     if constexpr (S == Src::kFp8) {
       issue_fp8(a, c, kt, raw);
     } else if constexpr (S == Src::kInt4) {
-      if (kt.pool && c.row_base < 0) {
+      if (kt.pool && kt.p0 >= c.row_end) {
         issue_int4(a, c, kt, raw);
       } else {
         issue_rows16(a, c, kt, kb, vb);
@@ -665,7 +670,7 @@ __global__ void __launch_bounds__(kThreads* kHeads, S == Src::k16Bit ? 3 : 2 / k
       convert_fp8(raw, kt, kbuf + (k % 2) * kStage, vbuf + (k % 2) * kStage);
       __syncthreads();
     } else if constexpr (S == Src::kInt4) {
-      if (kt.pool && c.row_base < 0) {
+      if (kt.pool && kt.p0 >= c.row_end) {
         dequant_int4<kBf16>(a, kt, raw, kbuf + (k % 2) * kStage, vbuf + (k % 2) * kStage,
                             kHeads == 1 || copier, kHeads == 1 || !copier);
         __syncthreads();
@@ -725,8 +730,8 @@ __global__ void __launch_bounds__(kThreads* kHeads, S == Src::k16Bit ? 3 : 2 / k
 }
 
 // launch_int4_pool_rows: grid (listed sequences x max_tiles, KV heads), one pool tile of one KV
-// head a block, staged and dequantized as the prefill kernel does (issue_int4, dequant_int4 into
-// stage 0), then its rows written out.
+// head a block (the sequence's first pool_row_tiles), staged and dequantized as the prefill kernel
+// does (issue_int4, dequant_int4 into stage 0), then its rows written out.
 template <bool kBf16>
 __global__ void __launch_bounds__(kThreads)
     int4_pool_rows_kernel(PagedAttentionArgs a, const int32_t* seqs, int max_tiles) {
@@ -740,7 +745,7 @@ __global__ void __launch_bounds__(kThreads)
   c.table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
   pool_range(a, seq, c);
   const int p0 = c.pa + kKv * k;
-  if (p0 >= c.pb) return;
+  if (k >= a.pool_row_tiles[seq] || p0 >= c.pb) return;
   const KvTile kt{p0, min(kKv, c.pb - p0), true};
   issue_int4(a, c, kt, raw);
   cp_async_commit();
@@ -834,8 +839,9 @@ void launch_int4_pool_rows(const PagedAttentionArgs& a, const int32_t* seqs_devi
   S4KV_CHECK(a.cache == kv::KvCacheDtype::kInt4Kivi &&
                  prefill_kernels_support(a.num_heads, a.num_kv_heads, a) &&
                  a.pool_rows_k != nullptr && a.pool_rows_v != nullptr &&
-                 a.pool_row_base != nullptr && seqs_device != nullptr && num_seqs > 0 &&
-                 max_tiles > 0 && int64_t{num_seqs} * max_tiles <= INT_MAX,
+                 a.pool_row_base != nullptr && a.pool_row_tiles != nullptr &&
+                 seqs_device != nullptr && num_seqs > 0 && max_tiles > 0 &&
+                 int64_t{num_seqs} * max_tiles <= INT_MAX,
              "int4_kivi pool rows: unsupported arguments (", num_seqs, " sequences, ", max_tiles,
              " tiles)");
   const dim3 grid(static_cast<unsigned>(num_seqs * max_tiles),

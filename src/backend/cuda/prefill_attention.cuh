@@ -114,11 +114,14 @@ std::vector<uint16_t> int4_prefill_rope_image(std::span<const float> cos,
 // int4_kivi's pool rows for a step's prefill tiles (PagedAttentionArgs::pool_rows_k / _v): each
 // sequence of `tiles` whose pool holds positions pa .. pb - 1 (pa: B after a sink block, i.e. a
 // first table entry of b at or above num_pool_blocks, else 0; pb = pool_ends[s] * B) gets pb - pa
-// rows from base[s], in the order of first appearance, while they fit in capacity_rows; the rest
-// keep base -1 (dequantized in the prefill kernel). `seqs` lists the sequences given rows,
-// max_tiles the most pool tiles (64 positions) one of them has. Host code.
+// rows from base[s] (tiles[s] pool tiles of 64 positions), in the order of first appearance,
+// while they fit in capacity_rows; the sequence that does not fit takes the whole tiles the room
+// left holds (its later pool tiles dequantized in the prefill kernel), the rest none (base -1,
+// tiles 0). `seqs` lists the sequences given rows, max_tiles the most pool tiles one of them has
+// in rows. Host code.
 struct Int4PoolRows {
-  std::vector<int32_t> base;  // [num_seqs]
+  std::vector<int32_t> base;   // [num_seqs]
+  std::vector<int32_t> tiles;  // [num_seqs]
   std::vector<int32_t> seqs;
   int32_t max_tiles = 0;
   int64_t rows = 0;
@@ -129,7 +132,7 @@ void plan_int4_pool_rows(const ForwardBatch& b, std::span<const PrefillTile> til
 
 // The pool rows planned by plan_int4_pool_rows (seqs_device: its seqs, device copies): each pool
 // tile dequantized once per KV head, exactly as the prefill kernel dequantizes it, and written to
-// a.pool_rows_k / _v at a.pool_row_base (device arrays).
+// a.pool_rows_k / _v at a.pool_row_base (a.pool_row_tiles of them a sequence; device arrays).
 void launch_int4_pool_rows(const PagedAttentionArgs& a, const int32_t* seqs_device,
                            int32_t num_seqs, int32_t max_tiles, cudaStream_t stream);
 

@@ -113,6 +113,7 @@ void plan_int4_pool_rows(const ForwardBatch& b, std::span<const PrefillTile> til
              "plan_int4_pool_rows: ", pool_ends.size(), " pool ends, ", b.num_seqs(),
              " sequences, block size ", block_size);
   out.base.assign(pool_ends.size(), -1);
+  out.tiles.assign(pool_ends.size(), 0);
   out.seqs.clear();
   out.max_tiles = 0;
   out.rows = 0;
@@ -124,11 +125,14 @@ void plan_int4_pool_rows(const ForwardBatch& b, std::span<const PrefillTile> til
     const int32_t first_block = b.block_tables[s * static_cast<size_t>(b.max_num_blocks_per_seq)];
     const int64_t pa = pool_end > 0 && first_block >= num_pool_blocks ? block_size : 0;
     const int64_t pb = int64_t{pool_end} * block_size;
-    const int64_t n = pb - pa;
-    if (n <= 0 || out.rows + n > capacity_rows) continue;
+    // All of its pool, or the whole tiles of 64 positions that the room left holds.
+    const int64_t room = capacity_rows - out.rows;
+    const int64_t n = pb - pa <= room ? pb - pa : room / 64 * 64;
+    if (n <= 0) continue;
     out.base[s] = static_cast<int32_t>(out.rows);
+    out.tiles[s] = static_cast<int32_t>((n + 63) / 64);
     out.seqs.push_back(t.seq);
-    out.max_tiles = std::max(out.max_tiles, static_cast<int32_t>((n + 63) / 64));
+    out.max_tiles = std::max(out.max_tiles, out.tiles[s]);
     out.rows += n;
   }
 }
