@@ -19,6 +19,10 @@ Suites (each for every format in --formats):
   prefill32k  throughput, input 32000, output 1, 16 prompts at --max-num-batched-tokens 8192
            (a server's default budget): each prompt is four chunks, the last three attending
            to the cached chunks before them (int4_kivi's pool blocks)
+  prefill64k  throughput, input 64000, output 1, 8 prompts at --max-num-batched-tokens 8192 and
+           --max-model-len 65536, for a model of a longer context (--model
+           llama-3.1-8b-instruct): eight chunks, the last four reading pools past the 32,768
+           positions that int4_kivi's pool rows hold
   eager    the latency suite's batch-1 and short throughput again with --enforce-eager
 """
 import argparse
@@ -59,6 +63,10 @@ def runs(suites, long_prompts):
         out.append(("prefill32k", "throughput_in32000_out1_n16_b8192",
                     ["throughput", "--input-len", "32000", "--output-len", "1", "--num-prompts",
                      "16", "--max-num-batched-tokens", "8192"]))
+    if "prefill64k" in suites:
+        out.append(("prefill64k", "throughput_in64000_out1_n8_b8192",
+                    ["throughput", "--input-len", "64000", "--output-len", "1", "--num-prompts",
+                     "8", "--max-num-batched-tokens", "8192", "--max-model-len", "65536"]))
     if "eager" in suites:
         out.append(("eager", "latency_b1_in1024_out128_eager",
                     ["latency", "--batch-size", "1", "--input-len", "1024", "--output-len", "128",

@@ -218,10 +218,12 @@ case $step in
   perf)
     # s4kv bench latency / throughput of every format on the full Qwen2.5-7B config (dummy
     # weights): PERF_SUITES (bench/gpu_perf.py's --suites), PERF_LONG_PROMPTS, PERF_FORMATS,
-    # PERF_EXTRA_ARGS (more s4kv bench flags, e.g. --async-scheduling); PERF_TAG names the
-    # output (perf_<card>$PERF_TAG.json, <card> h100 or h200: tools/device_card.sh).
+    # PERF_EXTRA_ARGS (more s4kv bench flags, e.g. --async-scheduling), PERF_MODEL (a config of
+    # bench/gpu_capacity.py's MODELS, default qwen2.5-7b-instruct); PERF_TAG names the output
+    # (perf_<card>$PERF_TAG.json, <card> h100 or h200: tools/device_card.sh).
     S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/s4kv/BUILD_INFO) \
       python3 bench/gpu_perf.py --bin /tmp/s4kv/bin/s4kv --out "$res/perf_$(bash tools/device_card.sh)${PERF_TAG:-}.json" \
+      --model "${PERF_MODEL:-qwen2.5-7b-instruct}" \
       --suites "${PERF_SUITES:-latency,short}" --long-prompts "${PERF_LONG_PROMPTS:-512}" \
       --formats "${PERF_FORMATS:-16bit,fp8_e4m3,int4_kivi}" --timeout "${PERF_TIMEOUT:-600}" \
       --extra-args="${PERF_EXTRA_ARGS:-}"
