@@ -1,6 +1,7 @@
 // What the CUDA backend allocates, as arithmetic (backend_memory.h), which needs no device: the
 // profiling step's cache (profiling_kv_config) holds the dummy block and seat alone, whatever
-// the cache it stands for, and its sink memory is two 16-bit blocks a layer.
+// the cache it stands for, and its sink memory is two 16-bit blocks a layer; int4_kivi's kernel
+// rows only where its kernels run.
 #include <gtest/gtest.h>
 
 #include "backend/backend.h"
@@ -94,6 +95,40 @@ TEST(ProfilingCache, V1AndPagedCachesHaveNoSinks) {
   EXPECT_EQ(parts.k, 28 * 16 * 4 * 128 * 2);  // the dummy block alone
   EXPECT_EQ(parts.v, parts.k);
   EXPECT_EQ(parts.pool + parts.sink, 0);
+}
+
+// int4_kivi's kernel tables (the decode kernel's rotations, the prefill kernel's fp16 RoPE rows)
+// and pool rows exist for the tensor-core kernels alone: fp32 compute runs the reference kernel
+// and allocates none of them (72 MB at 32,768 positions on Qwen2.5-7B), nor does a 16-bit cache.
+TEST(Sizes, Int4KernelRowsOnlyWhereTheTensorCoreKernelsRun) {
+  const kv::Int4KiviLayout layout = *kv::Int4KiviLayout::create(64, 128, 128);
+  const KvCacheConfig kv = int4_v2_cache(layout);
+  CudaBackendOptions o;
+  o.max_model_len = 32768;
+  const int64_t tables = 2 * int64_t{32768} * 64 * 4;  // cos and sin in fp32, every format
+  const int64_t int4_rows = 64 / 16 * 4096 + int64_t{32768} * 128 * 2;
+  for (const DType d : {DType::kBF16, DType::kF16}) {
+    o.compute_dtype = d;
+    EXPECT_TRUE(tensor_core_attention(d));
+    EXPECT_EQ(pool_row_capacity(kv, o), 32768);
+    EXPECT_EQ(rope_bytes(kv, o), tables + int4_rows);
+  }
+  o.max_model_len = 131072;  // the rows stop at 32,768 positions, the tables go on
+  EXPECT_EQ(pool_row_capacity(kv, o), 32768);
+  EXPECT_EQ(rope_bytes(kv, o), 4 * (tables + int4_rows) - 3 * 64 / 16 * 4096);
+
+  o.max_model_len = 32768;
+  o.compute_dtype = DType::kF32;
+  EXPECT_FALSE(tensor_core_attention(o.compute_dtype));
+  EXPECT_EQ(pool_row_capacity(kv, o), 0);
+  EXPECT_EQ(rope_bytes(kv, o), tables);
+
+  KvCacheConfig paged;
+  paged.dtype = kv::KvCacheDtype::k16Bit;
+  paged.block_size = 16;
+  o.compute_dtype = DType::kBF16;
+  EXPECT_EQ(pool_row_capacity(paged, o), 0);
+  EXPECT_EQ(rope_bytes(paged, o), tables);
 }
 
 }  // namespace

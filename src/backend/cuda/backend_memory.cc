@@ -38,7 +38,28 @@ bool prefill_pool_rows_enabled() {
   return on;
 }
 
+// int4_kivi with its tensor-core kernels (their tables and rows).
+bool int4_kernels(const KvCacheConfig& kv, const CudaBackendOptions& o) {
+  return kv.dtype == kv::KvCacheDtype::kInt4Kivi && tensor_core_attention(o.compute_dtype);
+}
+
 }  // namespace
+
+bool tensor_core_attention(DType compute_dtype) { return compute_dtype != DType::kF32; }
+
+int64_t rope_bytes(const KvCacheConfig& kv, const CudaBackendOptions& o) {
+  // The tables, and int4_kivi's rotations (int4_rotation_image: 4 KB a warp of its block) and the
+  // tables' rows in fp16 (int4_prefill_rope_image: 256 bytes a row).
+  const int64_t rope_rows = ceil_div(o.max_model_len, 1024) * 1024;
+  return 2 * rope_rows * (kHeadDim / 2) * 4 +
+         (int4_kernels(kv, o) ? kv.block_size / 16 * 4096 + rope_rows * kHeadDim * 2 : 0);
+}
+
+int64_t pool_row_capacity(const KvCacheConfig& kv, const CudaBackendOptions& o) {
+  return int4_kernels(kv, o) && prefill_pool_rows_enabled()
+             ? std::min<int64_t>(o.max_model_len, 32768)
+             : 0;
+}
 
 DecodeShape decode_shape(const model::ModelConfig& c, const KvCacheConfig& kv, int num_sms) {
   DecodeShape d;
@@ -69,15 +90,10 @@ Sizes::Sizes(const model::ModelConfig& c, const KvCacheConfig& kv, const CudaBac
   arena = static_cast<int64_t>(arena_bytes(T, o.max_num_seqs, o.max_num_seqs * max_blocks_per_seq,
                                            max_fills, nkv, decode_items));
   const bool int4 = kv.dtype == kv::KvCacheDtype::kInt4Kivi;
-  // The tables, and int4_kivi's rotations (int4_rotation_image: 4 KB a warp of its block) and
-  // the tables' rows in fp16 (int4_prefill_rope_image: 256 bytes a row).
-  const int64_t rope_rows = ceil_div(o.max_model_len, 1024) * 1024;
-  rope = 2 * rope_rows * (kHeadDim / 2) * 4 +
-         (int4 ? kv.block_size / 16 * 4096 + rope_rows * kHeadDim * 2 : 0);
+  rope = rope_bytes(kv, o);
   staging = int4 ? T * kv_dim * 2 : 0;                                  // each of K, V
   scratch = int4 ? max_fills * nkv * kv.block_size * kHeadDim * 2 : 0;  // each of K, V
-  pool_rows_capacity =
-      int4 && prefill_pool_rows_enabled() ? std::min<int64_t>(o.max_model_len, 32768) : 0;
+  pool_rows_capacity = pool_row_capacity(kv, o);
   pool_rows = pool_rows_capacity * kv_dim * 2;  // each of K, V
   x = T * c.hidden_size * 4;
   h = T * c.hidden_size * as;

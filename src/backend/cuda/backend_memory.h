@@ -39,13 +39,23 @@ std::vector<int64_t> cuda_graph_sizes(int64_t largest);
 // The decode kernels' view of the cache (decode_attention.cuh).
 DecodeShape decode_shape(const model::ModelConfig& c, const KvCacheConfig& kv, int num_sms);
 
+// Whether the tensor-core attention kernels (decode and prefill) serve this compute dtype: bf16
+// and fp16; fp32 runs the reference kernel (paged_attention.cuh), which needs none of their
+// tables and rows (int4_kivi's rotations, fp16 RoPE rows and pool rows).
+bool tensor_core_attention(DType compute_dtype);
+// Sizes::rope: the fp32 RoPE tables, and for int4_kivi's kernels their rotations and fp16 rows.
+int64_t rope_bytes(const KvCacheConfig& kv, const CudaBackendOptions& o);
+// Sizes::pool_rows_capacity (positions).
+int64_t pool_row_capacity(const KvCacheConfig& kv, const CudaBackendOptions& o);
+
 // Every start-up allocation but the weights and the KV cache, in bytes.
 struct Sizes {
   int64_t max_blocks_per_seq, max_fills, decode_items, partials, merge_counts, arena, rope, staging,
       scratch;
   // int4_kivi prefill: rows of pool positions made before the attention (launch_int4_pool_rows),
   // and the bytes of each of K and V: min(max_model_len, 32768) rows, none with
-  // S4KV_PREFILL_POOL_ROWS=0 (the prefill kernel then dequantizes every pool tile itself).
+  // S4KV_PREFILL_POOL_ROWS=0 (the prefill kernel then dequantizes every pool tile itself) or
+  // without the tensor-core kernels.
   int64_t pool_rows_capacity, pool_rows;
   int64_t x, h, qkv, attn, gate_up, act, rows, logits, sample_rows, sampler;
   int64_t logit_rows;  // rows of logits a step may ask for (max_num_logits, else max_num_tokens)

@@ -113,10 +113,12 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
   if (kv.dtype == kv::KvCacheDtype::kInt4Kivi) {
     // The decode kernel's rotations and the prefill kernel's rows, from the tables (once); then
     // per step, sized by the limits.
-    int4_rotations_ = to_device(std::span<const uint32_t>(
-        int4_rotation_image(rope.cos_table(), rope.sin_table(), kv.block_size)));
-    rope_f16_ = to_device(
-        std::span<const uint16_t>(int4_prefill_rope_image(rope.cos_table(), rope.sin_table())));
+    if (tensor_core_attention(act_)) {
+      int4_rotations_ = to_device(std::span<const uint32_t>(
+          int4_rotation_image(rope.cos_table(), rope.sin_table(), kv.block_size)));
+      rope_f16_ = to_device(
+          std::span<const uint16_t>(int4_prefill_rope_image(rope.cos_table(), rope.sin_table())));
+    }
     staging_k_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.staging)));
     staging_v_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.staging)));
     scratch_k_ = static_cast<uint16_t*>(alloc(static_cast<size_t>(z.scratch)));
@@ -139,12 +141,12 @@ CudaBackend::CudaBackend(const model::ModelConfig& config, const KvCacheConfig& 
     probe.cache = kv.dtype;
     probe.layout = layout;
     probe.keys_post_rope = kv.int4_keys_post_rope;
-    decode_kernels_ = act_ != DType::kF32 &&
+    decode_kernels_ = tensor_core_attention(act_) &&
                       decode_kernels_support(static_cast<int>(config.num_attention_heads),
                                              static_cast<int>(config.num_key_value_heads), probe);
     probe.out_dtype = act_;
     probe.block_size = static_cast<int>(kv.block_size);
-    prefill_kernels_ = act_ != DType::kF32 &&
+    prefill_kernels_ = tensor_core_attention(act_) &&
                        prefill_kernels_support(static_cast<int>(config.num_attention_heads),
                                                static_cast<int>(config.num_key_value_heads), probe);
     if (prefill_kernels_) prefill_wave_ = int64_t{num_sms_} * prefill_blocks_per_sm(kv.dtype);
