@@ -46,10 +46,16 @@ def main():
     ap.add_argument("--bin", default=os.environ.get("S4KV_BIN", "build/src/cli/s4kv"))
     ap.add_argument("--out", required=True)
     ap.add_argument("--gpu-memory-utilization", default="0.9")
+    ap.add_argument("--models", default=",".join(MODELS),
+                    help="comma-separated configs of " + ", ".join(MODELS))
     a = ap.parse_args()
+    models = a.models.split(",")
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        ap.error(f"unknown model {unknown[0]!r}: choose from {', '.join(MODELS)}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in MODELS:
+        for name in models:
             d = model_dir(tmp, name)
             for fmt in FORMATS:
                 cmd = [a.bin, "generate", "--model", d, "--load-format", "dummy", "--device",
@@ -69,7 +75,7 @@ def main():
                 print(f"{name:24} {m[2]:10} {int(m[6]):>10} tokens  {float(m[1]):7.2f} GiB  "
                       f"concurrency {float(m[9]):7.2f}x at {m[7]} tokens")
     ratios = {}
-    for name in MODELS:
+    for name in models:
         by = {r["kv_cache_dtype"]: r for r in rows if r["model"] == name}
         sixteen = next(v for k, v in by.items() if k not in ("fp8_e4m3", "int4_kivi"))
         ratios[name] = {"int4_vs_16bit": round(by["int4_kivi"]["tokens"] / sixteen["tokens"], 3),

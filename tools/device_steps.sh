@@ -227,9 +227,12 @@ case $step in
     tail -n 3 $res/e2e.txt
     ;;
   capacity)
-    # KV capacity of every format on the full Qwen2.5-7B and Llama-3.1-8B configs (dummy weights).
+    # KV capacity of every format on the full Qwen2.5-7B and Llama-3.1-8B configs (dummy weights);
+    # CAPACITY_MODELS: some of them (bench/gpu_capacity.py's --models), e.g. qwen2.5-7b-instruct
+    # where the tree carries that tokenizer alone.
     S4KV_COMMIT=$(sed -n 's/^built from \([^ ]*\).*/\1/p' /tmp/s4kv/BUILD_INFO) \
-      python3 bench/gpu_capacity.py --bin /tmp/s4kv/bin/s4kv --out "$res/capacity_$(bash tools/device_card.sh)${CAPACITY_TAG:-}.json"
+      python3 bench/gpu_capacity.py --bin /tmp/s4kv/bin/s4kv --out "$res/capacity_$(bash tools/device_card.sh)${CAPACITY_TAG:-}.json" \
+      ${CAPACITY_MODELS:+--models "$CAPACITY_MODELS"}
     ;;
   perf)
     # s4kv bench latency / throughput of every format on the full Qwen2.5-7B config (dummy
