@@ -10,10 +10,13 @@
 # serve_bench do), or four benches. SLIM_ATTENTION=1 (calls that run only
 # tools/device_attention.sh) moves the model and golden files too (models/, tests/golden,
 # tests/fixtures/tokenizers: ~52 MB more): then the whole .devcarry (every bench, ~50 MB) can be
-# the one carried path (a call carries at most 8). Otherwise carry the files by name, not all of
-# .devcarry. Never commit while they are out (git status shows them deleted).
+# the one carried path (a call carries at most 8). SLIM_PERF=1 (calls that run only the steps of
+# dummy weights: capacity, perf, profile, and tools/device_attention.sh) moves models/ and
+# tests/golden but keeps the Qwen2.5 and Llama-3 tokenizers, so that the pack and both fit.
+# Otherwise carry the files by name, not all of .devcarry. Never commit while they are out (git
+# status shows them deleted).
 #   bash tools/device_slim.sh size [CARRY...]  # bytes (in disk blocks) that would travel
-#   [SLIM_TOKENIZERS=1 | SLIM_ATTENTION=1] bash tools/device_slim.sh out  # move them to
+#   [SLIM_TOKENIZERS=1 | SLIM_ATTENTION=1 | SLIM_PERF=1] bash tools/device_slim.sh out  # move them to
 #                                              # ../device-slim-moved/
 #   bash tools/device_slim.sh in               # move them back
 # What moves: the tokenizer and chat-template goldens, the Qwen3 tokenizer (no GPU step uses
@@ -27,6 +30,8 @@ tokenizers=tests/fixtures/tokenizers/qwen3/tokenizer.json.xz
 bulky=(tests/golden/tokenizers tests/golden/chat)
 if [ "${SLIM_ATTENTION:-0}" = 1 ]; then
   bulky=(models tests/golden) && tokenizers=tests/fixtures/tokenizers
+elif [ "${SLIM_PERF:-0}" = 1 ]; then
+  bulky=(models tests/golden) && tokenizers=tests/fixtures/tokenizers/qwen3/tokenizer.json.xz
 fi
 paths=("${bulky[@]}" "$tokenizers" bench/data/heldout.txt.xz bench/results)
 limit=$((64 * 1024 * 1024))
