@@ -23,6 +23,9 @@ Suites (each for every format in --formats):
            --max-model-len 65536, for a model of a longer context (--model
            llama-3.1-8b-instruct): eight chunks, the last four reading pools past the 32,768
            positions that int4_kivi's pool rows hold
+  prefill128k  the same with input 128000, 4 prompts, --max-model-len 131072 (Llama-3.1-8B's
+           context): the last chunks' pools mostly past the rows' default cap; an A/B of the cap
+           with S4KV_PREFILL_POOL_ROW_CAP=131072
   eager    the latency suite's batch-1 and short throughput again with --enforce-eager
 """
 import argparse
@@ -63,6 +66,10 @@ def runs(suites, long_prompts):
         out.append(("prefill32k", "throughput_in32000_out1_n16_b8192",
                     ["throughput", "--input-len", "32000", "--output-len", "1", "--num-prompts",
                      "16", "--max-num-batched-tokens", "8192"]))
+    if "prefill128k" in suites:
+        out.append(("prefill128k", "throughput_in128000_out1_n4_b8192",
+                    ["throughput", "--input-len", "128000", "--output-len", "1", "--num-prompts",
+                     "4", "--max-num-batched-tokens", "8192", "--max-model-len", "131072"]))
     if "prefill64k" in suites:
         out.append(("prefill64k", "throughput_in64000_out1_n8_b8192",
                     ["throughput", "--input-len", "64000", "--output-len", "1", "--num-prompts",

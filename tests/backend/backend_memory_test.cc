@@ -131,5 +131,15 @@ TEST(Sizes, Int4KernelRowsOnlyWhereTheTensorCoreKernelsRun) {
   EXPECT_EQ(rope_bytes(paged, o), tables);
 }
 
+// The rows' cap for A/B runs (S4KV_PREFILL_POOL_ROW_CAP): whole tiles of 64 positions.
+TEST(Sizes, PoolRowCapFromTheEnvironment) {
+  EXPECT_EQ(parse_pool_row_cap(nullptr), kDefaultPoolRowCap);
+  EXPECT_EQ(parse_pool_row_cap("131072"), 131072);
+  EXPECT_EQ(parse_pool_row_cap("64"), 64);
+  for (const char* bad : {"", "0", "100", "-64", "131072x", " 64", "2097152", "1e5"}) {
+    EXPECT_DEATH(parse_pool_row_cap(bad), "S4KV_PREFILL_POOL_ROW_CAP") << bad;
+  }
+}
+
 }  // namespace
 }  // namespace s4kv::backend::cuda

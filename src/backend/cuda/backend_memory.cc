@@ -1,6 +1,9 @@
 #include "backend/cuda/backend_memory.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/device.h"
 #include "backend/cuda/gemm.h"
@@ -38,6 +41,13 @@ bool prefill_pool_rows_enabled() {
   return on;
 }
 
+// S4KV_PREFILL_POOL_ROW_CAP (for A/B runs of prompts past the default): the most positions the
+// pool rows hold. Read once.
+int64_t pool_row_cap() {
+  static const int64_t cap = parse_pool_row_cap(std::getenv("S4KV_PREFILL_POOL_ROW_CAP"));
+  return cap;
+}
+
 // int4_kivi with its tensor-core kernels (their tables and rows).
 bool int4_kernels(const KvCacheConfig& kv, const CudaBackendOptions& o) {
   return kv.dtype == kv::KvCacheDtype::kInt4Kivi && tensor_core_attention(o.compute_dtype);
@@ -46,6 +56,17 @@ bool int4_kernels(const KvCacheConfig& kv, const CudaBackendOptions& o) {
 }  // namespace
 
 bool tensor_core_attention(DType compute_dtype) { return compute_dtype != DType::kF32; }
+
+int64_t parse_pool_row_cap(const char* env) {
+  if (env == nullptr) return kDefaultPoolRowCap;
+  const std::string_view s(env);
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  S4KV_CHECK(ec == std::errc() && end == s.data() + s.size() && v >= 64 &&
+                 v <= (int64_t{1} << 20) && v % 64 == 0,
+             "S4KV_PREFILL_POOL_ROW_CAP=", s, ": expected a multiple of 64 from 64 to 1048576");
+  return v;
+}
 
 int64_t rope_bytes(const KvCacheConfig& kv, const CudaBackendOptions& o) {
   // The tables, and int4_kivi's rotations (int4_rotation_image: 4 KB a warp of its block) and the
@@ -57,7 +78,7 @@ int64_t rope_bytes(const KvCacheConfig& kv, const CudaBackendOptions& o) {
 
 int64_t pool_row_capacity(const KvCacheConfig& kv, const CudaBackendOptions& o) {
   return int4_kernels(kv, o) && prefill_pool_rows_enabled()
-             ? std::min<int64_t>(o.max_model_len, 32768)
+             ? std::min<int64_t>(o.max_model_len, pool_row_cap())
              : 0;
 }
 

@@ -45,15 +45,19 @@ DecodeShape decode_shape(const model::ModelConfig& c, const KvCacheConfig& kv, i
 bool tensor_core_attention(DType compute_dtype);
 // Sizes::rope: the fp32 RoPE tables, and for int4_kivi's kernels their rotations and fp16 rows.
 int64_t rope_bytes(const KvCacheConfig& kv, const CudaBackendOptions& o);
-// Sizes::pool_rows_capacity (positions).
+// Sizes::pool_rows_capacity (positions): min(max_model_len, the cap), the cap 32,768 unless
+// S4KV_PREFILL_POOL_ROW_CAP gives another (parse_pool_row_cap: its value, or the default for
+// nullptr; anything but a multiple of 64 from 64 to 2^20 stops the process).
+constexpr int64_t kDefaultPoolRowCap = 32768;
 int64_t pool_row_capacity(const KvCacheConfig& kv, const CudaBackendOptions& o);
+int64_t parse_pool_row_cap(const char* env);
 
 // Every start-up allocation but the weights and the KV cache, in bytes.
 struct Sizes {
   int64_t max_blocks_per_seq, max_fills, decode_items, partials, merge_counts, arena, rope, staging,
       scratch;
   // int4_kivi prefill: rows of pool positions made before the attention (launch_int4_pool_rows),
-  // and the bytes of each of K and V: min(max_model_len, 32768) rows, none with
+  // and the bytes of each of K and V: pool_row_capacity rows (32,768 at most by default), none with
   // S4KV_PREFILL_POOL_ROWS=0 (the prefill kernel then dequantizes every pool tile itself) or
   // without the tensor-core kernels.
   int64_t pool_rows_capacity, pool_rows;
