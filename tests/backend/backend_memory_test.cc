@@ -4,6 +4,8 @@
 // rows only where its kernels run.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "backend/backend.h"
 #include "backend/cuda/backend_memory.h"
 #include "kv/int4_kivi_layout.h"
@@ -101,6 +103,9 @@ TEST(ProfilingCache, V1AndPagedCachesHaveNoSinks) {
 // and pool rows exist for the tensor-core kernels alone: fp32 compute runs the reference kernel
 // and allocates none of them (72 MB at 32,768 positions on Qwen2.5-7B), nor does a 16-bit cache.
 TEST(Sizes, Int4KernelRowsOnlyWhereTheTensorCoreKernelsRun) {
+  // The defaults, whatever an A/B run left in the environment (both are read once, here first).
+  unsetenv("S4KV_PREFILL_POOL_ROWS");
+  unsetenv("S4KV_PREFILL_POOL_ROW_CAP");
   const kv::Int4KiviLayout layout = *kv::Int4KiviLayout::create(64, 128, 128);
   const KvCacheConfig kv = int4_v2_cache(layout);
   CudaBackendOptions o;
