@@ -509,9 +509,7 @@ void CudaBackend::stage(const ForwardBatch& b, int64_t size) {
   }
   // int4_kivi: the prefilling sequences' pool tiles made once a KV head and layer, as many as
   // the rows hold (the rest dequantized in the prefill kernel).
-  pool_rows_plan_.base.clear();
-  pool_rows_plan_.tiles.clear();
-  pool_rows_plan_.seqs.clear();
+  pool_rows_plan_.clear();
   if (pool_rows_k_ != nullptr && !prefill_tiles_.empty()) {
     plan_int4_pool_rows(b, prefill_tiles_, attention_plan_.pool_ends, kv_.num_blocks,
                         static_cast<int>(B), sizes_.pool_rows_capacity, pool_rows_plan_);

@@ -125,6 +125,13 @@ struct Int4PoolRows {
   std::vector<int32_t> seqs;
   int32_t max_tiles = 0;
   int64_t rows = 0;
+  void clear() {  // no rows (the vectors keep their memory for the next step)
+    base.clear();
+    tiles.clear();
+    seqs.clear();
+    max_tiles = 0;
+    rows = 0;
+  }
 };
 void plan_int4_pool_rows(const ForwardBatch& b, std::span<const PrefillTile> tiles,
                          std::span<const int32_t> pool_ends, int64_t num_pool_blocks,

@@ -112,11 +112,9 @@ void plan_int4_pool_rows(const ForwardBatch& b, std::span<const PrefillTile> til
                  capacity_rows >= 0 && capacity_rows <= INT32_MAX,
              "plan_int4_pool_rows: ", pool_ends.size(), " pool ends, ", b.num_seqs(),
              " sequences, block size ", block_size);
-  out.base.assign(pool_ends.size(), -1);
-  out.tiles.assign(pool_ends.size(), 0);
-  out.seqs.clear();
-  out.max_tiles = 0;
-  out.rows = 0;
+  out.clear();
+  out.base.resize(pool_ends.size(), -1);
+  out.tiles.resize(pool_ends.size(), 0);
   for (const PrefillTile& t : tiles) {
     const auto s = static_cast<size_t>(t.seq);
     S4KV_CHECK(s < pool_ends.size(), "plan_int4_pool_rows: tile of sequence ", t.seq);
