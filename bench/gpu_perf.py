@@ -62,18 +62,15 @@ def runs(suites, long_prompts):
         out.append(("prefill", "throughput_in8192_out1_n64",
                     ["throughput", "--input-len", "8192", "--output-len", "1", "--num-prompts",
                      "64"]))
-    if "prefill32k" in suites:
-        out.append(("prefill32k", "throughput_in32000_out1_n16_b8192",
-                    ["throughput", "--input-len", "32000", "--output-len", "1", "--num-prompts",
-                     "16", "--max-num-batched-tokens", "8192"]))
-    if "prefill128k" in suites:
-        out.append(("prefill128k", "throughput_in128000_out1_n4_b8192",
-                    ["throughput", "--input-len", "128000", "--output-len", "1", "--num-prompts",
-                     "4", "--max-num-batched-tokens", "8192", "--max-model-len", "131072"]))
-    if "prefill64k" in suites:
-        out.append(("prefill64k", "throughput_in64000_out1_n8_b8192",
-                    ["throughput", "--input-len", "64000", "--output-len", "1", "--num-prompts",
-                     "8", "--max-num-batched-tokens", "8192", "--max-model-len", "65536"]))
+    # Long prompts in chunks of 8192 (the last two on the Llama-3.1-8B config's longer context).
+    for suite, n_in, prompts, max_len in (("prefill32k", 32000, 16, None),
+                                          ("prefill64k", 64000, 8, 65536),
+                                          ("prefill128k", 128000, 4, 131072)):
+        if suite in suites:
+            out.append((suite, f"throughput_in{n_in}_out1_n{prompts}_b8192",
+                        ["throughput", "--input-len", str(n_in), "--output-len", "1",
+                         "--num-prompts", str(prompts), "--max-num-batched-tokens", "8192"] +
+                        (["--max-model-len", str(max_len)] if max_len else [])))
     if "eager" in suites:
         out.append(("eager", "latency_b1_in1024_out128_eager",
                     ["latency", "--batch-size", "1", "--input-len", "1024", "--output-len", "128",

@@ -73,19 +73,17 @@ case $step in
     # last one, left no summary at all). SANITIZE_RACECHECK_FILTER: groups apart by spaces.
     memcheck_filter="${SANITIZE_MEMCHECK_FILTER:-*Int4Kivi*:*Rope*:*Rmsnorm*:*CudaAttention*int4_v2_b64*:*CudaAttention*fp8_b32*:*CudaPrefillAttention*int4_v2_b64*:*CudaPrefillAttention*fp8_b32*:*llama_tiny_int4_v2_b32*:*OnePrefill/s4kv_tiny_cuda_bf16*:*Refuses*:*CudaSampler*:*CudaPadding*int4*}"
     read -r -a race_groups <<< "${SANITIZE_RACECHECK_FILTER:-*CudaPrefillAttention*/int4_v2_b64_gv128_h32_8 *CudaAttention*/int4_v2_b64_gv128:*CudaAttention*/16bit_b16:*CudaAttention*/fp8_b32:*Int4KiviQuantizeCuda*/0:*Int4KiviCommitCuda*/0:*RopeCuda*/0:*RopeKvWriteCuda*:*RmsnormCuda*/0 *CudaPrefillAttention*/bf16_b16_h8_8:*CudaPrefillAttention*/fp8_b32_h8_8 *CudaSampler*/0}"
-    tools=(memcheck racecheck)
-    [ "$step" = sanitize ] || tools=("$step")
-    status=0
-    for tool in "${tools[@]}"; do
+    memcheck() {
+      local start
       start=$(date +%s)
-      if [ "$tool" = memcheck ]; then
-        timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool memcheck backend_cuda_test \
-          --gtest_filter="$memcheck_filter" > "$res/memcheck.txt" 2>&1 || status=1
-        echo "memcheck: $(( $(date +%s) - start )) s"
-        verdict memcheck "$res/memcheck.txt" || status=1
-        continue
-      fi
-      end=$((start + ${SANITIZE_TIMEOUT:-240})) n=0
+      timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool memcheck backend_cuda_test \
+        --gtest_filter="$memcheck_filter" > "$res/memcheck.txt" 2>&1 || status=1
+      echo "memcheck: $(( $(date +%s) - start )) s"
+      verdict memcheck "$res/memcheck.txt" || status=1
+    }
+    racecheck() {
+      local start end n=0 left t0 filter
+      start=$(date +%s) && end=$((start + ${SANITIZE_TIMEOUT:-240}))
       for filter in "${race_groups[@]}"; do
         n=$((n + 1)) left=$((end - $(date +%s)))
         [ "$left" -gt 5 ] || { echo "racecheck group $n not run (no time left): $filter"; status=1; continue; }
@@ -97,7 +95,10 @@ case $step in
         verdict racecheck "$res/racecheck_$n.txt" || status=1
       done
       echo "racecheck: $(( $(date +%s) - start )) s"
-    done
+    }
+    status=0
+    [ "$step" = racecheck ] || memcheck
+    [ "$step" = memcheck ] || racecheck
     exit $status
     ;;
   memcheck_all | racecheck_all)
